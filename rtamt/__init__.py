@@ -1,0 +1,11 @@
+"""rtamt - real-time streaming auditory models.
+
+Every stage is a stateful block processor (Params -> Coeffs -> State); any block
+partition of a stream, down to single samples, gives the same output as one call
+on the whole signal.  See README.md.
+"""
+from .engine.stage import Chain, RtamtInputError, Stage
+from .models import MODELS, Dau1997
+
+__version__ = "0.1.0"
+__all__ = ["Chain", "Stage", "RtamtInputError", "Dau1997", "MODELS", "__version__"]

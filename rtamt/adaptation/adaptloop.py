@@ -1,0 +1,131 @@
+"""Nonlinear adaptation loops (streaming).
+
+A chain of K feedback loops, each dividing its input by a low-passed copy of its
+own output (Püschel 1988; Dau, Püschel & Kohlrausch 1996a, JASA 99, 3615; Dau et
+al. 1997a), with the overshoot limiter of Münkner (1993) as implemented in AMT
+0.9.10 ``adaptloop``.  Per sample, channel c:
+
+* ``v = max(x, m_c)`` (minimum level ``m = 10^((minspl - spl_ref)/20)``);
+* for k = 1..K: ``v = v / s_k``; if ``limit > 1`` and ``v > 1``:
+  ``v = 2 M_k / (1 + exp(-2 (v - 1) / M_k)) - (M_k - 1)`` with
+  ``M_k = (1 - s_k(0)^2) * limit - 1``; then ``s_k = a_k s_k + (1 - a_k) v``,
+  ``a_k = exp(-1 / (tau_k fs))``;
+* output ``(v - c) * 100 / (1 - c)`` with ``c = m^(1/2^K)`` (model units, 0 for
+  input at the minimum level).
+
+The initial state is the steady state of silence, ``s_k(0) = m^(1/2^k)``.
+
+Steady-state input-output law (constant input ``x >= m``): each loop outputs the
+square root of its input, so ``y = (x^(1/2^K) - c) * 100 / (1 - c)``.
+
+Note: the seed documentation writes the limiter offset as ``-M_k - 1``; AMT and
+the reference data use ``-(M_k - 1)`` (continuous at v = 1).  rtamt follows AMT.
+
+Presets: ``dau1997`` (limit 10), ``osses2021`` (limit 5; Osses et al. 2022),
+``paulick2024`` (limit 10, tau = [7, 31.8, 87.8, 214.3, 500] ms; Paulick et al.
+2024).  The per-channel minimum levels of paulick2024 are not tabulated in the
+seed; pass them as a per-channel ``minspl``.
+
+State: the loop dividers ``s`` (batch, K, C).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine import kernels as K
+from ..engine.stage import Stage
+
+_TAU_DAU = (0.005, 0.050, 0.129, 0.253, 0.500)
+PRESETS = {
+    "dau1997": dict(tau=_TAU_DAU, limit=10.0),
+    "osses2021": dict(tau=_TAU_DAU, limit=5.0),
+    "paulick2024": dict(tau=(0.007, 0.0318, 0.0878, 0.2143, 0.5), limit=10.0),
+}
+
+
+@dataclass(frozen=True)
+class AdaptLoopParams:
+    """fs (Hz); preset; tau (s) and limit override it; minspl (dB SPL, scalar or
+    per-channel tuple); spl_ref = dB SPL of a digital RMS of 1 (AMT: 100)."""
+
+    fs: float
+    preset: str = "dau1997"
+    tau: tuple | None = None
+    limit: float | None = None
+    minspl: float | tuple = 0.0
+    spl_ref: float = 100.0
+
+
+@dataclass(frozen=True)
+class AdaptLoopCoeffs:
+    """a, b (K,); minlvl, corr, mult (C,); factor, expfac, offset (K, C); limit_on."""
+
+    fs: float
+    tau: np.ndarray
+    limit: float
+    a: np.ndarray
+    b: np.ndarray
+    minlvl: np.ndarray
+    s0: np.ndarray
+    factor: np.ndarray
+    expfac: np.ndarray
+    offset: np.ndarray
+    corr: np.ndarray
+    mult: np.ndarray
+    limit_on: bool
+
+
+def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
+    if params.preset not in PRESETS:
+        raise ValueError(f"unknown adaptation preset {params.preset!r}; choose from {sorted(PRESETS)}")
+    pre = PRESETS[params.preset]
+    tau = np.asarray(params.tau if params.tau is not None else pre["tau"], dtype=np.float64)
+    limit = float(params.limit if params.limit is not None else pre["limit"])
+    if tau.ndim != 1 or tau.size == 0 or np.any(tau <= 0):
+        raise ValueError(f"tau must be a non-empty list of positive times (s), got {tau}")
+    minspl = np.atleast_1d(np.asarray(params.minspl, dtype=np.float64))
+    if n_in is not None and minspl.size not in (1, n_in):
+        raise ValueError(f"minspl has {minspl.size} values for {n_in} channels")
+    C = n_in if n_in is not None else minspl.size
+    minlvl = np.broadcast_to(10.0 ** ((minspl - params.spl_ref) / 20.0), (C,)).copy()
+    Kn = tau.size
+    a = np.exp(-1.0 / (tau * params.fs))
+    b = 1.0 - a
+    s0 = minlvl[None, :] ** (1.0 / 2.0 ** np.arange(1, Kn + 1))[:, None]  # (K, C)
+    M = (1.0 - s0 ** 2) * limit - 1.0
+    factor = 2.0 * M
+    expfac = -2.0 / M
+    offset = M - 1.0
+    corr = minlvl ** (1.0 / 2.0 ** Kn)
+    mult = 100.0 / (1.0 - corr)
+    return AdaptLoopCoeffs(params.fs, tau, limit, a, b, minlvl, np.ascontiguousarray(s0),
+                           factor, expfac, offset, corr, mult, limit > 1.0)
+
+
+class AdaptLoop(Stage):
+    """Streaming adaptation loops: ``(…, C, T)`` -> same shape (model units)."""
+
+    name = "adaptloop"
+    Params = AdaptLoopParams
+    design = staticmethod(design)
+
+    def _coeffs_for(self, n_in):
+        if self.coeffs.minlvl.size == n_in:
+            return self.coeffs
+        return design(self.params, n_in)
+
+    @staticmethod
+    def init_state(coeffs, batch, n_in, dtype):
+        s = np.empty((batch, coeffs.tau.size, n_in), dtype)
+        s[...] = coeffs.s0[None]
+        return {"s": s}
+
+    @staticmethod
+    def process_tm(coeffs, state, x):
+        y = np.empty_like(x)
+        v = np.empty(x.shape[2], np.float64)
+        K.adaptloop(coeffs.a, coeffs.b, coeffs.minlvl, coeffs.factor, coeffs.expfac, coeffs.offset,
+                    coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y, v)
+        return y

@@ -1,0 +1,278 @@
+"""Compiled per-sample recursions (numba), one source per recursion.
+
+Every kernel here works on **time-major** arrays ``(B, T, C)`` (batch, time, channel)
+so that the innermost loop runs over independent channels or filters: the compiler
+vectorises it (AVX2/AVX-512) and the out-of-order core overlaps the independent
+recursions.  The public API of rtamt is time-last; the stage wrappers transpose at
+the boundary (:mod:`rtamt.engine.stage`).
+
+Each kernel advances its state arrays **in place** and writes its output into a
+preallocated array.  The arithmetic applied to sample ``t`` depends only on the
+state and on ``x[t]``, never on where a block starts, so any block partition
+gives bit-identical results.
+
+Floating point: ``fastmath={'contract'}`` only (FMA contraction, deterministic per
+element); no reassociation, no ``nnan``/``ninf`` assumptions.  Denormals are
+handled by the calling thread's FTZ/DAZ flags (:mod:`rtamt.engine.denormal`).
+"""
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+_JIT = dict(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
+
+
+@njit(**_JIT)
+def gammatone4(pr, pi, gain, sr, si, x, y):
+    """Cascade of four identical complex one-pole sections per channel.
+
+    Implements ``y = gain * Re( x filtered by 1 / (1 - p z^-1)^4 )`` (the AMT
+    all-pole gammatone, Hohmann 2002 / Lyon 1997 form, see
+    :mod:`rtamt.filterbank.gammatone`).
+
+    pr, pi, gain : (C,)     pole real/imag part, real output gain (includes the 2 of 2·Re).
+    sr, si       : (B, 4, C) section states (real, imag), advanced in place.
+    x            : (B, T)   input, one signal per batch item.
+    y            : (B, T, C) output.
+    """
+    B, T = x.shape
+    C = pr.shape[0]
+    for b in range(B):
+        for t in range(T):
+            xv = x[b, t]
+            for c in range(C):
+                p_r = pr[c]
+                p_i = pi[c]
+                # section 1: z1 = p*z1 + x
+                ar = sr[b, 0, c]
+                ai = si[b, 0, c]
+                zr = p_r * ar - p_i * ai + xv
+                zi = p_r * ai + p_i * ar
+                sr[b, 0, c] = zr
+                si[b, 0, c] = zi
+                # section 2
+                ar = sr[b, 1, c]
+                ai = si[b, 1, c]
+                zr2 = p_r * ar - p_i * ai + zr
+                zi2 = p_r * ai + p_i * ar + zi
+                sr[b, 1, c] = zr2
+                si[b, 1, c] = zi2
+                # section 3
+                ar = sr[b, 2, c]
+                ai = si[b, 2, c]
+                zr3 = p_r * ar - p_i * ai + zr2
+                zi3 = p_r * ai + p_i * ar + zi2
+                sr[b, 2, c] = zr3
+                si[b, 2, c] = zi3
+                # section 4
+                ar = sr[b, 3, c]
+                ai = si[b, 3, c]
+                zr4 = p_r * ar - p_i * ai + zr3
+                zi4 = p_r * ai + p_i * ar + zi3
+                sr[b, 3, c] = zr4
+                si[b, 3, c] = zi4
+                y[b, t, c] = gain[c] * zr4
+
+
+@njit(**_JIT)
+def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s, x, y, v):
+    """Chain of nonlinear adaptation loops (Püschel 1988; Dau et al. 1996a, 1997a).
+
+    Per sample and channel: ``v = max(x, minlvl)``; for each loop k:
+    ``v = v / s_k``; if overshoot limiting is on and ``v > 1``:
+    ``v = factor_k / (1 + exp(expfac_k (v - 1))) - offset_k`` (Münkner 1993, as in
+    AMT ``adaptloop``); ``s_k = a_k s_k + b_k v``.  Output ``(v - corr) * mult``.
+
+    The loop over channels is innermost for each loop k, so the divisions of all
+    channels vectorise; the limiter (rare: only where the input rises faster than
+    the loop adapts) is applied in a scalar pass only when some channel needs it.
+
+    a, bcoef                 : (K,)    RC low-pass coefficients per loop.
+    minlvl, corr, mult       : (C,)    per-channel minimum level and output scaling.
+    factor, expfac, offset   : (K, C)  overshoot-limiter constants.
+    limit_on                 : bool
+    s                        : (B, K, C) loop dividers (state), advanced in place.
+    x, y                     : (B, T, C)
+    v                        : (C,) scratch.
+    """
+    B, T, C = x.shape
+    K = a.shape[0]
+    for b in range(B):
+        for t in range(T):
+            for c in range(C):
+                v[c] = max(x[b, t, c], minlvl[c])
+            for k in range(K):
+                over = False
+                for c in range(C):
+                    q = v[c] / s[b, k, c]
+                    v[c] = q
+                    over |= q > 1.0
+                if limit_on and over:
+                    for c in range(C):
+                        q = v[c]
+                        if q > 1.0:
+                            v[c] = factor[k, c] / (1.0 + math.exp(expfac[k, c] * (q - 1.0))) - offset[k, c]
+                ak = a[k]
+                bk = bcoef[k]
+                for c in range(C):
+                    s[b, k, c] = ak * s[b, k, c] + bk * v[c]
+            for c in range(C):
+                y[b, t, c] = (v[c] - corr[c]) * mult[c]
+
+
+@njit(**_JIT)
+def sos_cols(sos, zi, x, y, yoff):
+    """Real SOS cascade per channel (DF-II transposed) writing into columns of a wider output.
+
+    Same recursion as :func:`sos_tm` without rectification; used for the
+    modulation low-pass (mfc = 0).
+
+    sos : (C, S, 6);  zi : (B, S, 2, C);  x : (B, T, C);  y : (B, T, Ftot), channel c -> column yoff+c.
+    """
+    B, T, C = x.shape
+    S = sos.shape[1]
+    for b in range(B):
+        for t in range(T):
+            for c in range(C):
+                v = x[b, t, c]
+                for s_ in range(S):
+                    z0 = zi[b, s_, 0, c]
+                    z1 = zi[b, s_, 1, c]
+                    out = sos[c, s_, 0] * v + z0
+                    zi[b, s_, 0, c] = sos[c, s_, 1] * v - sos[c, s_, 4] * out + z1
+                    zi[b, s_, 1, c] = sos[c, s_, 2] * v - sos[c, s_, 5] * out
+                    v = out
+                y[b, t, yoff + c] = v
+
+
+@njit(**_JIT)
+def sos_shared(sos, rectify, zi, x, y):
+    """Real second-order-section cascade shared by all channels (DF-II transposed).
+
+    Same difference equations as ``scipy.signal.sosfilt`` (Oppenheim & Schafer,
+    *Discrete-Time Signal Processing*, 3rd ed., sec. 6.5), optionally after
+    half-wave rectification ``max(x, 0)``.
+
+    sos     : (S, 6)       sections [b0 b1 b2 a0 a1 a2], a0 == 1.
+    rectify : bool
+    zi      : (B, S, 2, C) section states, advanced in place.
+    x, y    : (B, T, C)    input / output (may be the same array).
+    """
+    B, T, C = x.shape
+    S = sos.shape[0]
+    for b in range(B):
+        for t in range(T):
+            xt = x[b, t]
+            yt = y[b, t]
+            for c in range(C):
+                v = xt[c]
+                if rectify:
+                    v = max(v, 0.0)
+                yt[c] = v
+            for s_ in range(S):
+                b0 = sos[s_, 0]
+                b1 = sos[s_, 1]
+                b2 = sos[s_, 2]
+                a1 = sos[s_, 4]
+                a2 = sos[s_, 5]
+                z0 = zi[b, s_, 0]
+                z1 = zi[b, s_, 1]
+                for c in range(C):
+                    v = yt[c]
+                    out = b0 * v + z0[c]
+                    z0[c] = b1 * v - a1 * out + z1[c]
+                    z1[c] = b2 * v - a2 * out
+                    yt[c] = out
+
+
+@njit(**_JIT)
+def _onepole_row(pr, pi, sc, sr, si, xg, ys, magnitude):
+    n = pr.shape[0]
+    if magnitude:
+        for f in range(n):
+            ar = sr[f]
+            ai = si[f]
+            wr = pr[f] * ar - pi[f] * ai + xg[f]
+            wi = pr[f] * ai + pi[f] * ar
+            sr[f] = wr
+            si[f] = wi
+            ys[f] = sc[f] * math.sqrt(wr * wr + wi * wi)
+    else:
+        for f in range(n):
+            ar = sr[f]
+            ai = si[f]
+            wr = pr[f] * ar - pi[f] * ai + xg[f]
+            wi = pr[f] * ai + pi[f] * ar
+            sr[f] = wr
+            si[f] = wi
+            ys[f] = sc[f] * wr
+
+
+@njit(**_JIT)
+def cplx_onepole_bank(ch, nreal, coef, st, x, y, yoff, xg):
+    """Bank of complex one-pole filters ('efilt': frequency-shifted 1st-order low-pass).
+
+    ``w[n] = g x_ch[n] + p w[n-1]`` with complex pole ``p`` (Dau et al. 1997a;
+    AMT 0.9.10 ``modfilterbank``); output ``scale * Re(w)`` for filters
+    ``f < nreal`` and ``scale * |w|`` for the others.
+
+    ch    : (F,) int    input channel of each filter.
+    nreal : int         filters 0..nreal-1 output the real part, the rest the magnitude.
+    coef  : (4, F)      rows: Re p, Im p, input gain g, output scale.
+    st    : (B, 2, F)   states (real, imag), advanced in place.
+    x     : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
+    xg    : (F,)        scratch for the gathered, scaled input.
+
+    The input is first gathered into a contiguous row so the recursion loop runs
+    over contiguous memory (vectorises; gathers do not on this target).
+    """
+    B, T, C = x.shape
+    F = ch.shape[0]
+    g = coef[2]
+    for b in range(B):
+        for t in range(T):
+            xt = x[b, t]
+            for f in range(F):
+                xg[f] = g[f] * xt[ch[f]]
+            _onepole_row(coef[0, :nreal], coef[1, :nreal], coef[3, :nreal], st[b, 0, :nreal],
+                         st[b, 1, :nreal], xg[:nreal], y[b, t, yoff:yoff + nreal], False)
+            _onepole_row(coef[0, nreal:], coef[1, nreal:], coef[3, nreal:], st[b, 0, nreal:],
+                         st[b, 1, nreal:], xg[nreal:], y[b, t, yoff + nreal:yoff + F], True)
+
+
+@njit(**_JIT)
+def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
+    """Bank of complex-coefficient biquads (DF-II transposed) on real inputs.
+
+    Used for the frequency-shifted Butterworth modulation filters: a real low-pass
+    prototype ``H(z)`` moved to centre ``w0`` by ``H(z e^{-i w0})`` (frequency-shift
+    theorem), so ``Re`` is a band-pass and ``|.|`` its envelope.
+
+    ch     : (F,) int input channel per filter;  nreal as in :func:`cplx_onepole_bank`.
+    bcoef  : (F, 3, 2) numerator (real, imag);  acoef : (F, 3, 2) denominator, a0 == 1.
+    scale  : (F,)
+    st     : (B, F, 2, 2) states [z index, real/imag], advanced in place.
+    x      : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
+    """
+    B, T, C = x.shape
+    F = ch.shape[0]
+    for b in range(B):
+        for t in range(T):
+            xt = x[b, t]
+            for f in range(F):
+                v = xt[ch[f]]
+                z = st[b, f]
+                bc = bcoef[f]
+                ac = acoef[f]
+                o_r = bc[0, 0] * v + z[0, 0]
+                o_i = bc[0, 1] * v + z[0, 1]
+                z[0, 0] = bc[1, 0] * v - (ac[1, 0] * o_r - ac[1, 1] * o_i) + z[1, 0]
+                z[0, 1] = bc[1, 1] * v - (ac[1, 0] * o_i + ac[1, 1] * o_r) + z[1, 1]
+                z[1, 0] = bc[2, 0] * v - (ac[2, 0] * o_r - ac[2, 1] * o_i)
+                z[1, 1] = bc[2, 1] * v - (ac[2, 0] * o_i + ac[2, 1] * o_r)
+                if f < nreal:
+                    y[b, t, yoff + f] = scale[f] * o_r
+                else:
+                    y[b, t, yoff + f] = scale[f] * math.sqrt(o_r * o_r + o_i * o_i)

@@ -1,0 +1,365 @@
+"""The stage contract: Params -> Coeffs -> State, a pure ``process`` and a stateful object.
+
+Every processing stage of rtamt follows the same three-layer design (after the
+CARFAC Python implementation, Lyon 2017):
+
+* **Params** - a frozen dataclass of what a user sets (sample rate, preset, ...).
+* **Coeffs** - designed once from the params by a pure function ``design(params)``
+  (filter poles, gains, index maps); never changes while streaming.
+* **State**  - a ``dict`` of numpy arrays that change every sample (filter memories,
+  loop dividers).  ``init_state(coeffs, batch, n_in, dtype)`` builds the state of a
+  stream that has heard nothing (or silence, where the model defines it so).
+
+The stateless kernel of a stage is ``process_tm(coeffs, state, x_tm) -> y_tm`` on
+**time-major** arrays ``(B, T, C)``; it advances ``state`` in place.  The public,
+time-last form is :func:`process` (``(…, C, T)`` in, ``(…, C', T)`` out), and the
+stateful object :class:`Stage` adds validation, lazy state creation,
+``reset()``, ``state_dict()`` / ``load_state_dict()`` and numpy/torch round-trips.
+
+Shapes (public, time is always the last axis):
+
+* stages whose ``in_kind == "signal"`` (e.g. the gammatone filterbank) take
+  ``(T,)`` or ``(batch, T)`` and return ``(C, T)`` or ``(batch, C, T)``;
+* stages whose ``in_kind == "channels"`` take ``(C, T)`` or ``(batch, C, T)``
+  (a 1-D ``(T,)`` block is one channel) and return the same leading shape.
+
+Any block partition of a stream gives bit-identical outputs to one call on the
+whole stream: kernels apply the same arithmetic to each sample whatever the block
+boundaries (tested for every stage in ``tests/test_invariance.py``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from .denormal import ensure_ftz
+
+__all__ = ["RtamtInputError", "Stage", "Chain", "as_numpy_block", "process"]
+
+
+class RtamtInputError(ValueError):
+    """A block was rejected before it touched any state.
+
+    The message names the stage, the block index in the stream, and where
+    applicable the batch row / channel / sample of the offending value.
+    """
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def as_numpy_block(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """Return ``(array, back)`` where ``back(y)`` converts a result to x's library.
+
+    torch tensors are viewed without copy when on CPU; results go back with
+    ``torch.from_numpy`` onto the input's device.
+    """
+    if _is_torch(x):
+        import torch
+
+        dev = x.device
+        arr = x.detach().to("cpu").numpy()
+
+        def back(y, _dev=dev):
+            t = torch.from_numpy(np.ascontiguousarray(y))
+            return t if _dev.type == "cpu" else t.to(_dev)
+
+        return arr, back
+    if isinstance(x, np.ndarray):
+        return x, _identity
+    raise RtamtInputError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
+
+
+def _identity(y):
+    return y
+
+
+def _first_bad(x: np.ndarray) -> tuple[int, ...]:
+    idx = np.argwhere(~np.isfinite(x))[0]
+    return tuple(int(i) for i in idx)
+
+
+class Stage:
+    """Stateful block processor; subclasses supply ``Params``, ``design``,
+    ``init_state`` and ``process_tm``.
+
+    ``stage(x)`` processes one block and carries state to the next;
+    ``reset()`` returns to the initial state; ``state_dict()`` /
+    ``load_state_dict()`` snapshot and restore (bit-exact continuation).
+    """
+
+    name = "stage"
+    in_kind = "channels"  # or "signal"
+    Params: type = object
+
+    # -- to override -----------------------------------------------------------------
+    @staticmethod
+    def design(params, n_in: int | None = None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def init_state(coeffs, batch: int, n_in: int, dtype) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+    @staticmethod
+    def process_tm(coeffs, state: dict, x: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    @staticmethod
+    def n_out(coeffs, n_in: int) -> int:
+        """Number of output channels for ``n_in`` input channels."""
+        return n_in
+
+    # -- machinery ---------------------------------------------------------------------
+    def __init__(self, params=None, **kwargs):
+        if params is None:
+            params = self.Params(**kwargs)
+        elif kwargs:
+            params = dataclasses.replace(params, **kwargs)
+        self.params = params
+        self.coeffs = self.design(params)
+        self._state: dict | None = None
+        self._meta: tuple | None = None  # (lead shape, n_in, dtype)
+        self._block = 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.params!r})"
+
+    @property
+    def state(self) -> dict | None:
+        """The current state arrays (``None`` before the first block)."""
+        return self._state
+
+    @property
+    def blocks_processed(self) -> int:
+        return self._block
+
+    def _check(self, x: np.ndarray, who: str | None = None) -> tuple[np.ndarray, tuple, int]:
+        """Validate a public block; return (time-major array, lead shape, n_in).
+
+        Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
+        block index and the position of the problem.  Nothing is modified.
+        """
+        where = f"{who or self.name}: block {self._block}"
+        if x.dtype not in _FLOATS:
+            raise RtamtInputError(
+                f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
+                "(convert integer PCM with x / 2**(bits-1))")
+        if self.in_kind == "signal":
+            if x.ndim not in (1, 2):
+                raise RtamtInputError(
+                    f"{where}: expected shape (T,) or (batch, T), got ndim={x.ndim} shape {x.shape}")
+            lead = x.shape[:-1]
+            n_in = 1
+        else:
+            if x.ndim not in (1, 2, 3):
+                raise RtamtInputError(
+                    f"{where}: expected shape (T,), (C, T) or (batch, C, T), got ndim={x.ndim} "
+                    f"shape {x.shape}")
+            lead = x.shape[:-1]
+            n_in = 1 if x.ndim == 1 else x.shape[-2]
+        if x.shape[-1] == 0:
+            raise RtamtInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
+        if self._meta is not None:
+            lead0, n0, dt0 = self._meta
+            if lead != lead0:
+                raise RtamtInputError(
+                    f"{where}: leading shape {lead} differs from the stream's {lead0} "
+                    "(channel/batch count cannot change mid-stream; call reset() first)")
+            if x.dtype != dt0:
+                raise RtamtInputError(
+                    f"{where}: dtype {x.dtype} differs from the stream's {dt0} "
+                    "(call reset() to change dtype)")
+        if not np.isfinite(x).all():
+            bad = _first_bad(x)
+            names = (("batch",) if len(bad) == 2 else ()) if self.in_kind == "signal" else \
+                (("batch", "channel") if len(bad) == 3 else ("channel",) if len(bad) == 2 else ())
+            loc = ", ".join(f"{n} {i}" for n, i in zip(names, bad[:-1]))
+            val = x[bad]
+            raise RtamtInputError(
+                f"{where}: non-finite value {val} at {loc + ', ' if loc else ''}sample {bad[-1]}; "
+                "block rejected, state unchanged")
+        # to (B, T, C) or (B, T)
+        if self.in_kind == "signal":
+            xt = x.reshape(-1, x.shape[-1])
+        else:
+            x3 = x.reshape(-1, n_in, x.shape[-1])
+            xt = x3.transpose(0, 2, 1)
+        return np.ascontiguousarray(xt), lead, n_in
+
+    def _batch_of(self, lead: tuple) -> int:
+        rows = lead if self.in_kind == "signal" else lead[:-1]
+        return int(np.prod(rows, dtype=np.int64)) if len(rows) else 1
+
+    def _ensure_state(self, lead, n_in, dtype):
+        if self._state is None:
+            self.coeffs = self._coeffs_for(n_in)
+            self._state = self.init_state(self.coeffs, self._batch_of(lead), n_in, dtype)
+            self._meta = (lead, n_in, dtype)
+
+    def _coeffs_for(self, n_in):
+        return self.coeffs
+
+    def __call__(self, x):
+        ensure_ftz()
+        arr, back = as_numpy_block(x)
+        xt, lead, n_in = self._check(arr)
+        self._ensure_state(lead, n_in, arr.dtype)
+        yt = self.process_tm(self.coeffs, self._state, xt)
+        self._block += 1
+        return back(self._to_public(yt, lead))
+
+    def _to_public(self, yt: np.ndarray, lead: tuple) -> np.ndarray:
+        # yt: (B, T, C') -> lead-shaped (…, C', T)
+        y = yt.transpose(0, 2, 1)
+        if self.in_kind == "signal":
+            shape = lead + y.shape[1:]
+        else:
+            shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]
+            if not lead:  # 1-D input, one channel
+                shape = y.shape[1:] if y.shape[1] != 1 else y.shape[2:]
+        return np.ascontiguousarray(y).reshape(shape)
+
+    def reset(self) -> None:
+        """Back to the initial state (same batch/channels/dtype); block counter to 0."""
+        if self._meta is not None:
+            lead, n_in, dtype = self._meta
+            self._state = None
+            self._meta = None
+            self._ensure_state(lead, n_in, dtype)
+        self._block = 0
+
+    def state_dict(self) -> dict:
+        """Deep copy of the state: ``{'block', 'meta', 'arrays'}``."""
+        return {
+            "stage": self.name,
+            "block": self._block,
+            "meta": None if self._meta is None else
+            (tuple(self._meta[0]), int(self._meta[1]), str(np.dtype(self._meta[2]))),
+            "arrays": None if self._state is None else {k: v.copy() for k, v in self._state.items()},
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a snapshot from :meth:`state_dict` (validated before anything changes)."""
+        if sd.get("stage") != self.name:
+            raise RtamtInputError(f"{self.name}: state_dict is for stage {sd.get('stage')!r}")
+        if sd["meta"] is None:
+            self._state, self._meta, self._block = None, None, int(sd["block"])
+            return
+        lead, n_in, dt = sd["meta"]
+        dtype = np.dtype(dt)
+        coeffs = self._coeffs_for(n_in)
+        ref = self.init_state(coeffs, self._batch_of(tuple(lead)), n_in, dtype)
+        arrays = sd["arrays"]
+        if set(arrays) != set(ref):
+            raise RtamtInputError(f"{self.name}: state arrays {sorted(arrays)} != {sorted(ref)}")
+        for k, v in ref.items():
+            a = np.asarray(arrays[k])
+            if a.shape != v.shape or a.dtype != v.dtype:
+                raise RtamtInputError(
+                    f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
+                    f"{v.shape} {v.dtype}")
+        self.coeffs = coeffs
+        self._state = {k: np.array(arrays[k], copy=True) for k in ref}
+        self._meta = (tuple(lead), int(n_in), dtype)
+        self._block = int(sd["block"])
+
+
+def process(stage_cls, coeffs, state: dict, x: np.ndarray) -> np.ndarray:
+    """Pure functional form: ``y = process(StageClass, coeffs, state, x)`` (time-last).
+
+    ``x`` is ``(B, T)`` for signal stages or ``(B, C, T)`` for channel stages,
+    already validated; ``state`` (from ``StageClass.init_state``) is advanced in
+    place.  Returns ``(B, C', T)``.
+    """
+    if stage_cls.in_kind == "signal":
+        xt = np.ascontiguousarray(x)
+    else:
+        xt = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+    yt = stage_cls.process_tm(coeffs, state, xt)
+    return np.ascontiguousarray(yt.transpose(0, 2, 1))
+
+
+class Chain:
+    """A model: stages run in sequence on one stream, with the Stage interface.
+
+    ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
+    ``{stage name: output}`` for every stage (time-last).  Validation happens once
+    at the chain's input; between stages the arrays stay time-major.
+    """
+
+    name = "chain"
+
+    def __init__(self, stages: list[Stage]):
+        if not stages or stages[0].in_kind != "signal":
+            raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
+        self.stages = list(stages)
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}")
+
+    def __getitem__(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def _run(self, x, keep_all: bool):
+        ensure_ftz()
+        arr, back = as_numpy_block(x)
+        first = self.stages[0]
+        xt, lead, _ = first._check(arr, who=self.name)
+        # state creation for every stage (first block) - cheap after that
+        if first._state is None:
+            first._ensure_state(lead, 1, arr.dtype)
+            n = first.n_out(first.coeffs, 1)
+            for s in self.stages[1:]:
+                clead = tuple(lead) + (n,)
+                s._ensure_state(clead, n, arr.dtype)
+                n = s.n_out(s.coeffs, n)
+        outs = {}
+        y = xt
+        for s in self.stages:
+            y = s.process_tm(s.coeffs, s._state, y)
+            s._block += 1
+            if keep_all:
+                outs[s.name] = y
+        if keep_all:
+            return {k: back(first._to_public(v, lead)) for k, v in outs.items()}
+        return back(first._to_public(y, lead))
+
+    def __call__(self, x):
+        return self._run(x, keep_all=False)
+
+    def process_all(self, x) -> dict:
+        return self._run(x, keep_all=True)
+
+    def reset(self) -> None:
+        for s in self.stages:
+            s.reset()
+
+    def state_dict(self) -> dict:
+        return {"chain": self.name, "stages": {s.name: s.state_dict() for s in self.stages}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("chain") != self.name or set(sd["stages"]) != {s.name for s in self.stages}:
+            raise RtamtInputError(f"{self.name}: state_dict does not match this chain")
+        backup = [s.state_dict() for s in self.stages]
+        try:
+            for s in self.stages:
+                s.load_state_dict(copy.deepcopy(sd["stages"][s.name]))
+        except Exception:
+            for s, b in zip(self.stages, backup):
+                s.load_state_dict(b)
+            raise

@@ -1,0 +1,81 @@
+"""Instantaneous compression stages (stateless; per-channel exponents allowed).
+
+* Broken stick (e.g. King et al. 2019, JASA 145, 2277; Lopez-Poveda & Meddis 2001
+  for the broken-stick I/O idea): ``y = x`` for ``|x| <= knee``, else
+  ``y = sign(x) |x|^n knee^(1-n)`` (continuous at the knee).
+* Power: ``y = sign(x) |x / knee|^n knee``.
+
+``knee = 10^((knee_db - spl_ref)/20)`` (knee in dB SPL, ``spl_ref`` = dB SPL of a
+digital RMS of 1).  ``exponent`` is a scalar or one value per channel.
+These stages have no state; they still follow the stage contract so they compose.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.stage import RtamtInputError, Stage
+
+
+@dataclass(frozen=True)
+class CompressionParams:
+    """knee_db (dB SPL), exponent (scalar or per-channel tuple), spl_ref (dB SPL)."""
+
+    knee_db: float = 30.0
+    exponent: float | tuple = 0.3
+    spl_ref: float = 100.0
+
+
+@dataclass(frozen=True)
+class CompressionCoeffs:
+    knee: float
+    exponent: np.ndarray  # (1,) or (C,)
+
+
+def design(params: CompressionParams, n_in=None) -> CompressionCoeffs:
+    e = np.atleast_1d(np.asarray(params.exponent, dtype=np.float64))
+    if e.ndim != 1 or np.any(e <= 0):
+        raise ValueError(f"exponent must be > 0 (scalar or per channel), got {params.exponent}")
+    return CompressionCoeffs(10.0 ** ((params.knee_db - params.spl_ref) / 20.0), e)
+
+
+class _Compression(Stage):
+    Params = CompressionParams
+    design = staticmethod(design)
+
+    def _coeffs_for(self, n_in):
+        n = self.coeffs.exponent.size
+        if n not in (1, n_in):
+            raise RtamtInputError(f"{self.name}: {n} exponents for {n_in} channels")
+        return self.coeffs
+
+    @staticmethod
+    def init_state(coeffs, batch, n_in, dtype):
+        return {}
+
+
+class BrokenStick(_Compression):
+    """Broken-stick compression, ``(…, C, T)`` -> same shape."""
+
+    name = "brokenstick"
+
+    @staticmethod
+    def process_tm(coeffs, state, x):
+        n = coeffs.exponent.astype(x.dtype)  # broadcasts over the channel (last) axis
+        k = x.dtype.type(coeffs.knee)
+        ax = np.abs(x)
+        comp = np.sign(x) * ax ** n * k ** (1 - n)
+        return np.where(ax > k, comp, x)
+
+
+class PowerCompression(_Compression):
+    """Power-law compression, ``(…, C, T)`` -> same shape."""
+
+    name = "power"
+
+    @staticmethod
+    def process_tm(coeffs, state, x):
+        n = coeffs.exponent.astype(x.dtype)
+        k = x.dtype.type(coeffs.knee)
+        return np.sign(x) * np.abs(x / k) ** n * k
