@@ -1,0 +1,1 @@
+"""Thin applications on top of the rtamt engine (each exposes ``add_arguments`` and ``run``)."""

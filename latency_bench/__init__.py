@@ -1,0 +1,1 @@
+"""Honest per-block latency measurement of rtamt models (``python -m latency_bench``)."""

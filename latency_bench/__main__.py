@@ -1,0 +1,141 @@
+"""``python -m latency_bench --model dau1997 --fs 48000 --block 64 --seconds 5 --json``
+
+Measures the wall time of each processing call (``model(block)``) with
+``time.perf_counter_ns`` on pre-generated blocks, after a warm-up that is timed
+and reported separately (numba JIT compile or cache load, first-block state
+allocation).  Nothing else is inside the timed region.  Python's garbage
+collector stays enabled (a real stream has it too).
+
+Reported: ``rtf`` = total processing time / audio duration; ``p50_us``, ``p99_us``,
+``max_us`` per block; ``budget_us`` = block period; ``misses`` = blocks over budget.
+
+``--signal silence-after-loud`` feeds 90 dB SPL noise for the first half and exact
+digital zeros for the second, and reports both halves' p99 and their ratio
+(denormal check).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="latency_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="dau1997")
+    p.add_argument("--config", default=None)
+    p.add_argument("--fs", type=float, default=48000.0)
+    p.add_argument("--block", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--batch", type=int, default=1, help="streams processed together")
+    p.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--signal", default="noise", choices=["noise", "demo", "silence-after-loud"])
+    p.add_argument("--warmup-seconds", type=float, default=0.5)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from rtamt.engine.denormal import ensure_ftz
+    from rtamt.models import MODELS
+    from rtamt.signals import demo_signal, rms_for_spl
+
+    if args.block < 1 or args.seconds <= 0:
+        p.error("--block must be >= 1 and --seconds > 0")
+    fs = args.fs
+    n = int(round(args.seconds * fs)) // args.block * args.block
+    rng = np.random.default_rng(0)
+    if args.signal == "demo":
+        x = np.resize(demo_signal(fs), n)
+    elif args.signal == "noise":
+        x = rng.standard_normal(n) * rms_for_spl(70)
+    else:
+        x = np.zeros(n)
+        x[: n // 2] = rng.standard_normal(n // 2) * rms_for_spl(90)
+    x = np.ascontiguousarray(np.broadcast_to(x, (args.batch, n)) if args.batch > 1 else x).astype(args.dtype)
+    blocks = [np.ascontiguousarray(x[..., i:i + args.block]) for i in range(0, n, args.block)]
+
+    kw = {} if args.config is None else {"config": args.config}
+    t0 = time.perf_counter()
+    model = MODELS[args.model](fs, **kw)
+    ensure_ftz()
+    t1 = time.perf_counter()
+    model(blocks[0])  # JIT compile / cache load + state allocation
+    t2 = time.perf_counter()
+    nw = max(1, int(args.warmup_seconds * fs / args.block))
+    wx = (rng.standard_normal((args.batch, args.block) if args.batch > 1 else args.block)
+          * rms_for_spl(70)).astype(args.dtype)
+    for _ in range(nw):
+        model(wx)
+    t3 = time.perf_counter()
+    model.reset()
+
+    times = np.empty(len(blocks), dtype=np.int64)
+    clock = time.perf_counter_ns
+    for i, b in enumerate(blocks):
+        s = clock()
+        model(b)
+        times[i] = clock() - s
+    us = times / 1e3
+    budget = args.block / fs * 1e6
+    res = {
+        "model": args.model,
+        "config": getattr(model, "config", None),
+        "fs": fs,
+        "block": args.block,
+        "batch": args.batch,
+        "dtype": args.dtype,
+        "signal": args.signal,
+        "device": f"cpu ({_cpu_name()})",
+        "threads": args.threads,
+        "n_blocks": len(blocks),
+        "seconds": n / fs,
+        "rtf": float(times.sum() / 1e9 / (n / fs)),
+        "mean_us": float(us.mean()),
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "max_us": float(us.max()),
+        "budget_us": budget,
+        "p99_budget_fraction": float(np.percentile(us, 99) / budget),
+        "misses": int((us > budget).sum()),
+        "build_s": t1 - t0,
+        "warmup_first_call_s": t2 - t1,
+        "warmup_s": t3 - t1,
+        "python": platform.python_version(),
+    }
+    if args.signal == "silence-after-loud":
+        h = len(us) // 2
+        res["p99_signal_us"] = float(np.percentile(us[:h], 99))
+        res["p99_silence_us"] = float(np.percentile(us[h:], 99))
+        res["median_signal_us"] = float(np.median(us[:h]))
+        res["median_silence_us"] = float(np.median(us[h:]))
+        res["silence_p99_ratio"] = res["p99_silence_us"] / res["p99_signal_us"]
+    if args.json:
+        print(json.dumps(res))
+    else:
+        for k, v in res.items():
+            print(f"{k:22s} {v:.4g}" if isinstance(v, float) else f"{k:22s} {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""``rtamt`` command line: dispatches to the thin apps in ``apps/``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "process": ("apps.process", "stream a WAV file or the demo through a model, write .npz"),
+    "models": ("apps.models", "list models with their outputs and parameters"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="rtamt", description="real-time streaming auditory models")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    mods = {}
+    for name, (modname, help_) in COMMANDS.items():
+        mod = importlib.import_module(modname)
+        mods[name] = mod
+        mod.add_arguments(sub.add_parser(name, help=help_))
+    args = parser.parse_args(argv)
+    return mods[args.cmd].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""`rtamt process` / `rtamt models` on real WAV files, and latency_bench's JSON."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import numpy as np
+import pytest
+from scipy.io import wavfile
+
+import rtamt
+from rtamt.cli import main
+from rtamt.modulation import to_padded
+
+FS = 16000
+
+
+def _entry_point():
+    """The installed `rtamt` console script (in this interpreter's scripts dir)."""
+    exe = os.path.join(sysconfig.get_path("scripts"), "rtamt")
+    if os.path.exists(exe):
+        return exe
+    found = shutil.which("rtamt")
+    assert found, "the `rtamt` entry point is not installed"
+    return found
+
+
+def _signal(n=6000, ch=1, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / FS
+    x = 0.05 * np.sin(2 * np.pi * 1000 * t) * (1 + np.sin(2 * np.pi * 8 * t)) / 2
+    x = np.stack([x + 0.01 * rng.standard_normal(n) for _ in range(ch)])
+    return x
+
+
+def _reference(x, spl_ref=100.0, dtype=np.float64):
+    m = rtamt.Dau1997(FS)
+    xin = (x * 10 ** ((spl_ref - 100) / 20)).astype(dtype)
+    out = m.process_all(xin[0] if xin.shape[0] == 1 else xin)
+    out["modfb"] = to_padded(out["modfb"], m["modfb"].coeffs)
+    return m, out
+
+
+@pytest.mark.parametrize("kind", ["int16", "int32", "float32"])
+def test_process_wav_matches_direct_processing(tmp_path, kind):
+    x = _signal()
+    if kind == "int16":
+        data = np.round(x[0] * 32767).astype(np.int16)
+        xr = data / 32768.0
+    elif kind == "int32":
+        data = np.round(x[0] * (2 ** 31 - 1)).astype(np.int32)
+        xr = data / 2147483648.0
+    else:
+        data = x[0].astype(np.float32)
+        xr = data.astype(np.float64)
+    wav = tmp_path / f"in_{kind}.wav"
+    wavfile.write(wav, FS, data)
+    out = tmp_path / "out.npz"
+    assert main(["process", str(wav), "--block", "random", "--out", str(out)]) == 0
+    r = np.load(out)
+    m, ref = _reference(xr[None, :])
+    for k in ("gammatone", "ihc", "adaptloop", "modfb"):
+        assert r[k].shape == ref[k].shape
+        np.testing.assert_array_equal(r[k], ref[k])
+    assert float(r["fs"]) == FS
+    np.testing.assert_allclose(r["fc"], m.fc)
+    np.testing.assert_array_equal(np.isnan(r["mfc"]), np.isnan(m.mfc))
+    assert r["block_sizes"].sum() == xr.size and r["block_sizes"].min() == 1
+
+
+def test_process_stereo_float32_and_spl_ref(tmp_path):
+    x = _signal(ch=2)
+    wav = tmp_path / "st.wav"
+    wavfile.write(wav, FS, x.T.astype(np.float32))
+    out = tmp_path / "o.npz"
+    assert main(["process", str(wav), "--block", "100", "--dtype", "float32",
+                 "--spl-ref", "94", "--out", str(out)]) == 0
+    r = np.load(out)
+    _, ref = _reference(x.astype(np.float32).astype(np.float64), spl_ref=94, dtype=np.float32)
+    assert r["adaptloop"].shape == (2, 20, x.shape[1]) or r["adaptloop"].shape[0] == 2
+    assert r["adaptloop"].dtype == np.float32
+    np.testing.assert_array_equal(r["adaptloop"], ref["adaptloop"])
+    # 94 dB reference makes the same file 6 dB quieter inside the model than spl_ref=100
+    _, ref100 = _reference(x.astype(np.float32).astype(np.float64), spl_ref=100, dtype=np.float32)
+    assert np.abs(r["gammatone"]).max() < np.abs(ref100["gammatone"]).max()
+
+
+def test_sample_rate_mismatch_is_an_error(tmp_path, capsys):
+    wav = tmp_path / "a.wav"
+    wavfile.write(wav, 44100, (_signal()[0] * 1000).astype(np.int16))
+    assert main(["process", str(wav), "--fs", "48000", "--out", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "sample rate mismatch" in err and "44100" in err
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_unreadable_and_missing_input(tmp_path, capsys):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not a wav file")
+    assert main(["process", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["process"]) == 2
+
+
+def test_demo_and_models_via_entry_point(tmp_path):
+    out = tmp_path / "demo.npz"
+    r = subprocess.run([_entry_point(), "process", "--demo", "--block", "64", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "30 auditory channels" in r.stdout and "modfb" in r.stdout
+    d = np.load(out)
+    assert d["modfb"].shape[:2] == (30, 12) and d["modfb"].shape[-1] == 96000
+    r = subprocess.run([_entry_point(), "models"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "dau1997" in r.stdout and "modfb" in r.stdout
+
+
+def test_latency_bench_json():
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--model", "dau1997", "--fs", "48000",
+                        "--block", "64", "--seconds", "0.25", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    for k in ("model", "fs", "block", "device", "threads", "n_blocks", "rtf", "p50_us", "p99_us",
+              "max_us", "budget_us", "misses", "warmup_s"):
+        assert k in res
+    assert res["n_blocks"] == int(0.25 * 48000) // 64
+    assert res["threads"] == 1
+    assert abs(res["budget_us"] - 64 / 48000 * 1e6) < 1e-6
+    assert 0 < res["p50_us"] <= res["p99_us"] <= res["max_us"]
+    assert 0 <= res["misses"] <= res["n_blocks"]
