@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import kernels as K
-from ..engine.stage import Stage
+from ..engine.stage import RtamtInputError, Stage
 
 _TAU_DAU = (0.005, 0.050, 0.129, 0.253, 0.500)
 PRESETS = {
@@ -114,6 +114,11 @@ class AdaptLoop(Stage):
     def _coeffs_for(self, n_in):
         if self.coeffs.minlvl.size == n_in:
             return self.coeffs
+        n_min = np.atleast_1d(self.params.minspl).size
+        if n_min not in (1, n_in):
+            raise RtamtInputError(
+                f"{self.name}: block has {n_in} channels but minspl gives {n_min} per-channel "
+                "values")
         return design(self.params, n_in)
 
     @staticmethod
@@ -123,8 +128,8 @@ class AdaptLoop(Stage):
         return {"s": s}
 
     @staticmethod
-    def process_tm(coeffs, state, x):
-        y = np.empty_like(x)
+    def process_tm(coeffs, state, x, out=None):
+        y = np.empty_like(x) if out is None else out
         v = np.empty(x.shape[2], np.float64)
         K.adaptloop(coeffs.a, coeffs.b, coeffs.minlvl, coeffs.factor, coeffs.expfac, coeffs.offset,
                     coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y, v)

@@ -64,6 +64,9 @@ def as_numpy_block(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     if _is_torch(x):
         import torch
 
+        if x.dtype not in (torch.float32, torch.float64):
+            raise RtamtInputError(
+                f"torch dtype {x.dtype} is not supported; expected torch.float32 or torch.float64")
         dev = x.device
         arr = x.detach().to("cpu").numpy()
 
@@ -109,7 +112,9 @@ class Stage:
         raise NotImplementedError
 
     @staticmethod
-    def process_tm(coeffs, state: dict, x: np.ndarray) -> np.ndarray:  # pragma: no cover
+    def process_tm(coeffs, state: dict, x: np.ndarray, out=None) -> np.ndarray:  # pragma: no cover
+        """Advance ``state`` over time-major ``x`` (B, T, C); write into ``out``
+        ((B, T, C') work buffer, optional) and return the output."""
         raise NotImplementedError
 
     @staticmethod
@@ -225,15 +230,14 @@ class Stage:
             shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]
             if not lead:  # 1-D input, one channel
                 shape = y.shape[1:] if y.shape[1] != 1 else y.shape[2:]
-        return np.ascontiguousarray(y).reshape(shape)
+        # always a fresh array: yt may be a work buffer reused by the next block
+        return y.copy().reshape(shape)
 
     def reset(self) -> None:
-        """Back to the initial state (same batch/channels/dtype); block counter to 0."""
-        if self._meta is not None:
-            lead, n_in, dtype = self._meta
-            self._state = None
-            self._meta = None
-            self._ensure_state(lead, n_in, dtype)
+        """Forget the stream: the next block starts from the initial state (and may
+        have a new batch/channel count or dtype); block counter back to 0."""
+        self._state = None
+        self._meta = None
         self._block = 0
 
     def state_dict(self) -> dict:
@@ -301,6 +305,7 @@ class Chain:
         if not stages or stages[0].in_kind != "signal":
             raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
         self.stages = list(stages)
+        self._bufs: list = [None] * len(self.stages)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}")
@@ -322,22 +327,38 @@ class Chain:
         xt, lead, _ = first._check(arr, who=self.name)
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
-            first._ensure_state(lead, 1, arr.dtype)
-            n = first.n_out(first.coeffs, 1)
-            for s in self.stages[1:]:
-                clead = tuple(lead) + (n,)
-                s._ensure_state(clead, n, arr.dtype)
-                n = s.n_out(s.coeffs, n)
+            self._init_states(lead, arr.dtype)
         outs = {}
         y = xt
-        for s in self.stages:
-            y = s.process_tm(s.coeffs, s._state, y)
+        bufs = self._bufs
+        for i, s in enumerate(self.stages):
+            buf = bufs[i]
+            if keep_all or buf is None or buf.shape[:2] != y.shape[:2] or buf.dtype != y.dtype:
+                # work buffers are reused across blocks of the same size (no large
+                # allocation per block); process_all hands them out, so it allocates
+                buf = None
+            y = s.process_tm(s.coeffs, s._state, y, buf)
+            if not keep_all:
+                bufs[i] = y
             s._block += 1
             if keep_all:
                 outs[s.name] = y
         if keep_all:
             return {k: back(first._to_public(v, lead)) for k, v in outs.items()}
         return back(first._to_public(y, lead))
+
+    def _init_states(self, lead, dtype):
+        """Create every stage's state for a new stream, all or nothing."""
+        try:
+            n = 1
+            for i, s in enumerate(self.stages):
+                s._ensure_state(tuple(lead) if i == 0 else tuple(lead) + (n,), n, dtype)
+                n = s.n_out(s.coeffs, n)
+        except Exception:
+            for s in self.stages:
+                s.reset()
+            raise
+        self._bufs = [None] * len(self.stages)
 
     def __call__(self, x):
         return self._run(x, keep_all=False)
@@ -346,8 +367,10 @@ class Chain:
         return self._run(x, keep_all=True)
 
     def reset(self) -> None:
+        """Forget the stream (see :meth:`Stage.reset`)."""
         for s in self.stages:
             s.reset()
+        self._bufs = [None] * len(self.stages)
 
     def state_dict(self) -> dict:
         return {"chain": self.name, "stages": {s.name: s.state_dict() for s in self.stages}}
@@ -355,6 +378,7 @@ class Chain:
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("chain") != self.name or set(sd["stages"]) != {s.name for s in self.stages}:
             raise RtamtInputError(f"{self.name}: state_dict does not match this chain")
+        self._bufs = [None] * len(self.stages)
         backup = [s.state_dict() for s in self.stages]
         try:
             for s in self.stages:

@@ -109,8 +109,8 @@ class Gammatone(Stage):
         return coeffs.fc.size
 
     @staticmethod
-    def process_tm(coeffs, state, x):
+    def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
-        y = np.empty((B, T, coeffs.fc.size), x.dtype)
+        y = np.empty((B, T, coeffs.fc.size), x.dtype) if out is None else out
         K.gammatone4(coeffs.pr, coeffs.pi, coeffs.gain, state["sr"], state["si"], x, y)
         return y

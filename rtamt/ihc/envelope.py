@@ -82,7 +82,7 @@ class IHCEnvelope(Stage):
         return {"zi": np.zeros((batch, coeffs.sos.shape[0], 2, n_in), dtype)}
 
     @staticmethod
-    def process_tm(coeffs, state, x):
-        y = np.empty_like(x)
+    def process_tm(coeffs, state, x, out=None):
+        y = np.empty_like(x) if out is None else out
         K.sos_shared(coeffs.sos, True, state["zi"], x, y)
         return y

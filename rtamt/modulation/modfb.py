@@ -254,13 +254,13 @@ class ModFilterbank(Stage):
         return st
 
     @staticmethod
-    def process_tm(coeffs, state, x):
+    def process_tm(coeffs, state, x, out=None):
         B, T, C = x.shape
         if coeffs.pre_sos is not None:
             u = np.empty_like(x)
             K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u)
             x = u
-        y = np.empty((B, T, coeffs.n_filters), x.dtype)
+        y = np.empty((B, T, coeffs.n_filters), x.dtype) if out is None else out
         K.sos_cols(coeffs.lp_sos, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":

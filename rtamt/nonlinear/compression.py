@@ -61,7 +61,7 @@ class BrokenStick(_Compression):
     name = "brokenstick"
 
     @staticmethod
-    def process_tm(coeffs, state, x):
+    def process_tm(coeffs, state, x, out=None):
         n = coeffs.exponent.astype(x.dtype)  # broadcasts over the channel (last) axis
         k = x.dtype.type(coeffs.knee)
         ax = np.abs(x)
@@ -75,7 +75,7 @@ class PowerCompression(_Compression):
     name = "power"
 
     @staticmethod
-    def process_tm(coeffs, state, x):
+    def process_tm(coeffs, state, x, out=None):
         n = coeffs.exponent.astype(x.dtype)
         k = x.dtype.type(coeffs.knee)
         return np.sign(x) * np.abs(x / k) ** n * k

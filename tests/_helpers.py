@@ -1,0 +1,89 @@
+"""Shared helpers for the rtamt test suite (signals, partitions, block runners)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent / "data"
+FS = 48000.0
+
+
+def db_spl_to_rms(db: float) -> float:
+    """AMT calibration: an RMS of 1.0 is 100 dB SPL."""
+    return 10.0 ** ((db - 100.0) / 20.0)
+
+
+def make_signal(n: int = 9600, fs: float = FS, seed: int = 0) -> np.ndarray:
+    """Realistic 60-80 dB SPL test input with an abrupt onset, a silent gap and a re-onset.
+
+    0 .. 300: digital silence; 300 .. 1200: white noise at 74 dB SPL (abrupt onset);
+    1200 .. 1500: silence (gap); 1500 .. n: 1 kHz tone at 66 dB + noise at 62 dB.
+    """
+    assert n >= 1600, "make_signal needs n >= 1600 (take a prefix for shorter inputs)"
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / fs
+    x = np.zeros(n)
+    x[300:1200] = db_spl_to_rms(74.0) * rng.standard_normal(900)
+    seg = slice(1500, n)
+    x[seg] = (np.sqrt(2) * db_spl_to_rms(66.0) * np.sin(2 * np.pi * 1000.0 * t[seg])
+              + db_spl_to_rms(62.0) * rng.standard_normal(n - 1500))
+    return x
+
+
+def random_partition(n: int, seed: int = 1234, big: int = 8192) -> list[int]:
+    """Seeded partition of ``n`` samples containing 1-sample blocks, one ``big`` block
+    and random sizes in between (requires n > big + ~200)."""
+    assert n >= big + 200, "signal too short for a partition with a big block"
+    rng = np.random.default_rng(seed)
+    sizes: list[int] = [1, 1, 1]
+    pre = int(rng.integers(50, n - big - 100))
+    while sum(sizes) < pre:
+        want = int(rng.choice([1, 2, 3, int(rng.integers(4, 400))]))
+        sizes.append(min(want, pre - sum(sizes)))
+    sizes.append(big)
+    rest = n - sum(sizes)
+    assert rest > 0
+    tail: list[int] = []
+    while sum(tail) < rest:
+        tail.append(int(rng.choice([1, 1, 7, int(rng.integers(2, 300))])))
+    over = sum(tail) - rest
+    tail[-1] -= over
+    if tail[-1] == 0:
+        tail.pop()
+    sizes += tail
+    assert sum(sizes) == n and min(sizes) >= 1 and big in sizes and 1 in sizes
+    return sizes
+
+
+def run_blocks(proc, x, sizes, key=None):
+    """Feed ``x`` (time last) through ``proc`` in blocks of ``sizes``; concatenate outputs.
+
+    ``key``: if given, ``proc`` is a Chain and ``proc.process_all`` is used, returning a
+    dict of concatenated outputs.
+    """
+    outs = []
+    i = 0
+    for s in sizes:
+        blk = x[..., i:i + s]
+        outs.append(proc.process_all(blk) if key else proc(blk))
+        i += s
+    assert i == x.shape[-1]
+    if key:
+        return {k: np.concatenate([o[k] for o in outs], axis=-1) for k in outs[0]}
+    return np.concatenate(outs, axis=-1)
+
+
+def max_rel_err(a, b) -> float:
+    """max |a - b| / max |b| (b = the whole-signal reference)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape
+    den = np.max(np.abs(b))
+    assert den > 0, "reference output is all zero; the test would be vacuous"
+    return float(np.max(np.abs(a - b)) / den)
+
+
+def load_ref(name: str) -> dict:
+    with np.load(DATA / f"{name}.npz") as d:
+        return {k: d[k] for k in d.files}

@@ -1,0 +1,238 @@
+"""Bad blocks are rejected with RtamtInputError before they touch any state.
+
+For the Dau1997 chain and standalone stages: NaN / +Inf in a block, wrong ndim, a
+channel/batch count that changes mid-stream, integer dtype, an empty block and a dtype
+switched mid-stream.  Each must raise RtamtInputError naming the problem and the block
+index, and the stream must continue exactly as a twin that never saw the bad block.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rtamt
+from rtamt import RtamtInputError
+from rtamt.adaptation import AdaptLoop
+from rtamt.filterbank import Gammatone
+from rtamt.ihc import IHCEnvelope
+from rtamt.modulation import ModFilterbank
+
+FS = 48000.0
+FC4 = (500.0, 1000.0, 2000.0, 4000.0)
+
+# name -> (factory, input kind, lead shape of a valid block)
+TARGETS = {
+    "dau1997": (lambda: rtamt.Dau1997(FS), "signal", (2,)),
+    "dau1997-mono": (lambda: rtamt.Dau1997(FS, "seed"), "signal", ()),
+    "gammatone": (lambda: Gammatone(fs=FS, basef=1000.0), "signal", ()),
+    "ihc": (lambda: IHCEnvelope(fs=FS), "channels", (4,)),
+    "adaptloop": (lambda: AdaptLoop(fs=FS), "channels", (4,)),
+    "modfb": (lambda: ModFilterbank(fs=FS, fc=FC4), "channels", (4,)),
+}
+STAGE_NAME = {"dau1997": "dau1997", "dau1997-mono": "dau1997", "gammatone": "gammatone",
+              "ihc": "ihc", "adaptloop": "adaptloop", "modfb": "modfb"}
+BLOCK_LEN = [64, 37, 50, 80, 41]
+
+
+def _good(kind, lead, T, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    if kind == "signal":
+        x = 0.05 * rng.standard_normal(lead + (T,))  # ~74 dB SPL
+    else:
+        x = 0.01 * np.abs(rng.standard_normal(lead + (T,))) + 1e-4  # envelope-like
+    return x.astype(dtype)
+
+
+def _call(proc, x):
+    if isinstance(proc, rtamt.Chain):
+        return proc.process_all(x)
+    return {"out": proc(x)}
+
+
+def _assert_same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+def _state_arrays(proc):
+    sd = proc.state_dict()
+    if isinstance(proc, rtamt.Chain):
+        return {f"{s}.{k}": v for s, d in sd["stages"].items() for k, v in d["arrays"].items()}
+    return dict(sd["arrays"])
+
+
+def _bad(kind_of_bad, kind, lead, T=50):
+    """(bad block, words that the message must contain)."""
+    x = _good(kind, lead, T, 99)
+    if kind_of_bad in ("nan", "inf"):
+        val = np.nan if kind_of_bad == "nan" else np.inf
+        words = ["non-finite", "nan" if kind_of_bad == "nan" else "inf", "sample 7"]
+        if kind == "signal" and lead == (2,):
+            x[1, 7] = val
+            words.append("batch 1")
+        elif kind == "signal":
+            x[7] = val
+        else:
+            x[2, 7] = val
+            words.append("channel 2")
+        return x, words
+    if kind_of_bad == "ndim":
+        want = 3 if kind == "signal" else 4
+        return x.reshape((1,) * (want - x.ndim) + x.shape), ["ndim=" + str(want), "shape"]
+    if kind_of_bad == "count":
+        if kind == "signal":
+            shape = (3, T) if lead == (2,) else (2, T)
+        else:
+            shape = (lead[0] + 1, T)
+        return _good(kind, shape[:-1], T, 98), ["mid-stream", "shape"]
+    if kind_of_bad == "int16":
+        return (np.clip(x, -1, 1) * 32767).astype(np.int16), ["dtype", "int16"]
+    if kind_of_bad == "empty":
+        return x[..., :0], ["empty", "0 samples"]
+    if kind_of_bad == "dtype_switch":
+        return x.astype(np.float32), ["dtype", "float32", "float64"]
+    raise AssertionError(kind_of_bad)
+
+
+BAD_KINDS = ["nan", "inf", "ndim", "count", "int16", "empty", "dtype_switch"]
+
+
+@pytest.mark.parametrize("bad", BAD_KINDS)
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_bad_block_mid_stream_is_rejected_and_state_unchanged(target, bad):
+    make, kind, lead = TARGETS[target]
+    a, twin = make(), make()
+    blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN)]
+    for i in range(2):
+        _assert_same(_call(a, blocks[i]), _call(twin, blocks[i]))
+    before = _state_arrays(a)
+    xb, words = _bad(bad, kind, lead)
+    for _ in range(2):  # rejected twice: the block counter did not advance
+        with pytest.raises(RtamtInputError) as ei:
+            _call(a, xb)
+        msg = str(ei.value)
+        assert f"{STAGE_NAME[target]}: block 2" in msg, msg
+        for w in words:
+            assert w in msg, (w, msg)
+    after = _state_arrays(a)
+    assert set(before) == set(after)
+    for k in before:
+        assert np.array_equal(before[k], after[k]), k
+    # the stream continues exactly as the twin that never saw the bad block
+    for i in (2, 3):
+        _assert_same(_call(a, blocks[i]), _call(twin, blocks[i]))
+    # and the next bad block is reported as block 4
+    with pytest.raises(RtamtInputError, match="block 4"):
+        _call(a, xb)
+    _assert_same(_call(a, blocks[4]), _call(twin, blocks[4]))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "ndim", "int16", "empty"])
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_bad_first_block_is_rejected(target, bad):
+    make, kind, lead = TARGETS[target]
+    a, twin = make(), make()
+    xb, words = _bad(bad, kind, lead)
+    with pytest.raises(RtamtInputError) as ei:
+        _call(a, xb)
+    msg = str(ei.value)
+    assert "block 0" in msg, msg
+    for w in words:
+        assert w in msg, (w, msg)
+    # nothing was initialised by the rejected block
+    if isinstance(a, rtamt.Chain):
+        assert all(s.state is None for s in a.stages)
+    else:
+        assert a.state is None and a.blocks_processed == 0
+    blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN[:3])]
+    for blk in blocks:
+        _assert_same(_call(a, blk), _call(twin, blk))
+
+
+def test_nan_position_reported_for_batched_channel_input():
+    st = AdaptLoop(fs=FS)
+    x = _good("channels", (3, 4), 30, 0)  # (batch, C, T)
+    st(x)
+    x2 = _good("channels", (3, 4), 30, 1)
+    x2[2, 1, 13] = -np.inf
+    with pytest.raises(RtamtInputError) as ei:
+        st(x2)
+    msg = str(ei.value)
+    for w in ["adaptloop: block 1", "non-finite", "-inf", "batch 2", "channel 1", "sample 13"]:
+        assert w in msg, (w, msg)
+
+
+def test_chain_switch_mono_to_batch_is_rejected():
+    m = rtamt.Dau1997(FS)
+    m(_good("signal", (), 40, 0))
+    with pytest.raises(RtamtInputError, match="mid-stream"):
+        m(_good("signal", (2,), 40, 1))
+
+
+def test_modfb_channel_count_must_match_fc_on_first_block():
+    st = ModFilterbank(fs=FS, fc=FC4)
+    with pytest.raises(RtamtInputError, match="3 channels"):
+        st(_good("channels", (3,), 40, 0))
+    assert st.state is None
+
+
+def test_non_array_input_rejected():
+    with pytest.raises(RtamtInputError, match="numpy array or torch tensor"):
+        rtamt.Dau1997(FS)([0.0, 0.1, 0.2])
+    with pytest.raises(RtamtInputError):
+        Gammatone(fs=FS)(0.5)
+
+
+def test_torch_bad_blocks_rejected_like_numpy():
+    a, twin = Gammatone(fs=FS), Gammatone(fs=FS)
+    x0 = torch.from_numpy(_good("signal", (), 40, 0))
+    a(x0)
+    twin(x0)
+    bad = x0.clone()
+    bad[5] = float("nan")
+    with pytest.raises(RtamtInputError, match=r"block 1: non-finite value nan at sample 5"):
+        a(bad)
+    with pytest.raises(RtamtInputError, match="dtype"):
+        a(torch.zeros(10, dtype=torch.int16))
+    with pytest.raises(RtamtInputError, match="dtype"):
+        a(torch.zeros(10, dtype=torch.float16))
+    x1 = torch.from_numpy(_good("signal", (), 40, 1))
+    assert np.array_equal(a(x1).numpy(), twin(x1).numpy())
+
+
+# ----------------------------------------------------------------------------------------
+# Regressions of defects found while writing these tests (fixed in the engine)
+
+
+def test_torch_bfloat16_rejected_with_input_error():
+    with pytest.raises(RtamtInputError, match="dtype"):
+        Gammatone(fs=FS)(torch.zeros(10, dtype=torch.bfloat16))
+
+
+def test_adaptloop_minspl_channel_mismatch_is_input_error():
+    st = AdaptLoop(fs=FS, minspl=(0.0, 10.0, 20.0))
+    with pytest.raises(RtamtInputError, match="minspl"):
+        st(_good("channels", (2,), 40, 0))
+    assert st.state is None
+
+
+def test_chain_failed_first_block_leaves_chain_consistent():
+    m = rtamt.Dau1997(FS, adapt=dict(minspl=(0.0,) * 5))
+    x = _good("signal", (), 40, 0)
+    for _ in range(2):
+        with pytest.raises(RtamtInputError, match="minspl"):
+            m(x)
+    assert all(s.state is None for s in m.stages)
+
+
+@pytest.mark.parametrize("change", ["dtype", "batch"])
+def test_reset_allows_new_dtype_or_shape_as_the_message_says(change):
+    g = Gammatone(fs=FS)
+    g(np.zeros(10))
+    with pytest.raises(RtamtInputError, match="reset"):
+        g(np.zeros(10, np.float32) if change == "dtype" else np.zeros((2, 10)))
+    g.reset()
+    y = g(np.zeros(10, np.float32) if change == "dtype" else np.zeros((2, 10)))
+    assert y.shape[-1] == 10
