@@ -138,6 +138,22 @@ def test_reset_equals_fresh_instance(name):
     _equal(_outs(st, x[..., 1200:]), _outs(make_and_run(make, x[..., :1200]), x[..., 1200:]))
 
 
+
+def test_reset_starts_a_new_stream_with_new_shape_and_dtype():
+    m = rtamt.Dau1997(FS)
+    x = make_signal(2000)
+    m(x[:700])
+    m.reset()
+    x2 = np.stack([x, 0.5 * x]).astype(np.float32)  # batch of 2, float32
+    _equal(_outs(m, x2), _outs(rtamt.Dau1997(FS), x2))
+    st = AdaptLoop(fs=FS)
+    y = _input("stage")
+    st(y[:, :300])
+    st.reset()
+    y3 = y[:5, :400].astype(np.float32)  # 5 channels instead of 30
+    _equal(_outs(st, y3), _outs(AdaptLoop(fs=FS), y3))
+
+
 def test_reset_before_any_block_is_harmless():
     st = AdaptLoop(fs=FS)
     st.reset()
