@@ -87,3 +87,19 @@ def max_rel_err(a, b) -> float:
 def load_ref(name: str) -> dict:
     with np.load(DATA / f"{name}.npz") as d:
         return {k: d[k] for k in d.files}
+
+
+def outputs_of(proc, x) -> dict:
+    """Run one block; a chain gives all stage outputs, a stage ``{'out': y}``."""
+    import rtamt
+
+    if isinstance(proc, rtamt.Chain):
+        return proc.process_all(x)
+    return {"out": proc(x)}
+
+
+def assert_outputs_equal(a: dict, b: dict) -> None:
+    """Same keys and bit-identical arrays."""
+    assert set(a) == set(b)
+    for k in a:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k

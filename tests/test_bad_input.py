@@ -18,6 +18,8 @@ from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
 
+from _helpers import assert_outputs_equal, outputs_of
+
 FS = 48000.0
 FC4 = (500.0, 1000.0, 2000.0, 4000.0)
 
@@ -44,16 +46,8 @@ def _good(kind, lead, T, seed, dtype=np.float64):
     return x.astype(dtype)
 
 
-def _call(proc, x):
-    if isinstance(proc, rtamt.Chain):
-        return proc.process_all(x)
-    return {"out": proc(x)}
 
 
-def _assert_same(a, b):
-    assert set(a) == set(b)
-    for k in a:
-        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
 
 
 def _state_arrays(proc):
@@ -106,12 +100,12 @@ def test_bad_block_mid_stream_is_rejected_and_state_unchanged(target, bad):
     a, twin = make(), make()
     blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN)]
     for i in range(2):
-        _assert_same(_call(a, blocks[i]), _call(twin, blocks[i]))
+        assert_outputs_equal(outputs_of(a, blocks[i]), outputs_of(twin, blocks[i]))
     before = _state_arrays(a)
     xb, words = _bad(bad, kind, lead)
     for _ in range(2):  # rejected twice: the block counter did not advance
         with pytest.raises(RtamtInputError) as ei:
-            _call(a, xb)
+            outputs_of(a, xb)
         msg = str(ei.value)
         assert f"{STAGE_NAME[target]}: block 2" in msg, msg
         for w in words:
@@ -122,11 +116,11 @@ def test_bad_block_mid_stream_is_rejected_and_state_unchanged(target, bad):
         assert np.array_equal(before[k], after[k]), k
     # the stream continues exactly as the twin that never saw the bad block
     for i in (2, 3):
-        _assert_same(_call(a, blocks[i]), _call(twin, blocks[i]))
+        assert_outputs_equal(outputs_of(a, blocks[i]), outputs_of(twin, blocks[i]))
     # and the next bad block is reported as block 4
     with pytest.raises(RtamtInputError, match="block 4"):
-        _call(a, xb)
-    _assert_same(_call(a, blocks[4]), _call(twin, blocks[4]))
+        outputs_of(a, xb)
+    assert_outputs_equal(outputs_of(a, blocks[4]), outputs_of(twin, blocks[4]))
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "ndim", "int16", "empty"])
@@ -136,7 +130,7 @@ def test_bad_first_block_is_rejected(target, bad):
     a, twin = make(), make()
     xb, words = _bad(bad, kind, lead)
     with pytest.raises(RtamtInputError) as ei:
-        _call(a, xb)
+        outputs_of(a, xb)
     msg = str(ei.value)
     assert "block 0" in msg, msg
     for w in words:
@@ -148,7 +142,7 @@ def test_bad_first_block_is_rejected(target, bad):
         assert a.state is None and a.blocks_processed == 0
     blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN[:3])]
     for blk in blocks:
-        _assert_same(_call(a, blk), _call(twin, blk))
+        assert_outputs_equal(outputs_of(a, blk), outputs_of(twin, blk))
 
 
 def test_nan_position_reported_for_batched_channel_input():

@@ -11,19 +11,11 @@ from rtamt import RtamtInputError
 from rtamt.adaptation import AdaptLoop
 from rtamt.modulation import ModFilterbank
 
-from _helpers import FS, make_signal
+from _helpers import assert_outputs_equal, outputs_of, FS, make_signal
 
 
-def _outs(proc, x):
-    if isinstance(proc, rtamt.Chain):
-        return proc.process_all(x)
-    return {"out": proc(x)}
 
 
-def _equal(a, b):
-    assert set(a) == set(b)
-    for k in a:
-        assert np.array_equal(a[k], b[k]), k
 
 
 def _sd_equal(a, b):
@@ -70,18 +62,18 @@ def test_state_dict_continuation_is_bit_exact(name, dtype):
     x = _input(kind, dtype)
     cut1, cut2 = 1500, 2711  # mid-stream, inside the onset/re-onset of the signal
     orig = make()
-    _outs(orig, x[..., :700])
-    _outs(orig, x[..., 700:cut1])
+    outputs_of(orig, x[..., :700])
+    outputs_of(orig, x[..., 700:cut1])
     sd = orig.state_dict()
     snapshot = copy.deepcopy(sd)
     fresh = make()
     fresh.load_state_dict(sd)
     # continue both, in different block partitions
-    a = [_outs(orig, x[..., cut1:cut2]), _outs(orig, x[..., cut2:])]
-    b = [_outs(fresh, x[..., cut1:cut1 + 1]), _outs(fresh, x[..., cut1 + 1:])]
+    a = [outputs_of(orig, x[..., cut1:cut2]), outputs_of(orig, x[..., cut2:])]
+    b = [outputs_of(fresh, x[..., cut1:cut1 + 1]), outputs_of(fresh, x[..., cut1 + 1:])]
     ya = {k: np.concatenate([a[0][k], a[1][k]], axis=-1) for k in a[0]}
     yb = {k: np.concatenate([b[0][k], b[1][k]], axis=-1) for k in b[0]}
-    _equal(ya, yb)
+    assert_outputs_equal(ya, yb)
     for k in ya:
         assert ya[k].dtype == np.dtype(dtype)
         assert np.max(np.abs(ya[k])) > 0
@@ -100,7 +92,7 @@ def test_state_dict_is_decoupled_both_ways(name):
     make, kind = MAKERS[name]
     x = _input(kind)
     st = make()
-    _outs(st, x[..., :1000])
+    outputs_of(st, x[..., :1000])
     sd = st.state_dict()
     twin = make()
     twin.load_state_dict(sd)
@@ -110,14 +102,14 @@ def test_state_dict_is_decoupled_both_ways(name):
     for arrs in arrays:
         for v in arrs.values():
             v[...] = 123.0
-    expect = _outs(make_and_run(make, x[..., :1000]), x[..., 1000:])
-    _equal(_outs(st, x[..., 1000:]), expect)
-    _equal(_outs(twin, x[..., 1000:]), expect)
+    expect = outputs_of(make_and_run(make, x[..., :1000]), x[..., 1000:])
+    assert_outputs_equal(outputs_of(st, x[..., 1000:]), expect)
+    assert_outputs_equal(outputs_of(twin, x[..., 1000:]), expect)
 
 
 def make_and_run(make, x):
     p = make()
-    _outs(p, x)
+    outputs_of(p, x)
     return p
 
 
@@ -126,16 +118,16 @@ def test_reset_equals_fresh_instance(name):
     make, kind = MAKERS[name]
     x = _input(kind)
     st = make()
-    y_first = _outs(st, x[..., :1200])
-    _outs(st, x[..., 1200:2500])
+    y_first = outputs_of(st, x[..., :1200])
+    outputs_of(st, x[..., 1200:2500])
     st.reset()
     if kind == "stage":
         assert st.blocks_processed == 0
     else:
         assert all(s.blocks_processed == 0 for s in st.stages)
-    y_again = _outs(st, x[..., :1200])
-    _equal(y_again, y_first)
-    _equal(_outs(st, x[..., 1200:]), _outs(make_and_run(make, x[..., :1200]), x[..., 1200:]))
+    y_again = outputs_of(st, x[..., :1200])
+    assert_outputs_equal(y_again, y_first)
+    assert_outputs_equal(outputs_of(st, x[..., 1200:]), outputs_of(make_and_run(make, x[..., :1200]), x[..., 1200:]))
 
 
 
@@ -145,13 +137,13 @@ def test_reset_starts_a_new_stream_with_new_shape_and_dtype():
     m(x[:700])
     m.reset()
     x2 = np.stack([x, 0.5 * x]).astype(np.float32)  # batch of 2, float32
-    _equal(_outs(m, x2), _outs(rtamt.Dau1997(FS), x2))
+    assert_outputs_equal(outputs_of(m, x2), outputs_of(rtamt.Dau1997(FS), x2))
     st = AdaptLoop(fs=FS)
     y = _input("stage")
     st(y[:, :300])
     st.reset()
     y3 = y[:5, :400].astype(np.float32)  # 5 channels instead of 30
-    _equal(_outs(st, y3), _outs(AdaptLoop(fs=FS), y3))
+    assert_outputs_equal(outputs_of(st, y3), outputs_of(AdaptLoop(fs=FS), y3))
 
 
 def test_reset_before_any_block_is_harmless():
@@ -159,7 +151,7 @@ def test_reset_before_any_block_is_harmless():
     st.reset()
     assert st.state is None
     x = _input("stage")[:, :500]
-    _equal(_outs(st, x), _outs(AdaptLoop(fs=FS), x))
+    assert_outputs_equal(outputs_of(st, x), outputs_of(AdaptLoop(fs=FS), x))
 
 
 def _wrong_shape_sd(sd, kind):
@@ -181,11 +173,11 @@ def test_load_state_dict_rejects_bad_snapshot_and_keeps_state(name, how):
     x = _input(kind)
     # a snapshot taken at a different point of the stream (so a partial load would show)
     other = make()
-    _outs(other, x[..., :2000])
+    outputs_of(other, x[..., :2000])
     sd = other.state_dict()
     st, twin = make(), make()
-    _outs(st, x[..., :900])
-    _outs(twin, x[..., :900])
+    outputs_of(st, x[..., :900])
+    outputs_of(twin, x[..., :900])
     before = st.state_dict()
     if how == "shape":
         bad = _wrong_shape_sd(sd, kind)
@@ -205,7 +197,7 @@ def test_load_state_dict_rejects_bad_snapshot_and_keeps_state(name, how):
     with pytest.raises(RtamtInputError):
         st.load_state_dict(bad)
     _sd_equal(st.state_dict(), before)
-    _equal(_outs(st, x[..., 900:]), _outs(twin, x[..., 900:]))
+    assert_outputs_equal(outputs_of(st, x[..., 900:]), outputs_of(twin, x[..., 900:]))
 
 
 def test_chain_state_dict_rejects_other_chain():
@@ -242,7 +234,7 @@ def test_state_dict_before_first_block_roundtrip():
     b(x)
     b.load_state_dict(sd)  # back to "never processed"
     assert b.state is None and b.blocks_processed == 0
-    _equal(_outs(b, x), _outs(AdaptLoop(fs=FS), x))
+    assert_outputs_equal(outputs_of(b, x), outputs_of(AdaptLoop(fs=FS), x))
 
 
 def test_state_dict_keeps_block_counter():
@@ -256,3 +248,15 @@ def test_state_dict_keeps_block_counter():
     bad[3] = np.nan
     with pytest.raises(RtamtInputError, match="block 3"):
         b(bad)
+
+
+def test_load_state_dict_rejects_inconsistent_meta():
+    a = AdaptLoop(fs=FS)
+    a(np.full((4, 50), 0.01))
+    sd = copy.deepcopy(a.state_dict())
+    lead, n_in, dt = sd["meta"]
+    sd["meta"] = ((5,), n_in, dt)  # lead says 5 channels, arrays/n_in say 4
+    b = AdaptLoop(fs=FS)
+    with pytest.raises(RtamtInputError):
+        b.load_state_dict(sd)
+    assert b.state is None

@@ -258,7 +258,19 @@ class Stage:
             self._state, self._meta, self._block = None, None, int(sd["block"])
             return
         lead, n_in, dt = sd["meta"]
-        dtype = np.dtype(dt)
+        lead, n_in = tuple(int(v) for v in lead), int(n_in)
+        ok = n_in == 1 if self.in_kind == "signal" else \
+            (lead[-1] == n_in if lead else n_in == 1)
+        if not ok or any(v < 1 for v in lead):
+            raise RtamtInputError(
+                f"{self.name}: inconsistent snapshot meta: leading shape {lead} with {n_in} "
+                "input channels")
+        try:
+            dtype = np.dtype(dt)
+        except TypeError:
+            raise RtamtInputError(f"{self.name}: snapshot dtype {dt!r} is not a dtype") from None
+        if dtype not in _FLOATS:
+            raise RtamtInputError(f"{self.name}: snapshot dtype {dtype} is not float32/float64")
         coeffs = self._coeffs_for(n_in)
         ref = self.init_state(coeffs, self._batch_of(tuple(lead)), n_in, dtype)
         arrays = sd["arrays"]
