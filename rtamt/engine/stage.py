@@ -12,7 +12,8 @@ CARFAC Python implementation, Lyon 2017):
 
 The stateless kernel of a stage is ``process_tm(coeffs, state, x_tm) -> y_tm`` on
 **time-major** arrays ``(B, T, C)``; it advances ``state`` in place.  The public,
-time-last form is :func:`process` (``(…, C, T)`` in, ``(…, C', T)`` out), and the
+time-last pure form is the classmethod ``StageClass.process(coeffs, state, x)``
+(``(B, C, T)`` in, ``(B, C', T)`` out), and the
 stateful object :class:`Stage` adds validation, lazy state creation,
 ``reset()``, ``state_dict()`` / ``load_state_dict()`` and numpy/torch round-trips.
 
@@ -37,7 +38,7 @@ import numpy as np
 
 from .denormal import ensure_ftz
 
-__all__ = ["RtamtInputError", "Stage", "Chain", "as_numpy_block", "process"]
+__all__ = ["RtamtInputError", "Stage", "Chain", "as_numpy_block"]
 
 
 class RtamtInputError(ValueError):
@@ -116,6 +117,22 @@ class Stage:
         """Advance ``state`` over time-major ``x`` (B, T, C); write into ``out``
         ((B, T, C') work buffer, optional) and return the output."""
         raise NotImplementedError
+
+    @classmethod
+    def process(cls, coeffs, state: dict, x: np.ndarray) -> np.ndarray:
+        """Pure functional form, time-last: ``y = StageClass.process(coeffs, state, x)``.
+
+        ``coeffs`` from ``StageClass.design(params)``, ``state`` from
+        ``StageClass.init_state(coeffs, batch, n_in, dtype)`` (advanced in place);
+        ``x`` is ``(B, T)`` for signal stages or ``(B, C, T)`` for channel stages, float32
+        or float64, finite (no validation here: the stateful object validates).
+        Returns ``(B, C', T)``.
+        """
+        if cls.in_kind == "signal":
+            xt = np.ascontiguousarray(x)
+        else:
+            xt = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+        return np.ascontiguousarray(cls.process_tm(coeffs, state, xt).transpose(0, 2, 1))
 
     @staticmethod
     def n_out(coeffs, n_in: int) -> int:
@@ -286,21 +303,6 @@ class Stage:
         self._state = {k: np.array(arrays[k], copy=True) for k in ref}
         self._meta = (tuple(lead), int(n_in), dtype)
         self._block = int(sd["block"])
-
-
-def process(stage_cls, coeffs, state: dict, x: np.ndarray) -> np.ndarray:
-    """Pure functional form: ``y = process(StageClass, coeffs, state, x)`` (time-last).
-
-    ``x`` is ``(B, T)`` for signal stages or ``(B, C, T)`` for channel stages,
-    already validated; ``state`` (from ``StageClass.init_state``) is advanced in
-    place.  Returns ``(B, C', T)``.
-    """
-    if stage_cls.in_kind == "signal":
-        xt = np.ascontiguousarray(x)
-    else:
-        xt = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
-    yt = stage_cls.process_tm(coeffs, state, xt)
-    return np.ascontiguousarray(yt.transpose(0, 2, 1))
 
 
 class Chain:
