@@ -123,32 +123,7 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
 
 
 @njit(**_JIT)
-def sos_cols(sos, zi, x, y, yoff):
-    """Real SOS cascade per channel (DF-II transposed) writing into columns of a wider output.
-
-    Same recursion as :func:`sos_tm` without rectification; used for the
-    modulation low-pass (mfc = 0).
-
-    sos : (C, S, 6);  zi : (B, S, 2, C);  x : (B, T, C);  y : (B, T, Ftot), channel c -> column yoff+c.
-    """
-    B, T, C = x.shape
-    S = sos.shape[1]
-    for b in range(B):
-        for t in range(T):
-            for c in range(C):
-                v = x[b, t, c]
-                for s_ in range(S):
-                    z0 = zi[b, s_, 0, c]
-                    z1 = zi[b, s_, 1, c]
-                    out = sos[c, s_, 0] * v + z0
-                    zi[b, s_, 0, c] = sos[c, s_, 1] * v - sos[c, s_, 4] * out + z1
-                    zi[b, s_, 1, c] = sos[c, s_, 2] * v - sos[c, s_, 5] * out
-                    v = out
-                y[b, t, yoff + c] = v
-
-
-@njit(**_JIT)
-def sos_shared(sos, rectify, zi, x, y):
+def sos_shared(sos, rectify, zi, x, y, yoff):
     """Real second-order-section cascade shared by all channels (DF-II transposed).
 
     Same difference equations as ``scipy.signal.sosfilt`` (Oppenheim & Schafer,
@@ -158,14 +133,16 @@ def sos_shared(sos, rectify, zi, x, y):
     sos     : (S, 6)       sections [b0 b1 b2 a0 a1 a2], a0 == 1.
     rectify : bool
     zi      : (B, S, 2, C) section states, advanced in place.
-    x, y    : (B, T, C)    input / output (may be the same array).
+    x       : (B, T, C)    input.
+    y       : (B, T, Ftot) output; channel c -> column ``yoff + c`` (Ftot = C, yoff = 0
+              for a plain (B, T, C) output; y may then be x itself).
     """
     B, T, C = x.shape
     S = sos.shape[0]
     for b in range(B):
         for t in range(T):
             xt = x[b, t]
-            yt = y[b, t]
+            yt = y[b, t, yoff:yoff + C]
             for c in range(C):
                 v = xt[c]
                 if rectify:

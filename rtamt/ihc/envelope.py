@@ -84,5 +84,5 @@ class IHCEnvelope(Stage):
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         y = np.empty_like(x) if out is None else out
-        K.sos_shared(coeffs.sos, True, state["zi"], x, y)
+        K.sos_shared(coeffs.sos, True, state["zi"], x, y, 0)
         return y

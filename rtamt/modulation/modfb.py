@@ -107,7 +107,7 @@ class ModFilterbankCoeffs:
     filter_channel: np.ndarray  # (F,)
     filter_slot: np.ndarray  # (F,)
     filter_mfc: np.ndarray  # (F,)
-    lp_sos: np.ndarray  # (C, S, 6)
+    lp_sos: np.ndarray  # (S, 6), shared by all channels
     pre_sos: np.ndarray | None  # (1, 6) or None
     bp_channel: np.ndarray  # (Fb,)
     bp_nreal: int
@@ -190,8 +190,8 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
             bs, as_ = 2.0 * b * rot, a * rot
             bb[f, :, 0], bb[f, :, 1] = bs.real, bs.imag
             aa[f, :, 0], aa[f, :, 1] = as_.real, as_.imag
-    lp1 = signal.butter(p.lp_order, p.lp_cutoff, btype="low", fs=fs, output="sos")
-    lp_sos = np.ascontiguousarray(np.broadcast_to(lp1, (C,) + lp1.shape))
+    lp_sos = np.ascontiguousarray(signal.butter(p.lp_order, p.lp_cutoff, btype="low", fs=fs,
+                                                output="sos"))
     pre_sos = None
     if p.prefilter_hz and p.prefilter_hz > 0:
         pre_sos = np.ascontiguousarray(signal.butter(1, p.prefilter_hz, btype="low", fs=fs, output="sos"))
@@ -244,7 +244,7 @@ class ModFilterbank(Stage):
     def init_state(coeffs, batch, n_in, dtype):
         C = coeffs.fc.size
         Fb = coeffs.bp_channel.size
-        st = {"lp": np.zeros((batch, coeffs.lp_sos.shape[1], 2, C), dtype)}
+        st = {"lp": np.zeros((batch, coeffs.lp_sos.shape[0], 2, C), dtype)}
         if coeffs.pre_sos is not None:
             st["pre"] = np.zeros((batch, coeffs.pre_sos.shape[0], 2, C), dtype)
         if coeffs.filter_type == "efilt":
@@ -258,10 +258,10 @@ class ModFilterbank(Stage):
         B, T, C = x.shape
         if coeffs.pre_sos is not None:
             u = np.empty_like(x)
-            K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u)
+            K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u, 0)
             x = u
         y = np.empty((B, T, coeffs.n_filters), x.dtype) if out is None else out
-        K.sos_cols(coeffs.lp_sos, state["lp"], x, y, 0)
+        K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":
                 xg = np.empty(coeffs.bp_channel.size, np.float64)
