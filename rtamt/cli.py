@@ -8,6 +8,8 @@ import sys
 COMMANDS = {
     "process": ("apps.process", "stream a WAV file or the demo through a model, write .npz"),
     "models": ("apps.models", "list models with their outputs and parameters"),
+    "stream": ("apps.stream", "run a model live (demo, WAV or input device) on the real-time runtime"),
+    "devices": ("apps.devices", "list audio input devices and host APIs"),
 }
 
 

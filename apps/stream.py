@@ -1,0 +1,95 @@
+"""``rtamt stream``: run a model live on the real-time runtime and print its accounting.
+
+Input: ``demo`` (built-in signal, looped), a WAV file, or a sound device (name
+substring or index; ``--hostapi JACK`` to pick the host API).  Prints one stats line
+per second (``--json``: one JSON object per line) and a final summary.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from rtamt.models import MODELS
+from rtamt.runtime import DemoSource, FileSource, Runtime
+
+
+def add_arguments(p):
+    p.add_argument("--input", default="demo",
+                   help="'demo' (default), a WAV file, or an input device (name or index)")
+    p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
+    p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
+    p.add_argument("--config", default=None, help="model configuration")
+    p.add_argument("--fs", type=float, default=48000.0, help="sample rate (demo / device)")
+    p.add_argument("--channels", type=int, default=1, help="device channels")
+    p.add_argument("--block", type=int, default=256, help="processing block (frames)")
+    p.add_argument("--blocksize", type=int, default=256,
+                   help="callback / source block size (0 = device decides, may vary)")
+    p.add_argument("--seconds", type=float, default=3.0, help="stop after this many seconds")
+    p.add_argument("--fast", action="store_true",
+                   help="file/demo: as fast as possible (backpressure, nothing dropped)")
+    p.add_argument("--policy", default=None, choices=["drop-oldest", "drop-newest"],
+                   help="overload policy (default drop-oldest live, drop-newest with --fast)")
+    p.add_argument("--max-backlog", type=float, default=0.25, help="seconds (drop-oldest)")
+    p.add_argument("--json", action="store_true", help="print stats as JSON lines")
+
+
+def run(args) -> int:
+    policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
+    kw = {} if args.config is None else {"config": args.config}
+    src = dev = None
+    if args.input == "demo":
+        fs = args.fs
+        src = DemoSource(fs, blocksize=args.blocksize or 256, realtime=not args.fast,
+                         seconds=args.seconds, channels=args.channels)
+        channels = args.channels
+    elif os.path.isfile(args.input):
+        src = FileSource(args.input, blocksize=args.blocksize or 256, realtime=not args.fast,
+                         seconds=args.seconds)
+        fs, channels = src.fs, src.channels
+    else:
+        fs, channels = args.fs, args.channels
+    model = MODELS[args.model](fs, **kw)
+    rt = Runtime(model, fs, channels=channels, block=args.block, policy=policy,
+                 max_backlog_s=args.max_backlog)
+
+    def show(final=False):
+        st = rt.stats()
+        if args.json:
+            d = st.as_dict()
+            d["final"] = final
+            print(json.dumps(d), flush=True)
+        else:
+            print(("final: " if final else "") + st.line(), flush=True)
+
+    t0 = time.monotonic()
+    try:
+        if src is not None:
+            rt.start()
+            src.start(rt)
+            while not src.done:
+                src.join(1.0)
+                if not src.done:
+                    show()
+            rt.stop("drain")
+        else:
+            from rtamt.runtime.stream import AudioInput
+            dev = int(args.input) if args.input.isdigit() else args.input
+            ai = AudioInput(rt, dev, args.hostapi, blocksize=args.blocksize)
+            ai.start()
+            try:
+                while time.monotonic() - t0 < args.seconds:
+                    time.sleep(min(1.0, max(0.0, args.seconds - (time.monotonic() - t0))))
+                    show()
+            finally:
+                ai.stop("drain")
+    except KeyboardInterrupt:
+        if src is not None:
+            src.stop()
+        rt.stop("discard")
+    except (LookupError, RuntimeError, ValueError) as e:
+        print(f"rtamt stream: {e}", file=sys.stderr)
+        return 2
+    show(final=True)
+    return 0
