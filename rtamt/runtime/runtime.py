@@ -409,12 +409,15 @@ class Runtime:
         self._ring_bell()
         return fut.result(timeout)
 
-    def reset(self) -> None:
-        """Reset every chain to its initial state (input already queued is kept)."""
+    def reset(self) -> int:
+        """Reset every chain to its initial state between two blocks, while streaming
+        (input already queued is kept).  Returns the ``seq`` of the first block
+        processed from the reset state."""
         def _do():
             for c in self.chains.values():
                 c.reset()
-        self._call(_do)
+            return self._seq
+        return self._call(_do)
 
     def snapshot(self) -> dict:
         """Consistent copy of all chain states plus the re-blocking buffer and stream
@@ -423,7 +426,7 @@ class Runtime:
             return {
                 "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
                 "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
-                "pending": self._acc[:self._fill].copy(), "pending_start": int(self._blk_start),
+                "pending": self._acc[:self._fill].copy(), "pending_start": int(self._blk_start if self._fill else self._next),
                 "chains": {k: c.state_dict() for k, c in self.chains.items()},
             }
         return self._call(_do)
@@ -566,9 +569,9 @@ class Runtime:
             return
         period = frames / self.fs
         if self._slow_until and t0 < self._slow_until:
-            rest = self._slow_factor * period - (_perf() - t0)
-            if rest > 0:
-                time.sleep(rest)
+            end = min(t0 + self._slow_factor * period, self._slow_until)
+            while self._stop_mode is None and _perf() < end:
+                time.sleep(min(end - _perf(), 0.01) if end > _perf() else 0)
         t1 = _perf()
         r = Result(self._seq, self._blk_start, frames, outs, t1,
                    0.0 if t_capture is None else max(t1 - t_capture, 0.0), t1 - t0, self._blk_gap)
