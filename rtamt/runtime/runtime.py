@@ -96,8 +96,9 @@ class RuntimeStats:
     budget_us: float
     blocks: int
     frames_processed: int
-    chunks_pushed: int
+    chunks_pushed: int         # accepted into the ring
     frames_pushed: int
+    frames_received: int       # offered by the callback/source: pushed + dropped
     dropped_chunks: int        # dropped by the ring (full) in the callback
     dropped_frames: int
     skipped_chunks: int        # skipped by the processing thread (drop-oldest policy)
@@ -381,7 +382,8 @@ class Runtime:
             running=self.running, fs=self.fs, block=self.block,
             budget_us=1e6 * self.block / self.fs, blocks=self._seq,
             frames_processed=self._frames_done, chunks_pushed=r.pushed_chunks,
-            frames_pushed=r.pushed_frames, dropped_chunks=r.dropped_chunks,
+            frames_pushed=r.pushed_frames, frames_received=r.pushed_frames + r.dropped_frames,
+            dropped_chunks=r.dropped_chunks,
             dropped_frames=r.dropped_frames, skipped_chunks=self._skipped_chunks,
             skipped_frames=self._skipped_frames, discarded_frames=self._discarded,
             rejected_blocks=self._rejected, queue_chunks=r.available(),
@@ -570,8 +572,11 @@ class Runtime:
         period = frames / self.fs
         if self._slow_until and t0 < self._slow_until:
             end = min(t0 + self._slow_factor * period, self._slow_until)
-            while self._stop_mode is None and _perf() < end:
-                time.sleep(min(end - _perf(), 0.01) if end > _perf() else 0)
+            while self._stop_mode is None:
+                rest = end - _perf()          # one clock read: never a negative sleep
+                if rest <= 0:
+                    break
+                time.sleep(min(rest, 0.01))
         t1 = _perf()
         r = Result(self._seq, self._blk_start, frames, outs, t1,
                    0.0 if t_capture is None else max(t1 - t_capture, 0.0), t1 - t0, self._blk_gap)
