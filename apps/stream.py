@@ -17,7 +17,8 @@ from rtamt.runtime import DemoSource, FileSource, Runtime
 
 def add_arguments(p):
     p.add_argument("--input", default="demo",
-                   help="'demo' (default), a WAV file, or an input device (name or index)")
+                   help="'demo' (default), a WAV file, 'default' (the default input device, "
+                        "of --hostapi if given), or an input device (name substring or index)")
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
     p.add_argument("--config", default=None, help="model configuration")
@@ -75,9 +76,11 @@ def run(args) -> int:
             rt.stop("drain")
         else:
             from rtamt.runtime.stream import AudioInput
-            dev = int(args.input) if args.input.isdigit() else args.input
+            dev = None if args.input == "default" else \
+                int(args.input) if args.input.isdigit() else args.input
             ai = AudioInput(rt, dev, args.hostapi, blocksize=args.blocksize)
             ai.start()
+            t0 = time.monotonic()      # count from the stream start (after warm-up)
             try:
                 while time.monotonic() - t0 < args.seconds:
                     time.sleep(min(1.0, max(0.0, args.seconds - (time.monotonic() - t0))))
