@@ -1,0 +1,486 @@
+"""Test helpers for running audio through a real JACK server (dummy backend) with ``sounddevice``.
+
+This is a helper module, not a test file.  Typical use::
+
+    from _jack import skip_unless_jack, jack_server, jack_device, list_ports, new_ports, connect
+
+    def test_something():
+        skip_unless_jack()
+        import sounddevice as sd
+        with jack_server(fs=48000, period=256):      # also re-initialises PortAudio, see below
+            dev = jack_device(sd)
+            before = list_ports()
+            out = sd.OutputStream(device=dev, ...)      # open the writer first (lag 0, below)
+            (out_port,) = new_ports(before)             # 'PortAudio:out_0'
+            ...                                         # see tests/test_jack_loopback.py
+
+System requirements (Debian; what CI installs)::
+
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libportaudio2 jackd2
+    pip install sounddevice
+
+``DEBIAN_FRONTEND=noninteractive`` alone keeps jackd2's debconf question ("enable realtime
+process priority?", key ``jackd/tweak_rt_limits``) from prompting; it takes the default, false
+(checked with stdin closed).  To make the answer explicit, preseed it first with
+``echo 'jackd2 jackd/tweak_rt_limits boolean false' | debconf-set-selections``.
+
+Facts this module relies on (checked with Debian 12: jackd2 1.9.21, libportaudio2 19.6.0,
+sounddevice 0.5.6):
+
+* **PortAudio must be re-initialised after the server starts.**  PortAudio enumerates its host
+  APIs in ``Pa_Initialize``, which ``import sounddevice`` calls.  If no JACK server is running at
+  that moment the "JACK Audio Connection Kit" host API is simply absent (PortAudio opens its JACK
+  client with ``JackNoStartServer``, so it never spawns a server either).  :func:`jack_server`
+  therefore calls :func:`reinit_portaudio` (``sd._terminate(); sd._initialize()``) once the
+  server is up.  PortAudio's initialisation is reference counted, so the helper terminates as
+  many times as sounddevice has initialised, otherwise nothing would be re-scanned.
+* **PortAudio must be terminated before the server is killed.**  PortAudio's JACK host API
+  asserts that ``jack_client_close`` succeeds when it terminates (``pa_jack.c: Terminate:
+  Assertion `err == 0' failed``); if the server is gone by then, the Python process aborts at
+  exit (sounddevice terminates PortAudio from an ``atexit`` handler).  :func:`jack_server`
+  terminates PortAudio before it stops jackd, then initialises it again (without JACK) so
+  sounddevice stays usable.  Close your streams inside the ``with`` block.
+* **Port naming.**  All PortAudio streams of one process (one ``Pa_Initialize``) share ONE JACK
+  client named ``PortAudio``; JACK renames it ``PortAudio-01``, ``PortAudio-02``, ... only if
+  the name is taken, e.g. by PortAudio in another process (checked: a second process gets
+  ``PortAudio-01:out_0``).  Each stream registers its own ports, ``out_<i>`` / ``in_<i>``,
+  numbered by per-direction counters in open order: OutputStream (1 ch) then InputStream (1 ch)
+  give ``PortAudio:out_0`` and ``PortAudio:in_0``; a second 1-channel OutputStream gets
+  ``PortAudio:out_1``; a 2-channel stream takes two numbers (``out_0``, ``out_1``).  With
+  Debian's PortAudio 19.6 the counters are NOT reset when streams close (a stream reopened after
+  closing ``out_0`` gets ``out_1``), only when PortAudio is re-initialised - which
+  :func:`jack_server` does, so every server starts at ``out_0``/``in_0``.  Ports exist from
+  stream *open* until *close*.  Robust code takes the names from :func:`new_ports`.
+* **Auto-connect.**  On ``stream.start()`` PortAudio connects every stream port to the ports of
+  the device it was opened on (for the dummy backend the device is ``system``):
+  ``PortAudio:out_k -> system:playback_<k+1>`` and ``system:capture_<k+1> -> PortAudio:in_k``.
+  It never connects one stream to another.  So make your own connections after ``start()``
+  (:func:`connect`), and remove the system ones with :func:`disconnect_system`.  (The dummy
+  ``system:capture_*`` ports carry exact +0.0 - checked - so a left-over capture connection
+  would only add zeros, but the test loop should carry nothing but the test signal.)
+* **Callback order.**  The one JACK client runs all streams' callbacks one after another in the
+  JACK process thread, once per JACK cycle, in the order the streams were OPENED.  A sample
+  written by an output stream's callback in cycle k reaches an input stream connected to it in
+  the same cycle k if the output stream was opened first (loop lag 0 samples), in cycle k+1
+  otherwise (lag = one period).
+* **Realtime scheduling matters; xruns.**  The dummy driver is timer driven.  Without realtime
+  scheduling (``jackd -r``) a busy machine delays jackd's driver thread and PortAudio's process
+  thread, jackd logs ``JackTimedDriver::Process XRun = N usec`` / ``JackEngine::XRun: client =
+  PortAudio was not finished`` and PortAudio passes ``input overflow, output underflow`` to every
+  callback.  Measured on a 2-core box (runs with flags inside a 1.5 s loopback window): ``-r``
+  idle 1/48, ``-r`` next to two busy loops 6/12, ``-r`` next to other heavy test processes
+  10/20; ``-R`` (SCHED_FIFO: jackd's driver thread gets priority 10, PortAudio's process thread
+  in the client 5) next to two busy loops 0/37, next to other heavy test processes 3/15.  So
+  :func:`jack_server` uses ``-R`` by default (``realtime=False`` gives ``-r``), and a test that
+  asserts "no xrun" should allow a retry (tests/test_jack_loopback.py does).  Where realtime
+  scheduling is not permitted (non-root without rtprio limits, some containers) jackd prints
+  ``Cannot use real-time scheduling (RR/10) (1: Operation not permitted)`` /
+  ``AcquireSelfRealTime error`` / ``Cannot lock down ... memory area`` and carries on without
+  realtime (checked).  No limits.conf change is needed (the jackd2 debconf question
+  ``jackd/tweak_rt_limits`` stays "false"; root gets SCHED_FIFO anyway).  In every flagged run
+  measured the samples were still bit-exact (the dummy backend has no hardware to lose samples
+  to); only the flags appear.
+* **Use callback streams.**  PortAudio 19.6's JACK host API emulates blocking streams (no
+  ``callback``; ``stream.write``/``read``) with a hard-coded 2 channels per frame
+  (``BlockingBegin``: ``samplesPerFrame = 2 /* FIXME */``): a 1-channel blocking stream
+  overruns its buffers and corrupts the heap (seen here: segfault at the next garbage
+  collection, or ``corrupted size vs. prev_size``).  Callback streams are fine.
+* ``JACK_NO_AUDIO_RESERVATION=1`` keeps jackd from asking D-Bus to reserve an audio device.
+* The server uses JACK's default server name; :func:`jack_server` refuses to start (clear
+  error) if a server with that name is already running, rather than testing against a foreign
+  server.  A server left over from a SIGKILLed run leaves only stale shm files, which jackd
+  cleans up itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import faulthandler
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+#: Timeout (s) for every JACK command-line tool call.
+TOOL_TIMEOUT = 10.0
+
+_TOOLS = ("jackd", "jack_wait", "jack_lsp", "jack_connect", "jack_disconnect")
+
+
+# --------------------------------------------------------------------------------------------
+# availability / skipping
+# --------------------------------------------------------------------------------------------
+
+def missing_jack_requirements() -> list[str]:
+    """What is missing to run the JACK tests (empty list: everything is there)."""
+    missing = []
+    tools = [t for t in _TOOLS if shutil.which(t) is None]
+    if tools:
+        missing.append(f"{', '.join(tools)} (apt-get install jackd2)")
+    if ctypes.util.find_library("portaudio") is None:
+        missing.append("libportaudio (apt-get install libportaudio2)")
+    else:
+        try:
+            import sounddevice  # noqa: F401
+        except (ImportError, OSError) as e:  # OSError: "PortAudio library not found"
+            missing.append(f"python package sounddevice (pip install sounddevice): {e}")
+    return missing
+
+
+def skip_unless_jack() -> None:
+    """Skip the calling test (or module, at module level) unless jackd and PortAudio are installed.
+
+    The skip only exists for developer machines; CI installs both.  Set ``RTAMT_REQUIRE_JACK=1``
+    (CI should) to turn the skip into a failure, so that a broken install cannot pass silently.
+    """
+    import pytest
+
+    missing = missing_jack_requirements()
+    if not missing:
+        return
+    reason = "JACK loopback tests need " + ", ".join(missing)
+    if os.environ.get("RTAMT_REQUIRE_JACK", "") not in ("", "0"):
+        pytest.fail(reason + " (RTAMT_REQUIRE_JACK is set)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+# --------------------------------------------------------------------------------------------
+# JACK command-line tools
+# --------------------------------------------------------------------------------------------
+
+def _tool(*args: str, timeout: float = TOOL_TIMEOUT,
+          check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{' '.join(args)} did not finish within {timeout} s") from e
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed (exit {r.returncode}):\n"
+                           f"{r.stdout}{r.stderr}")
+    return r
+
+
+def server_running() -> bool:
+    """True if a JACK server with the default name answers (``jack_wait -c``)."""
+    return _tool("jack_wait", "-c", check=False).stdout.strip() == "running"
+
+
+def list_ports() -> list[str]:
+    """All JACK port names (``jack_lsp``), e.g. ``['system:capture_1', ..., 'PortAudio:out_0',
+    'PortAudio:in_0']``.
+
+    PortAudio port naming (details in the module docstring): one JACK client ``PortAudio`` per
+    process (``PortAudio-01``, ... if that name is already taken, e.g. by another process); ports
+    ``out_<i>`` / ``in_<i>`` numbered per direction in stream-open order over the life of the
+    PortAudio initialisation (closing a stream does not free its number in PortAudio 19.6).
+    An OutputStream then an InputStream of 1 channel each: ``PortAudio:out_0``, ``PortAudio:in_0``.
+    """
+    return [ln.strip() for ln in _tool("jack_lsp").stdout.splitlines() if ln.strip()]
+
+
+def new_ports(before: list[str] | set[str]) -> list[str]:
+    """Ports that exist now but not in ``before`` (a :func:`list_ports` result taken before
+    opening a stream), in ``jack_lsp`` order: the ports that stream registered."""
+    old = set(before)
+    return [p for p in list_ports() if p not in old]
+
+
+def connections() -> dict[str, list[str]]:
+    """``{port: [ports it is connected to]}`` for every port (``jack_lsp -c``)."""
+    result: dict[str, list[str]] = {}
+    current = None
+    for ln in _tool("jack_lsp", "-c").stdout.splitlines():
+        if not ln.strip():
+            continue
+        if ln[:1].isspace():
+            if current is not None:
+                result[current].append(ln.strip())
+        else:
+            current = ln.strip()
+            result[current] = []
+    return result
+
+
+def connect(src_port: str, dst_port: str) -> None:
+    """Connect output port ``src_port`` to input port ``dst_port`` (``jack_connect``)."""
+    _tool("jack_connect", src_port, dst_port)
+
+
+def disconnect(src_port: str, dst_port: str) -> None:
+    """Remove the connection ``src_port -> dst_port`` (``jack_disconnect``)."""
+    _tool("jack_disconnect", src_port, dst_port)
+
+
+def disconnect_system(ports: list[str] | None = None) -> list[tuple[str, str]]:
+    """Remove every connection between ``system:*`` ports and ``ports`` (default: all non-system
+    ports), i.e. undo PortAudio's auto-connection made at ``stream.start()``.  Returns the
+    removed ``(src, dst)`` pairs."""
+    conns = connections()
+    wanted = set(ports) if ports is not None else {p for p in conns if not p.startswith("system:")}
+    removed = []
+    for port in sorted(wanted):
+        for other in conns.get(port, []):
+            if other.startswith("system:"):
+                # jack_lsp lists connections from both ends; "system:capture_*" are outputs
+                src, dst = (other, port) if "capture" in other else (port, other)
+                disconnect(src, dst)
+                removed.append((src, dst))
+    return removed
+
+
+# --------------------------------------------------------------------------------------------
+# PortAudio (sounddevice)
+# --------------------------------------------------------------------------------------------
+
+def reinit_portaudio(sd) -> None:
+    """Make PortAudio re-enumerate its host APIs/devices (``sd._terminate(); sd._initialize()``).
+
+    PortAudio's init is reference counted: terminate as often as sounddevice initialised it,
+    otherwise ``Pa_Terminate`` would only decrement the count and nothing would be re-scanned.
+    sounddevice silences stderr during ``_initialize`` (libjack's "Cannot connect to server"
+    chatter when no server runs)."""
+    n = sd._initialized
+    for _ in range(n):
+        sd._terminate()
+    for _ in range(max(n, 1)):
+        sd._initialize()
+
+
+def jack_device(sd) -> int:
+    """Index of the device ``system`` (else the first device) of PortAudio's JACK host API
+    ('JACK Audio Connection Kit'); with the dummy backend ``system`` has 2 in, 2 out.
+
+    Raises a RuntimeError listing the host APIs if JACK is absent (server not running, or
+    PortAudio not re-initialised after the server started, see :func:`reinit_portaudio`)."""
+    apis = sd.query_hostapis()
+    for api in apis:
+        if "JACK" in api["name"]:
+            if not api["devices"]:
+                raise RuntimeError(f"PortAudio's JACK host API has no devices: {api}")
+            # PortAudio lists every JACK client with audio ports as a device; prefer "system"
+            for dev in api["devices"]:
+                if sd.query_devices(dev)["name"] == "system":
+                    return dev
+            return api["devices"][0]
+    names = [a["name"] for a in apis]
+    raise RuntimeError(
+        f"PortAudio has no JACK host API (host APIs: {names}); is a JACK server running, and was "
+        "PortAudio re-initialised after it started (reinit_portaudio / jack_server)?")
+
+
+# --------------------------------------------------------------------------------------------
+# the server
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class JackServer:
+    pid: int
+    fs: int
+    period: int
+    log_path: str
+    _proc: subprocess.Popen
+
+    def alive(self) -> bool:
+        """True while jackd is running.  If it is not, do NOT stop/close PortAudio streams:
+        ``stream.stop()``/``abort()`` then block for PortAudio's internal 10-minute timeout."""
+        return self._proc.poll() is None
+
+    def log(self) -> str:
+        """jackd's stdout+stderr so far (xrun messages etc.)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError as e:
+            return f"<jackd log unavailable: {e}>"
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    """Have the kernel send jackd SIGTERM when the process that started it dies, so that a test
+    process that crashes (segfault, os._exit) cannot leave jackd running (Linux prctl)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Stop jackd by PID: SIGTERM, then SIGKILL if it has not exited after ``timeout`` s; reap."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
+class _Watchdog:
+    """Last-resort guard against a hung PortAudio/JACK call inside ``with jack_server()``.
+
+    If the block is still running after ``seconds``: write all threads' tracebacks to stderr and
+    to ``<tmpdir>/rtamt-jack-watchdog-<pid>.txt`` (pytest's fd capture swallows stderr if the
+    process ends this way), SIGKILL jackd by PID - which wakes a PortAudio call blocked on the
+    server - and give the block 10 s to get out (``jack_server`` then raises a RuntimeError).
+    If it does not, end the whole process with exit code 3.
+    """
+
+    def __init__(self, proc: subprocess.Popen, seconds: float):
+        self.proc, self.seconds = proc, seconds
+        self.fired = False
+        self._lock = threading.Lock()
+        self._left = threading.Event()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def block_left(self) -> bool:
+        """Call when the block is left; returns whether the watchdog had fired."""
+        with self._lock:
+            self._left.set()
+            self._timer.cancel()
+            return self.fired
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._left.is_set():
+                return
+            self.fired = True
+        msg = (f"\n*** tests/_jack.py jack_server: block still running after {self.seconds} s; "
+               f"killing jackd (pid {self.proc.pid}) ***\n")
+        path = os.path.join(tempfile.gettempdir(), f"rtamt-jack-watchdog-{os.getpid()}.txt")
+        with contextlib.suppress(Exception):
+            with open(path, "w") as f:
+                f.write(msg)
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(msg + f"(tracebacks also in {path})\n")
+            sys.stderr.flush()
+            faulthandler.dump_traceback(all_threads=True)
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        if not self._left.wait(10.0):
+            with contextlib.suppress(Exception):
+                sys.stderr.write("*** still blocked 10 s after killing jackd: exiting with code 3 "
+                                 "***\n")
+                sys.stderr.flush()
+            os._exit(3)
+
+
+@contextlib.contextmanager
+def jack_server(fs: int = 48000, period: int = 256, *, realtime: bool = True,
+                portaudio: bool = True, timeout: float = 10.0,
+                hard_timeout: float | None = 120.0) -> Iterator[JackServer]:
+    """Run ``jackd -R -d dummy -r <fs> -p <period>`` (``-r`` instead of ``-R`` with
+    ``realtime=False``) for the duration of the ``with`` block.
+
+    * ``-R`` asks for realtime (SCHED_FIFO) scheduling, which keeps the timer-driven dummy backend
+      free of xruns on a loaded machine; jackd falls back to normal scheduling (with a warning in
+      its log) where that is not permitted.  See the module docstring.
+    * Waits (at most ``timeout`` s) until the server answers (``jack_wait -w``); raises a
+      RuntimeError including jackd's output if it exits or does not come up in time.
+    * Yields a :class:`JackServer` (``pid``, ``alive()``, ``log()``).
+    * With ``portaudio`` (default) sounddevice is imported and PortAudio re-initialised once the
+      server is up, and terminated again before the server is stopped (then initialised again,
+      now without JACK); see the module docstring for why both are needed.  Pa_Terminate also
+      closes streams left open, but close your streams inside the block.
+    * On exit jackd is stopped by PID (SIGTERM, SIGKILL after 5 s) and reaped, also when the
+      block raises.  Should the test process itself die (segfault, abort), the kernel sends jackd
+      SIGTERM (``PR_SET_PDEATHSIG``), so no server outlives the test session.
+    * If jackd died during the block, a RuntimeError with its log is raised and PortAudio is
+      abandoned rather than terminated (terminating it with a dead server aborts the process);
+      sounddevice is then unusable for JACK for the rest of that process.
+    * ``hard_timeout`` (s, None to disable): if the block has not finished by then, a watchdog
+      dumps all tracebacks and kills jackd, which makes this raise a RuntimeError once the block
+      gets out; if it is still stuck 10 s later the process is ended (exit code 3), so CI cannot
+      hang in a blocked PortAudio call (``Pa_StopStream`` can wait up to 10 minutes).
+    """
+    if server_running():
+        raise RuntimeError("a JACK server with the default name is already running (not started "
+                           "by this test); stop it first (`jack_wait -c` says 'running')")
+    sd = None
+    if portaudio:
+        import sounddevice as sd
+
+    log = tempfile.NamedTemporaryFile(prefix="jackd-", suffix=".log", delete=False)
+    env = dict(os.environ, JACK_NO_AUDIO_RESERVATION="1")
+    cmd = ["jackd", "-R" if realtime else "-r",
+           "-d", "dummy", "-r", str(int(fs)), "-p", str(int(period))]
+    # output goes to a file, not a pipe: a pipe nobody reads would block jackd once full
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT,
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    log.close()
+    server = JackServer(pid=proc.pid, fs=int(fs), period=int(period), log_path=log.name,
+                        _proc=proc)
+    watchdog = _Watchdog(proc, hard_timeout) if hard_timeout else None
+    pa_up = entered = False
+    try:
+        waiter = subprocess.Popen(["jack_wait", "-w", "-t", str(max(1, int(timeout)))],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + timeout + 2.0
+        try:
+            while waiter.poll() is None:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"jackd exited with code {proc.returncode} while starting "
+                                       f"({' '.join(cmd)}):\n{server.log()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"JACK server not ready after {timeout} s "
+                                       f"({' '.join(cmd)}):\n{server.log()}")
+                time.sleep(0.02)
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+            out = waiter.communicate(timeout=TOOL_TIMEOUT)[0]
+        if proc.poll() is not None or waiter.returncode != 0 or "available" not in out:
+            raise RuntimeError(f"JACK server did not come up ({' '.join(cmd)}; jack_wait said "
+                               f"{out.strip()!r}, jackd exit code {proc.poll()}):\n{server.log()}")
+        if sd is not None:
+            pa_up = True
+            reinit_portaudio(sd)
+            jack_device(sd)  # raises a clear error if PortAudio still does not see JACK
+        entered = True
+        yield server
+    finally:
+        fired = watchdog.block_left() if watchdog is not None else False
+        # jackd died under us (startup failures were raised above).  When the watchdog fired it
+        # killed jackd; poll() may still say None then (the watchdog thread may hold the wait
+        # lock), and Pa_Terminate on a dead server aborts the process.
+        died = fired or proc.poll() is not None
+        died_log = server.log() if died else ""
+        try:
+            if sd is not None and pa_up:
+                if died:
+                    # Pa_Terminate would abort the process (assert in pa_jack.c Terminate), also
+                    # from sounddevice's atexit handler: make sounddevice forget it initialised.
+                    sd._initialized = 0
+                else:
+                    # PortAudio's JACK client must close while the server is alive.
+                    for _ in range(sd._initialized):
+                        sd._terminate()
+        finally:
+            try:
+                _stop(proc)
+            finally:
+                if sd is not None and pa_up and not died and sd._initialized == 0:
+                    sd._initialize()  # back to the state `import sounddevice` leaves (no JACK)
+                with contextlib.suppress(OSError):
+                    os.unlink(log.name)
+        if fired:
+            raise RuntimeError(f"the `with jack_server()` block exceeded hard_timeout="
+                               f"{hard_timeout} s; the watchdog killed jackd (tracebacks on "
+                               f"stderr)")
+        if died and entered:
+            raise RuntimeError(f"jackd (pid {proc.pid}) died during the test with exit code "
+                               f"{proc.returncode}:\n{died_log}")
