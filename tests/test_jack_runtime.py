@@ -178,3 +178,19 @@ def test_cli_stream_from_jack_device():
     assert last.startswith("final: blocks") and " dropped 0 " in last and "skipped 0 " in last
     nblocks = int(last.split()[2])
     assert 340 <= nblocks <= 400    # 2 s of 256-frame blocks at 48 kHz = 375
+
+
+def test_audio_input_refused_settings_leave_nothing_running():
+    """Opening a JACK input with more channels than the device has fails with a clear
+    error naming the device and settings, and the runtime's thread is stopped."""
+    skip_unless_jack()
+    import sounddevice as sd
+
+    with jack_server(fs=FS, period=PERIOD):
+        dev = jack_device(sd)
+        n = sd.query_devices(dev)["max_input_channels"]
+        rt = Runtime(Tap(), FS, channels=n + 1, block=256)
+        ai = AudioInput(rt, hostapi="JACK")
+        with pytest.raises(RuntimeError, match=rf"input device {dev} with {n + 1} ch"):
+            ai.start()
+        assert not rt.running and ai.stream is None

@@ -88,11 +88,22 @@ class AudioInput:
     def start(self) -> "AudioInput":
         sd = _sd()
         self.runtime.start()
-        self.stream = sd.InputStream(device=self.device, channels=self.runtime.channels,
-                                     samplerate=self.runtime.fs, dtype="float32",
-                                     blocksize=self.blocksize, latency=self.latency,
-                                     callback=self.runtime.callback, **self.stream_kwargs)
-        self.stream.start()
+        try:
+            self.stream = sd.InputStream(device=self.device, channels=self.runtime.channels,
+                                         samplerate=self.runtime.fs, dtype="float32",
+                                         blocksize=self.blocksize, latency=self.latency,
+                                         callback=self.runtime.callback, **self.stream_kwargs)
+            self.stream.start()
+        except Exception as e:
+            # e.g. more channels than the device has, or an unsupported rate: leave nothing
+            # running, and say which device and settings were refused
+            if self.stream is not None:
+                self.stream.close()
+                self.stream = None
+            self.runtime.stop("discard")
+            raise RuntimeError(
+                f"could not open input device {self.device} with {self.runtime.channels} ch at "
+                f"{self.runtime.fs:g} Hz (blocksize {self.blocksize}): {e}") from e
         return self
 
     def stop(self, policy: str = "drain") -> None:
