@@ -184,34 +184,27 @@ def _cb_retry_verdict(policy, attempt, cb_p99_ov) -> bool:
 
 # ============================================================================ overload
 @pytest.mark.timeout(120)
-def test_overload_drop_oldest():
+@pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
+def test_overload(policy):
+    """drop-oldest: the processing thread caps the backlog at max_backlog (skips, no ring
+    drops).  drop-newest with a small ring: the ring fills and drops incoming chunks,
+    nothing queued is skipped."""
     t0 = _perf()
+    kw = dict(max_backlog_s=0.25) if policy == "drop-oldest" else dict(ring_seconds=0.2)
     for attempt in range(1, ATTEMPTS + 1):
-        rt, rec, t_src, win, offered = _overload_run("drop-oldest", max_backlog_s=0.25)
-        # after skipping, the backlog (incl. the chunk about to be processed) is at most
-        # max_backlog; while that block is processed (2 periods at factor 2, plus sleep
-        # overshoot) up to 3 chunks arrive and 1 is released: + one chunk + one block
-        st, cb_ov = _check_overload("drop-oldest", rt, rec, t_src, win, offered,
-                                    q_bound=rt.max_backlog + B + B)
-        assert st.skipped_frames > 0      # the overload did push the backlog over the limit
-        assert st.dropped_frames == 0     # the ring never filled (backlog is bounded)
-        if _cb_retry_verdict("drop-oldest", attempt, cb_ov):
+        rt, rec, t_src, win, offered = _overload_run(policy, **kw)
+        # drop-oldest: after skipping, the backlog (incl. the chunk about to be processed)
+        # is at most max_backlog; while that block is processed (2 periods at factor 2,
+        # plus sleep overshoot) up to 3 chunks arrive and 1 is released: + chunk + block
+        bound = rt.max_backlog + B + B if policy == "drop-oldest" else rt.ring.capacity
+        st, cb_ov = _check_overload(policy, rt, rec, t_src, win, offered, q_bound=bound)
+        lost_here, lost_not = (st.skipped_frames, st.dropped_frames) \
+            if policy == "drop-oldest" else (st.dropped_frames, st.skipped_frames)
+        assert lost_here > 0      # the overload did overflow the backlog / ring
+        assert lost_not == 0      # and only by the policy's own mechanism
+        if _cb_retry_verdict(policy, attempt, cb_ov):
             break
-    print(f"[drop-oldest] wall {_perf() - t0:.1f} s")
-
-
-@pytest.mark.timeout(120)
-def test_overload_drop_newest():
-    t0 = _perf()
-    for attempt in range(1, ATTEMPTS + 1):
-        rt, rec, t_src, win, offered = _overload_run("drop-newest", ring_seconds=0.2)
-        st, cb_ov = _check_overload("drop-newest", rt, rec, t_src, win, offered,
-                                    q_bound=rt.ring.capacity)
-        assert st.dropped_frames > 0      # the ring filled and dropped incoming chunks
-        assert st.skipped_frames == 0     # drop-newest never skips queued input
-        if _cb_retry_verdict("drop-newest", attempt, cb_ov):
-            break
-    print(f"[drop-newest] ring capacity {rt.ring.capacity} fr; wall {_perf() - t0:.1f} s")
+    print(f"[{policy}] ring capacity {rt.ring.capacity} fr; wall {_perf() - t0:.1f} s")
 
 
 # ============================================================================ denormals
