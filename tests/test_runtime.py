@@ -215,6 +215,47 @@ def test_bad_input_rejected_state_untouched(sig):
         assert np.isfinite(r.outputs["dau1997"][~np.isnan(r.outputs["dau1997"])]).all()
 
 
+class Counter:
+    """A stateful chain that accepts anything: counts the samples it was given."""
+
+    name = "count"
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, x):
+        self.n += x.shape[-1]
+        return np.array([self.n])
+
+    def reset(self):
+        self.n = 0
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, sd):
+        self.n = sd["n"]
+
+
+def test_bad_block_leaves_every_chain_unchanged(sig):
+    """A chain that would accept the bad block runs before one that rejects it: the
+    runtime rejects the block before any chain runs, so no chain advances."""
+    x = sig[:2048].copy()
+    x[300] = np.inf                           # block 1 (256..511)
+    cnt = Counter()
+    rt = Runtime({"count": cnt, "dau1997": Dau1997(FS)}, FS, block=256,
+                 policy="drop-newest", sample_dtype="float64")
+    got = collect(rt)
+    rt.start()
+    ArraySource(x, FS, blocksize=256, realtime=False).run(rt)
+    rt.stop()
+    st = rt.stats()
+    assert st.rejected_blocks == 1 and "channel 0, sample 44" in st.last_error
+    assert cnt.n == st.frames_processed == 2048 - 256
+    keep = np.concatenate([x[:256], x[512:]])
+    assert np.array_equal(joined(got), Dau1997(FS)(keep), equal_nan=True)
+
+
 def test_bad_input_on_error_stop(sig):
     rt = Runtime(Dau1997(FS), FS, block=256, on_error="stop", sample_dtype="float64")
     rt.start()
@@ -248,7 +289,17 @@ def test_status_flags_counted(sig):
     rt.stop()
     st = rt.stats()
     assert st.status["input_overflow"] == 2 and st.status["input_underflow"] == 1
-    assert sum(st.status.values()) == 3
+    assert sum(st.status.values()) == 3 and st.dropped_status == []
+
+
+def test_status_flags_of_dropped_chunks_reported():
+    rt = Runtime(Dau1997(FS), FS, block=256, ring_seconds=0.0, policy="drop-newest")  # 4 blocks
+    for _ in range(4):
+        assert rt.push(np.zeros((256, 1), np.float32))
+    assert not rt.push(np.zeros((256, 1), np.float32), 0x2)      # full: dropped
+    st = rt.stats()
+    assert st.dropped_frames == 256 and st.dropped_status == ["input_overflow"]
+    assert st.status["input_overflow"] == 0      # not a processed chunk
 
 
 def test_callback_signature_uses_portaudio_times():

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import RtamtInputError
+from ..engine.stage import RtamtInputError, _first_bad
 from .ring import InputRing
 
 _perf = time.perf_counter
@@ -119,6 +119,7 @@ class RuntimeStats:
     latency_p50_ms: float
     latency_p99_ms: float
     status: dict = field(default_factory=dict)   # flag name -> number of chunks
+    dropped_status: list = field(default_factory=list)  # flags seen on dropped chunks
     last_error: str | None = None
 
     def as_dict(self) -> dict:
@@ -398,6 +399,7 @@ class Runtime:
                                    if self._n_cb else 0.0),
             latency_p50_ms=1e3 * _pct(self._lat, n, 50), latency_p99_ms=1e3 * _pct(self._lat, n, 99),
             status=dict(self._status_counts),
+            dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
             last_error=self._last_error,
         )
 
@@ -559,6 +561,14 @@ class Runtime:
         t0 = _perf()
         outs = {}
         try:
+            # validated once here, before any chain runs, so that a bad block leaves
+            # every chain's state unchanged (not only the chains after the first one)
+            if not np.isfinite(x).all():
+                f, c = _first_bad(x)
+                raise RtamtInputError(
+                    f"runtime: block {self._seq} (stream sample {self._blk_start + f}): "
+                    f"non-finite value {x[f, c]} at channel {c}, sample {f}; block rejected, "
+                    "every chain's state unchanged")
             for name, ch in self.chains.items():
                 outs[name] = ch(xin)
         except RtamtInputError as e:
