@@ -1,0 +1,251 @@
+"""Shared streaming machinery of the time-varying loudness models.
+
+A model here consumes audio blocks of any length and emits loudness frames every
+``hop`` samples (1 ms).  Its state is
+
+* ``hist``  (R, nmax) the last ``nmax`` input samples of each row (64 ms; zeros = the
+  silence before the stream),
+* ``n``     (1,) int64 samples consumed so far (frames are due at multiples of ``hop``),
+* the model's integrator states (AGC outputs),
+
+so any block partition yields exactly the same frames as one call on the whole
+signal: frame ``k`` is computed when sample ``(k+1) hop - 1`` arrives, from the same
+``nmax`` samples, by the same arithmetic.  Frame ``k`` describes the sound centred at
+``frame_time = ((k+1) hop - nmax/2) / fs`` seconds (the windows share one centre).
+
+Outputs of a block are the frames completed in it: arrays ``(..., F)`` with ``F``
+between ``floor(T/hop)`` and ``ceil(T/hop)`` (possibly 0).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+
+from ..engine.denormal import ensure_ftz
+from ..engine.stage import RtamtInputError, _first_bad, as_numpy_block
+from .ansi import SpecificLoudnessCoeffs
+from .excitation import design_excitation, excitation
+from .kernels import specific_loudness
+from .spectrum import SpectrumParams, design_spectrum, frame_powers
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclasses.dataclass
+class TVLCoeffs:
+    spec: object
+    exc: object
+    sl: SpecificLoudnessCoeffs
+
+
+class TimeVaryingLoudness:
+    """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`.
+
+    Subclasses define ``name``, ``outputs``, ``C`` (specific-loudness constant),
+    ``_layout(arr)`` (input shape -> rows), ``_init_model_state`` and ``_frames``.
+    """
+
+    name = "tvl"
+    outputs: tuple = ()
+    C = 0.046871
+    config = "paper"
+
+    def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
+                 comp_cam: float = 0.1):
+        self.fs = float(fs)
+        self.spl_ref = float(spl_ref)
+        self.field = field
+        sp = design_spectrum(SpectrumParams(fs=self.fs, spl_ref=self.spl_ref, field=field,
+                                            comp_cam=comp_cam))
+        ex = design_excitation(sp.comp_hz)
+        self.coeffs = TVLCoeffs(sp, ex, SpecificLoudnessCoeffs(ex.fc, self.C))
+        self.hop = sp.hop
+        self.frame_rate = self.fs / sp.hop
+        self._state = None
+        self._meta = None
+        self._block = 0
+        self._phon_table = None
+
+    # ------------------------------------------------------------------ info
+    @property
+    def fc(self) -> np.ndarray:
+        """Centre frequencies of the 150 excitation channels (Hz), 1.75-39 Cam."""
+        return self.coeffs.exc.fc
+
+    @property
+    def latency_s(self) -> float:
+        """Delay of a frame's centre behind its newest input sample (s)."""
+        return self.coeffs.spec.nmax / 2 / self.fs
+
+    def calibrate(self, x):
+        """Identity: ``spl_ref`` is applied inside the spectrum (see :mod:`.spectrum`)."""
+        return x
+
+    # ------------------------------------------------------------------ input
+    def _layout(self, x: np.ndarray, where: str):  # pragma: no cover - abstract
+        """-> (rows (R, T) view, lead shape, mode)"""
+        raise NotImplementedError
+
+    def _check(self, x: np.ndarray):
+        where = f"{self.name}: block {self._block}"
+        if x.dtype not in _FLOATS:
+            raise RtamtInputError(f"{where}: dtype {x.dtype} is not supported; expected float32 "
+                                  "or float64 (convert integer PCM with x / 2**(bits-1))")
+        rows, lead, mode = self._layout(x, where)
+        if rows.shape[-1] == 0:
+            raise RtamtInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
+        if self._meta is not None and (lead, mode, x.dtype) != self._meta:
+            raise RtamtInputError(
+                f"{where}: shape {x.shape} / dtype {x.dtype} differs from the stream's "
+                f"(lead {self._meta[0]}, {self._meta[1]}, {self._meta[2]}); call reset() first")
+        if not np.isfinite(rows).all():
+            r, t = _first_bad(rows)
+            raise RtamtInputError(
+                f"{where}: non-finite value {rows[r, t]} at {self._row_name(r, mode)}, sample {t}; "
+                "block rejected, state unchanged")
+        return rows, lead, mode
+
+    def _row_name(self, r: int, mode) -> str:
+        return f"row {r}"
+
+    # ------------------------------------------------------------------ state
+    def _init_state(self, R: int, mode) -> dict:
+        st = {"hist": np.zeros((R, self.coeffs.spec.nmax)), "n": np.zeros(1, np.int64)}
+        st.update(self._init_model_state(R, mode))
+        return st
+
+    def _init_model_state(self, R: int, mode) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget the stream (silence before the next block); block counter back to 0."""
+        self._state = None
+        self._meta = None
+        self._block = 0
+
+    @property
+    def state(self):
+        return self._state
+
+    def state_dict(self) -> dict:
+        return {"model": self.name, "block": self._block,
+                "meta": None if self._meta is None else
+                (tuple(self._meta[0]), self._meta[1], str(self._meta[2])),
+                "arrays": None if self._state is None else
+                {k: v.copy() for k, v in self._state.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("model") != self.name:
+            raise RtamtInputError(f"{self.name}: state_dict is for {sd.get('model')!r}")
+        if sd["meta"] is None:
+            self.reset()
+            self._block = int(sd["block"])
+            return
+        lead, mode, dt = sd["meta"]
+        R = self._rows_for(tuple(lead), mode)
+        ref = self._init_state(R, mode)
+        arrays = sd["arrays"]
+        if set(arrays) != set(ref):
+            raise RtamtInputError(f"{self.name}: state arrays {sorted(arrays)} != {sorted(ref)}")
+        for k, v in ref.items():
+            a = np.asarray(arrays[k])
+            if a.shape != v.shape or a.dtype != v.dtype:
+                raise RtamtInputError(f"{self.name}: state array {k!r} has shape {a.shape} "
+                                      f"{a.dtype}, expected {v.shape} {v.dtype}")
+        self._state = {k: np.array(arrays[k], copy=True) for k in ref}
+        self._meta = (tuple(lead), mode, np.dtype(dt))
+        self._block = int(sd["block"])
+
+    def _rows_for(self, lead, mode) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ processing
+    def __call__(self, x) -> dict:
+        """Process one block; returns ``{output name: array}`` for the frames completed
+        in it (time-last, input's library and dtype)."""
+        return self.process_all(x)
+
+    def process_all(self, x) -> dict:
+        ensure_ftz()
+        arr, back = as_numpy_block(x)
+        rows, lead, mode = self._check(arr)
+        if self._state is None:
+            self._state = self._init_state(rows.shape[0], mode)
+            self._meta = (lead, mode, arr.dtype)
+        out = self.process(self.coeffs, self._state, rows.astype(np.float64), lead, mode)
+        self._block += 1
+        dt = arr.dtype
+        return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
+
+    def process(self, coeffs, state: dict, rows: np.ndarray, lead=(), mode=None) -> dict:
+        """Pure form: advance ``state`` over ``rows`` (R, T) float64 (no validation);
+        returns the outputs of the completed frames (float64)."""
+        sp = coeffs.spec
+        R, T = rows.shape
+        n0 = int(state["n"][0])
+        hop, L = sp.hop, sp.nmax
+        first = (n0 // hop + 1) * hop
+        ends = np.arange(first, n0 + T + 1, hop, dtype=np.int64)
+        F = ends.size
+        if F:
+            z = np.concatenate([state["hist"], rows], axis=1)
+            P = frame_powers(sp, z, ends - n0 + L)
+            E = excitation(coeffs.exc, P)
+            N = np.empty_like(E)
+            sl = coeffs.sl
+            specific_loudness(E, sl.G, sl.A, sl.alpha, sl.A_alpha, sl.ethrq, sl.C, N)
+            state["hist"][:] = z[:, -L:]
+        else:
+            E = N = np.zeros((0, coeffs.exc.fc.size))
+            if T >= L:
+                state["hist"][:] = rows[:, -L:]
+            else:
+                state["hist"][:, :L - T] = state["hist"][:, T:]
+                state["hist"][:, L - T:] = rows
+        state["n"][0] = n0 + T
+        K = coeffs.exc.fc.size
+        out = self._frames(state, E.reshape(R, F, K), N.reshape(R, F, K), lead, mode)
+        out["frame_time"] = (ends - L / 2.0) / self.fs
+        return out
+
+    def _frames(self, state, E, N, lead, mode) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ phon
+    def steady_tone_loudness(self, levels_db, freq: float = 1000.0) -> np.ndarray:
+        """The model's settled loudness (sone) of a steady diotic tone at ``levels_db``
+        dB SPL: the component powers of 16 consecutive frames of the tone (averaged) are
+        scaled to each level and run through excitation, specific loudness and the
+        model's binaural rule.  Used for :meth:`phon`."""
+        sp = self.coeffs.spec
+        lv = np.atleast_1d(np.asarray(levels_db, dtype=np.float64))
+        n = sp.nmax + 16 * sp.hop
+        t = np.arange(n) / self.fs
+        x = np.sqrt(2.0) * np.sin(2 * np.pi * freq * t)[None, :]  # RMS 1 = spl_ref dB SPL
+        ends = sp.nmax + sp.hop * np.arange(1, 17)
+        P1 = frame_powers(sp, x, ends).mean(axis=0)
+        P = P1[None, :] * 10.0 ** ((lv[:, None] - self.spl_ref) / 10.0)
+        E = excitation(self.coeffs.exc, P)
+        N = np.empty_like(E)
+        sl = self.coeffs.sl
+        specific_loudness(E, sl.G, sl.A, sl.alpha, sl.A_alpha, sl.ethrq, sl.C, N)
+        return self._steady_diotic(N)
+
+    def _steady_diotic(self, N: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def phon(self, sone):
+        """Loudness level (phon) of a loudness (sone): the level of the 1 kHz diotic tone
+        that this model gives the same loudness (inverse of :meth:`steady_tone_loudness`,
+        tabulated from -10 to 130 dB in 0.1 dB steps, linear interpolation in log sone;
+        clamped to that range; 0 sone -> -10 phon)."""
+        if self._phon_table is None:
+            lv = np.arange(-10.0, 130.0 + 1e-9, 0.1)
+            s = self.steady_tone_loudness(lv)
+            s = np.maximum.accumulate(np.maximum(s, 1e-12))
+            self._phon_table = (np.log(s), lv)
+        ls, lv = self._phon_table
+        v = np.log(np.maximum(np.asarray(sone, dtype=np.float64), 1e-12))
+        return np.interp(v, ls, lv)
