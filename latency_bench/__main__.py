@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=1, help="streams processed together")
+    p.add_argument("--channels", type=int, default=1,
+                   help="independent input channels per stream (2 = stereo for moore2016)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--signal", default="noise", choices=["noise", "demo", "silence-after-loud"])
@@ -72,6 +74,11 @@ def main(argv=None) -> int:
         x = np.zeros(n)
         x[: n // 2] = rng.standard_normal(n // 2) * rms_for_spl(90)
     x = np.ascontiguousarray(np.broadcast_to(x, (args.batch, n)) if args.batch > 1 else x).astype(args.dtype)
+    if args.channels > 1:
+        # independent signals per channel (a stereo stream is not two copies of one)
+        extra = [np.roll(x, (c * n) // (args.channels + 1), axis=-1) * (1.0 - 0.1 * c)
+                 for c in range(1, args.channels)]
+        x = np.ascontiguousarray(np.stack([x] + extra, axis=-2))
     blocks = [np.ascontiguousarray(x[..., i:i + args.block]) for i in range(0, n, args.block)]
 
     kw = {} if args.config is None else {"config": args.config}
@@ -82,8 +89,7 @@ def main(argv=None) -> int:
     model(blocks[0])  # JIT compile / cache load + state allocation
     t2 = time.perf_counter()
     nw = max(1, int(args.warmup_seconds * fs / args.block))
-    wx = (rng.standard_normal((args.batch, args.block) if args.batch > 1 else args.block)
-          * rms_for_spl(70)).astype(args.dtype)
+    wx = (rng.standard_normal(x.shape[:-1] + (args.block,)) * rms_for_spl(70)).astype(args.dtype)
     for _ in range(nw):
         model(wx)
     t3 = time.perf_counter()
@@ -103,6 +109,7 @@ def main(argv=None) -> int:
         "fs": fs,
         "block": args.block,
         "batch": args.batch,
+        "channels": args.channels,
         "dtype": args.dtype,
         "signal": args.signal,
         "device": f"cpu ({_cpu_name()})",

@@ -10,6 +10,8 @@ COMMANDS = {
     "models": ("apps.models", "list models with their outputs and parameters"),
     "stream": ("apps.stream", "run a model live (demo, WAV or input device) on the real-time runtime"),
     "devices": ("apps.devices", "list audio input devices and host APIs"),
+    "meter": ("apps.meter", "live loudness meter: sone, phon, dB SPL, LUFS (demo, WAV or device)"),
+    "calibrate": ("apps.calibrate", "measure a calibrator tone and store spl_ref for the meter"),
 }
 
 
