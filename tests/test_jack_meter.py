@@ -1,0 +1,194 @@
+"""`rtamt meter` on a live stream through a real JACK server (dummy backend).
+
+A plain sounddevice OutputStream in the test process plays a steady 1 kHz tone (float32, RMS
+-26 dB re digital RMS 1.0) into JACK.  The meter runs as its own process, exactly as a user
+starts it (``python -m rtamt meter --input system --hostapi JACK --channels 1 --json
+--spl-ref 100``); its PortAudio client is a second JACK client (``PortAudio-01``, see
+tests/_jack.py).  Once the meter's input port exists and PortAudio has auto-connected it to
+``system:capture_1`` (on ``stream.start()``), the test removes that connection and connects the
+tone instead (``jack_connect PortAudio:out_0 PortAudio-01:in_0``).
+
+The meter must print >= 10 JSON updates carrying the tone whose dB SPL equals the played
+level (74 dB SPL) within 1 dB once settled, a loudness level near 74 phon, and no dropped,
+skipped or rejected input.  On a busy machine JACK xruns (PortAudio status flags) or a
+starved processing thread (the meter skips backlog) spoil an attempt: the discontinuities are
+clicks or gaps that the loudness model rightly hears (seen here with two busy loops on 2 cores:
+STL up to 3.5 phon high after an xrun, LTL 7 phon high after skips) while the 100 ms level
+stayed within 0.05 dB.  Such an attempt is repeated with a fresh server, at most
+MAX_ATTEMPTS times; the last one may have a few flags or a short skip, and then only the levels
+are checked (the loudness needs a clean attempt).  Measured here (2 cores, otherwise idle):
+clean at the first attempt, 0 flags, no skips, ~7.5 s per attempt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from _jack import (connect, connections, disconnect_system, jack_device, jack_server,
+                   list_ports, new_ports, skip_unless_jack)
+
+pytestmark = pytest.mark.timeout(300)
+
+FS = 48000
+PERIOD = 256
+TONE_DBFS = -26.0            # RMS of the played tone, dB re digital RMS 1.0
+SPL_REF = 100.0
+LEVEL = SPL_REF + TONE_DBFS  # 74 dB SPL
+METER_SECONDS = 3.0
+MAX_ATTEMPTS = 3
+MAX_FLAGGED = 3              # last attempt: PortAudio callbacks with status flags tolerated
+MAX_SKIPPED = FS // 4        # last attempt: frames the meter may skip (drop-oldest backlog)
+PORT_TIMEOUT = 60.0          # s for the meter to start (import, JIT warm-up) and open its port
+METER_TIMEOUT = 120.0        # s for the meter process as a whole
+
+
+class TonePlayer:
+    """OutputStream callback: a continuous 1 kHz sine (one period = 48 samples at 48 kHz)."""
+
+    def __init__(self, dbfs: float):
+        n = FS // 1000
+        self.table = (np.sqrt(2) * 10 ** (dbfs / 20)
+                      * np.sin(2 * np.pi * np.arange(n) / n)).astype(np.float32)
+        self.pos = 0
+        self.flags: list[str] = []
+
+    def cb(self, outdata, frames, time_info, status):
+        if status:
+            self.flags.append(str(status))
+        n = self.table.size
+        outdata[:, 0] = self.table[(self.pos + np.arange(frames)) % n]
+        self.pos = (self.pos + frames) % n
+
+
+def _wait_for_meter_port(proc, before, server, deadline):
+    """The meter's input port, once its stream has started (auto-connected to system)."""
+    while True:
+        assert server.alive(), server.log()
+        if proc.poll() is not None:
+            return None
+        ins = [p for p in new_ports(before) if p.rsplit(":", 1)[-1].startswith("in_")]
+        if ins:
+            assert len(ins) == 1, ins
+            if any(c.startswith("system:") for c in connections().get(ins[0], [])):
+                return ins[0]
+        assert time.monotonic() < deadline, "the meter's JACK input port did not appear"
+        time.sleep(0.02)
+
+
+def _attempt(sd, server, tmp_path, attempt):
+    player = TonePlayer(TONE_DBFS)
+    dev = jack_device(sd)
+    before = list_ports()
+    out = sd.OutputStream(samplerate=FS, blocksize=PERIOD, device=dev, channels=1,
+                          dtype="float32", callback=player.cb)
+    proc = dst = rc = None
+    # meter output goes to files, not pipes (a pipe nobody reads could block the meter)
+    out_path = tmp_path / f"meter-{attempt}.out"
+    err_path = tmp_path / f"meter-{attempt}.err"
+    try:
+        (src,) = new_ports(before)
+        out.start()
+        disconnect_system([src])          # the tone goes to the meter only
+        before_meter = list_ports()
+        env = dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "calibration.json"))
+        with open(out_path, "w") as fo, open(err_path, "w") as fe:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rtamt", "meter", "--input", "system", "--hostapi", "JACK",
+                 "--channels", "1", "--blocksize", str(PERIOD), "--seconds", str(METER_SECONDS),
+                 "--spl-ref", str(SPL_REF), "--json"],
+                stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env)
+        dst = _wait_for_meter_port(proc, before_meter, server, time.monotonic() + PORT_TIMEOUT)
+        if dst is not None:
+            disconnect_system([dst])
+            connect(src, dst)
+            assert connections()[dst] == [src]
+        rc = proc.wait(timeout=METER_TIMEOUT)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()                   # by PID (Popen), only the process we started
+            proc.wait(timeout=10)
+        if server.alive():
+            out.stop()
+            out.close()
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    assert dst is not None, f"the meter exited (code {proc.returncode}) before its port appeared:" \
+                            f"\n{stdout}\n{stderr}"
+    assert rc == 0, f"meter exit code {rc}:\n{stderr}"
+    recs = [json.loads(ln) for ln in stdout.splitlines() if ln.strip()]
+    return recs, player, stderr
+
+
+def _check_levels(recs):
+    """The tone's level (dB SPL, peak, LUFS): robust to the odd xrun (one disturbed JACK
+    period hardly changes a 100 ms level)."""
+    # before the connection the meter hears the dummy capture port (exact zeros): no level
+    tone = [d for d in recs if d["spl_db"] is not None]
+    assert len(tone) >= 10, recs
+    assert all(d["spl_db"] is None for d in recs[:len(recs) - len(tone)]), \
+        "the tone must be heard from the connection on, without gaps"
+    # settled (the first update with the tone may be partly silence): the played level
+    settled = tone[2:]
+    assert len(settled) >= 10
+    for d in settled:
+        assert abs(d["spl_db"] - LEVEL) <= 1.0, d
+        assert abs(d["peak_db"] - (LEVEL + 3.01)) <= 1.0, d
+    last = recs[-1]
+    assert last["lufs_momentary"] is not None
+    assert abs(last["lufs_momentary"] - TONE_DBFS) <= 0.5, last   # K-weighting ~0 at 1 kHz
+    return settled
+
+
+def _check_loudness(settled):
+    """Loudness of the steady tone (only for an attempt without xruns: a glitch is a click
+    or a gap, which the loudness model rightly hears)."""
+    for d in settled:
+        assert d["stl_sone"] > 0 and abs(d["stl_phon"] - LEVEL) <= 1.5, d
+        assert d["stl_left"] == pytest.approx(d["stl_right"])    # 1 channel = diotic
+    assert abs(settled[-1]["phon"] - LEVEL) <= 1.5, settled[-1]   # long-term loudness caught up
+
+
+def test_meter_on_live_jack_stream(tmp_path, record_property):
+    skip_unless_jack()
+    import sounddevice as sd
+
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        with jack_server(fs=FS, period=PERIOD) as server:
+            recs, player, stderr = _attempt(sd, server, tmp_path, attempt)
+        # ~10 updates per second of the stream, in stream-time order
+        assert len(recs) >= 20, (len(recs), stderr)
+        ts = [d["t"] for d in recs]
+        assert ts == sorted(ts) and len(set(ts)) == len(ts)
+        assert ts[-1] >= METER_SECONDS - 0.5
+        last = recs[-1]
+        assert last["rejected_blocks"] == 0
+        # callbacks with status flags (one xrun sets both input_overflow and output_underflow,
+        # each counted per flag)
+        flagged = max(last["status"].values(), default=0)
+        clean = (last["dropped_frames"] == 0 and last["skipped_frames"] == 0 and flagged == 0
+                 and not player.flags)
+        healthy = (last["dropped_frames"] == 0 and last["skipped_frames"] <= MAX_SKIPPED
+                   and flagged <= MAX_FLAGGED and len(player.flags) <= MAX_FLAGGED)
+        print(f"\nattempt {attempt}: {len(recs)} updates, last {last['spl_db']} dB SPL / "
+              f"{last['phon']} phon; dropped {last['dropped_frames']} skipped "
+              f"{last['skipped_frames']} status {last['status']}, proc p99 "
+              f"{last['proc_p99_us']} us; player flags {player.flags}")
+        # retry a flagged attempt; the last one may have a few flags or skips (a busy machine
+        # starves the meter's processing thread; the levels are still checked)
+        if clean or (healthy and attempt == MAX_ATTEMPTS):
+            break
+    else:
+        pytest.fail(f"drops or PortAudio status flags in all {MAX_ATTEMPTS} attempts: dropped "
+                    f"{last['dropped_frames']}, skipped {last['skipped_frames']}, status "
+                    f"{last['status']}, player flags {player.flags}")
+    settled = _check_levels(recs)
+    if clean:
+        _check_loudness(settled)
+    record_property("meter_updates", len(recs))
+    record_property("meter_clean", clean)
+    record_property("meter_proc_p99_us", last["proc_p99_us"])
