@@ -192,9 +192,8 @@ def run(args) -> int:
         if channels > 2:
             raise ValueError(f"the meter takes 1 or 2 channels, the input has {channels} "
                              "(choose --channels)")
-        model = LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref, field=args.field)
-        if args.model == "glasberg2002" and channels == 2:
-            model = Glasberg2002(fs, spl_ref=spl_ref, field=args.field, presentation="monaural")
+        kw = {"presentation": "monaural"} if args.model == "glasberg2002" and channels == 2 else {}
+        model = LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref, field=args.field, **kw)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2

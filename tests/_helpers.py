@@ -1,6 +1,9 @@
 """Shared helpers for the rtamt test suite (signals, partitions, block runners)."""
 from __future__ import annotations
 
+import os
+import shutil
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +106,13 @@ def assert_outputs_equal(a: dict, b: dict) -> None:
     assert set(a) == set(b)
     for k in a:
         assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+def entry_point() -> str:
+    """The installed `rtamt` console script (in this interpreter's scripts dir)."""
+    exe = os.path.join(sysconfig.get_path("scripts"), "rtamt")
+    if os.path.exists(exe):
+        return exe
+    found = shutil.which("rtamt")
+    assert found, "the `rtamt` entry point is not installed"
+    return found

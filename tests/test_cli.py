@@ -1,30 +1,19 @@
 """`rtamt process` / `rtamt models` on real WAV files, and latency_bench's JSON."""
 import json
-import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 from scipy.io import wavfile
+
+from _helpers import entry_point
 
 import rtamt
 from rtamt.cli import main
 from rtamt.modulation import to_padded
 
 FS = 16000
-
-
-def _entry_point():
-    """The installed `rtamt` console script (in this interpreter's scripts dir)."""
-    exe = os.path.join(sysconfig.get_path("scripts"), "rtamt")
-    if os.path.exists(exe):
-        return exe
-    found = shutil.which("rtamt")
-    assert found, "the `rtamt` entry point is not installed"
-    return found
 
 
 def _signal(n=6000, ch=1, seed=0):
@@ -106,13 +95,13 @@ def test_unreadable_and_missing_input(tmp_path, capsys):
 
 def test_demo_and_models_via_entry_point(tmp_path):
     out = tmp_path / "demo.npz"
-    r = subprocess.run([_entry_point(), "process", "--demo", "--block", "64", "--out", str(out)],
+    r = subprocess.run([entry_point(), "process", "--demo", "--block", "64", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "30 auditory channels" in r.stdout and "modfb" in r.stdout
     d = np.load(out)
     assert d["modfb"].shape[:2] == (30, 12) and d["modfb"].shape[-1] == 96000
-    r = subprocess.run([_entry_point(), "models"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([entry_point(), "models"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "dau1997" in r.stdout and "modfb" in r.stdout
 
 

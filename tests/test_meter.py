@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
-import sysconfig
 import time
 import types
 
 import numpy as np
 import pytest
 from scipy.io import wavfile
+
+from _helpers import entry_point
 
 from rtamt import calibration as cal
 from rtamt.calibration import CalibrationError
@@ -44,16 +43,6 @@ def cal_path(tmp_path, monkeypatch):
     p = tmp_path / "config" / "calibration.json"
     monkeypatch.setenv("RTAMT_CALIBRATION", str(p))
     return p
-
-
-def _entry_point():
-    """The installed `rtamt` console script (as tests/test_cli.py finds it)."""
-    exe = os.path.join(sysconfig.get_path("scripts"), "rtamt")
-    if os.path.exists(exe):
-        return exe
-    found = shutil.which("rtamt")
-    assert found, "the `rtamt` entry point is not installed"
-    return found
 
 
 def _tone(seconds=2.0, fs=FS, dbfs=-20.0, freq=1000.0, channels=1):
@@ -106,11 +95,11 @@ def _check_record(d, model="moore2016"):
 # ============================================================================ the demo
 
 
-def test_demo_json_realtime_via_entry_point():
+def test_demo_json_realtime_viaentry_point():
     """3 s of the built-in demo, paced in real time: ~10 JSON updates per second, every key,
     sensible values during the 60 dB SPL 1 kHz tone and while there is sound at all."""
     t0 = time.monotonic()
-    r = subprocess.run([_entry_point(), "meter", "--input", "demo", "--seconds", "3", "--json"],
+    r = subprocess.run([entry_point(), "meter", "--input", "demo", "--seconds", "3", "--json"],
                        capture_output=True, text=True, timeout=120)
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
@@ -204,7 +193,7 @@ def test_calibrate_then_meter(tmp_path, capsys, cal_path):
     to $RTAMT_CALIBRATION; the meter then reads 94 dB SPL for that file, from --calibration
     or from the environment's default path; --spl-ref still wins."""
     wav = _write_int16(tmp_path / "cal.wav", _tone(seconds=2.0, dbfs=-20.0))
-    r = subprocess.run([_entry_point(), "calibrate", "--input", wav, "--reference-db", "94",
+    r = subprocess.run([entry_point(), "calibrate", "--input", wav, "--reference-db", "94",
                         "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -344,7 +333,7 @@ def test_calibrate_errors(tmp_path, capsys, cal_path, case):
 def test_calibrate_error_via_entry_point_exit_code(tmp_path, cal_path):
     """The exit status of the console script itself is 2 (clipped tone)."""
     wav = _write_int16(tmp_path / "c.wav", np.sign(_tone()) * 0.9999)
-    r = subprocess.run([_entry_point(), "calibrate", "--input", wav], capture_output=True,
+    r = subprocess.run([entry_point(), "calibrate", "--input", wav], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "clipped" in r.stderr and r.stdout == ""
     assert not cal_path.exists()

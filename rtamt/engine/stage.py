@@ -85,6 +85,21 @@ def _identity(y):
     return y
 
 
+def checked_state_copy(who: str, arrays: dict, ref: dict) -> dict:
+    """Validate snapshot ``arrays`` against a freshly initialised state ``ref`` (same keys,
+    shapes and dtypes) and return deep copies; raises :class:`RtamtInputError` naming
+    ``who`` and the first mismatch.  Nothing is modified."""
+    if set(arrays) != set(ref):
+        raise RtamtInputError(f"{who}: state arrays {sorted(arrays)} != {sorted(ref)}")
+    for k, v in ref.items():
+        a = np.asarray(arrays[k])
+        if a.shape != v.shape or a.dtype != v.dtype:
+            raise RtamtInputError(
+                f"{who}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
+                f"{v.shape} {v.dtype}")
+    return {k: np.array(arrays[k], copy=True) for k in ref}
+
+
 def _first_bad(x: np.ndarray) -> tuple[int, ...]:
     idx = np.argwhere(~np.isfinite(x))[0]
     return tuple(int(i) for i in idx)
@@ -290,17 +305,9 @@ class Stage:
             raise RtamtInputError(f"{self.name}: snapshot dtype {dtype} is not float32/float64")
         coeffs = self._coeffs_for(n_in)
         ref = self.init_state(coeffs, self._batch_of(tuple(lead)), n_in, dtype)
-        arrays = sd["arrays"]
-        if set(arrays) != set(ref):
-            raise RtamtInputError(f"{self.name}: state arrays {sorted(arrays)} != {sorted(ref)}")
-        for k, v in ref.items():
-            a = np.asarray(arrays[k])
-            if a.shape != v.shape or a.dtype != v.dtype:
-                raise RtamtInputError(
-                    f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
-                    f"{v.shape} {v.dtype}")
+        state = checked_state_copy(self.name, sd["arrays"], ref)
         self.coeffs = coeffs
-        self._state = {k: np.array(arrays[k], copy=True) for k in ref}
+        self._state = state
         self._meta = (tuple(lead), int(n_in), dtype)
         self._block = int(sd["block"])
 

@@ -116,19 +116,18 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray) -> np.ndarr
     """Component powers of the frames whose analysis history ends at ``ends``.
 
     z    : (R, L) float64 signal rows (history + block).
-    ends : (F,) exclusive end index in z of each frame's newest sample (>= nmax).
+    ends : (F,) exclusive end index in z of each frame's newest sample (>= nmax), ``c.hop`` apart.
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``).
     """
     R = z.shape[0]
     F = ends.size
     z = np.ascontiguousarray(z)
-    hop = int(ends[1] - ends[0]) if F > 1 else 1
     rs, es = z.strides
     parts = []
     for off, n, m in zip(c.offsets, c.lengths, c.mats):
         st = int(ends[0]) - c.nmax + off
         # frames are hop apart: a strided view (R, F, n) of z, copied once for the GEMM
-        view = as_strided(z[:, st:], shape=(R, F, n), strides=(rs, hop * es, es), writeable=False)
+        view = as_strided(z[:, st:], shape=(R, F, n), strides=(rs, c.hop * es, es), writeable=False)
         y = np.ascontiguousarray(view).reshape(R * F, n) @ m
         h = m.shape[1] // 2
         parts.append(y[:, :h] ** 2 + y[:, h:] ** 2)

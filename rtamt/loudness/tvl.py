@@ -18,13 +18,12 @@ between ``floor(T/hop)`` and ``ceil(T/hop)`` (possibly 0).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
 
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import RtamtInputError, _first_bad, as_numpy_block
+from ..engine.stage import RtamtInputError, _first_bad, as_numpy_block, checked_state_copy
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import design_excitation, excitation
 from .kernels import specific_loudness
@@ -146,15 +145,7 @@ class TimeVaryingLoudness:
         lead, mode, dt = sd["meta"]
         R = self._rows_for(tuple(lead), mode)
         ref = self._init_state(R, mode)
-        arrays = sd["arrays"]
-        if set(arrays) != set(ref):
-            raise RtamtInputError(f"{self.name}: state arrays {sorted(arrays)} != {sorted(ref)}")
-        for k, v in ref.items():
-            a = np.asarray(arrays[k])
-            if a.shape != v.shape or a.dtype != v.dtype:
-                raise RtamtInputError(f"{self.name}: state array {k!r} has shape {a.shape} "
-                                      f"{a.dtype}, expected {v.shape} {v.dtype}")
-        self._state = {k: np.array(arrays[k], copy=True) for k in ref}
+        self._state = checked_state_copy(self.name, sd["arrays"], ref)
         self._meta = (tuple(lead), mode, np.dtype(dt))
         self._block = int(sd["block"])
 
@@ -174,7 +165,7 @@ class TimeVaryingLoudness:
         if self._state is None:
             self._state = self._init_state(rows.shape[0], mode)
             self._meta = (lead, mode, arr.dtype)
-        out = self.process(self.coeffs, self._state, rows.astype(np.float64), lead, mode)
+        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead, mode)
         self._block += 1
         dt = arr.dtype
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
