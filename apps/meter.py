@@ -19,39 +19,21 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 import sys
 import threading
 import time
 
 import numpy as np
 
+from rtamt import calibration
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import Glasberg2002, Moore2016
-from rtamt.runtime import DemoSource, FileSource, Runtime
+from rtamt.runtime import Runtime
+from rtamt.runtime.feed import SoundLevel
+from rtamt.runtime.inputs import Live, open_input
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
-
-
-class SoundLevel:
-    """Chain that returns each block's mean square (averaged over channels) and sample
-    peak; stateless (``state_dict`` is empty), so block partitions do not matter."""
-
-    name = "level"
-
-    def __call__(self, x):
-        a = np.asarray(x, dtype=np.float64)
-        return float(np.mean(a * a)), float(np.max(np.abs(a)))
-
-    def reset(self):
-        pass
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, sd):
-        pass
 
 
 def add_arguments(p):
@@ -67,23 +49,9 @@ def add_arguments(p):
     p.add_argument("--blocksize", type=int, default=256, help="callback / source block size")
     p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--fast", action="store_true", help="file/demo: as fast as possible")
-    p.add_argument("--spl-ref", type=float, default=None,
-                   help="dB SPL of a digital RMS of 1.0 (overrides the calibration file)")
-    p.add_argument("--calibration", default=None, help="calibration file (rtamt calibrate)")
-    p.add_argument("--field", default="free", choices=["free", "diffuse", "eardrum"],
-                   help="sound field of the loudness model's outer-ear transfer")
+    calibration.add_arguments(p)
     p.add_argument("--interval", type=float, default=0.1, help="seconds of audio per update")
     p.add_argument("--json", action="store_true", help="one JSON object per update")
-
-
-def _has_default_input() -> bool:
-    try:
-        import sounddevice as sd
-
-        sd.query_devices(kind="input")
-        return True
-    except Exception:
-        return False
 
 
 def _db(v, ref):
@@ -166,32 +134,12 @@ def run(args) -> int:
     except CalibrationError as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
-    inp = args.input
-    if inp is None:
-        inp = "default" if _has_default_input() else "demo"
-    src = None
     try:
-        if inp == "demo":
-            fs = args.fs or 32000.0
-            channels = 1
-            src = DemoSource(fs, blocksize=args.blocksize, realtime=not args.fast,
-                             seconds=args.seconds if args.seconds is not None else 10.0,
-                             spl_ref=spl_ref)
-        elif os.path.isfile(inp):
-            src = FileSource(inp, blocksize=args.blocksize, realtime=not args.fast,
-                             seconds=args.seconds, fs=args.fs)
-            fs, channels = src.fs, src.channels
-        else:
-            from rtamt.runtime.stream import find_input_device, _sd
-
-            dev = None if inp == "default" else int(inp) if inp.isdigit() else inp
-            idx = find_input_device(dev, args.hostapi)
-            info = _sd().query_devices(idx)
-            fs = args.fs or float(info["default_samplerate"])
-            channels = args.channels or min(2, int(info["max_input_channels"]))
-        if channels > 2:
-            raise ValueError(f"the meter takes 1 or 2 channels, the input has {channels} "
-                             "(choose --channels)")
+        inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
+                         blocksize=args.blocksize, realtime=not args.fast,
+                         seconds=(args.seconds if args.seconds is not None else 10.0)
+                         if args.input in (None, "demo") else args.seconds, spl_ref=spl_ref)
+        fs, channels = inp.fs, inp.channels
         kw = {"presentation": "monaural"} if args.model == "glasberg2002" and channels == 2 else {}
         model = LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref, field=args.field, **kw)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
@@ -205,7 +153,7 @@ def run(args) -> int:
     upd = _Updates(rt, fs, args.interval, spl_ref, args.model)
     rt.subscribe(upd)
     if not args.json:
-        print(f"rtamt meter: {args.model} on {inp} ({fs:g} Hz, {channels} ch), spl_ref "
+        print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
     n_out = 0
 
@@ -222,34 +170,24 @@ def run(args) -> int:
         if final and not args.json:
             print("\nfinal: " + st.line(), flush=True)
 
-    ai = None
+    live = Live(inp, rt, blocksize=args.blocksize)
     try:
-        if src is not None:
-            rt.start()
-            src.start(rt)
-            while not src.done:
-                src.join(0.05)
+        live.start()
+        if inp.source is not None:
+            while not live.join(0.05):
                 drain()
-            rt.stop("drain")
+            live.stop("drain")
         else:
-            from rtamt.runtime.stream import AudioInput
-
-            ai = AudioInput(rt, dev, args.hostapi, blocksize=args.blocksize)
-            ai.start()
             t0 = time.monotonic()
             limit = math.inf if args.seconds is None else args.seconds
             while time.monotonic() - t0 < limit:
                 time.sleep(0.05)
                 drain()
-            ai.stop("drain")
+            live.stop("drain")
     except KeyboardInterrupt:
-        if src is not None:
-            src.stop()
-        if ai is not None:
-            ai.stop("discard")
-        else:
-            rt.stop("discard")
+        live.stop("discard")
     except (LookupError, RuntimeError, ValueError) as e:
+        live.stop("discard")
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
     drain(final=True)

@@ -42,8 +42,9 @@ def demo_signal(fs: float = 48000.0, seconds: float = 2.0, spl_ref: float = 100.
     x[idx] = np.sqrt(2) * rms_for_spl(60, spl_ref) * np.sin(2 * np.pi * 1000 * t[idx]) * w
     m = seg(0.5, 1.2)
     idx, w = ramp(m)
-    am = (1 + np.cos(2 * np.pi * 8 * t[idx])) * np.sin(2 * np.pi * 4000 * t[idx])
-    x[idx] = am / np.sqrt(np.mean(am ** 2)) * rms_for_spl(65, spl_ref) * w
+    if idx.size:                      # (a demo shorter than 0.5 s has no AM segment)
+        am = (1 + np.cos(2 * np.pi * 8 * t[idx])) * np.sin(2 * np.pi * 4000 * t[idx])
+        x[idx] = am / np.sqrt(np.mean(am ** 2)) * rms_for_spl(65, spl_ref) * w
     m = seg(1.2, 1.7)
     idx, w = ramp(m)
     x[idx] = rng.standard_normal(idx.size) * rms_for_spl(70, spl_ref) * w

@@ -22,6 +22,7 @@ import pytest
 
 from _jack import (connect, connections, disconnect_system, jack_device, jack_server,
                    list_ports, new_ports, skip_unless_jack)
+from rtamt.engine.stage import Stateless
 from rtamt.models import Dau1997
 from rtamt.runtime import Runtime
 from rtamt.runtime.stream import AudioInput, find_input_device
@@ -35,22 +36,13 @@ N_PLAY = 48000
 MAX_ATTEMPTS = 3
 
 
-class Tap:
+class Tap(Stateless):
     """Identity 'chain': publishes the runtime's input block (float64 (T,))."""
 
     name = "input"
 
     def __call__(self, x):
         return np.array(x, copy=True)
-
-    def reset(self):
-        pass
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, sd):
-        pass
 
 
 def _signal() -> np.ndarray:

@@ -38,7 +38,7 @@ import numpy as np
 
 from .denormal import ensure_ftz
 
-__all__ = ["RtamtInputError", "Stage", "Chain", "as_numpy_block"]
+__all__ = ["RtamtInputError", "Stage", "Chain", "Stateless", "as_numpy_block"]
 
 
 class RtamtInputError(ValueError):
@@ -98,6 +98,24 @@ def checked_state_copy(who: str, arrays: dict, ref: dict) -> dict:
                 f"{who}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
                 f"{v.shape} {v.dtype}")
     return {k: np.array(arrays[k], copy=True) for k in ref}
+
+
+class Stateless:
+    """Base of chains without state (a block's output depends on that block only):
+    ``reset()`` does nothing, ``state_dict()`` is empty, so any block partition and any
+    snapshot/restore are trivially exact.  Subclasses define ``name`` and ``__call__``."""
+
+    name = "stateless"
+
+    def reset(self) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd:
+            raise RtamtInputError(f"{self.name}: has no state, got a snapshot with {sorted(sd)}")
 
 
 def _first_bad(x: np.ndarray) -> tuple[int, ...]:
