@@ -11,6 +11,8 @@ COMMANDS = {
     "stream": ("apps.stream", "run a model live (demo, WAV or input device) on the real-time runtime"),
     "devices": ("apps.devices", "list audio input devices and host APIs"),
     "meter": ("apps.meter", "live loudness meter: sone, phon, dB SPL, LUFS (demo, WAV or device)"),
+    "monitor": ("apps.monitor", "live pyqtgraph monitor: excitation, loudness, modulation "
+                "spectrum, health (demo, WAV or device)"),
     "calibrate": ("apps.calibrate", "measure a calibrator tone and store spl_ref for the meter"),
 }
 
