@@ -108,6 +108,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
+
 #: Timeout (s) for every JACK command-line tool call.
 TOOL_TIMEOUT = 10.0
 
@@ -484,3 +486,83 @@ def jack_server(fs: int = 48000, period: int = 256, *, realtime: bool = True,
         if died and entered:
             raise RuntimeError(f"jackd (pid {proc.pid}) died during the test with exit code "
                                f"{proc.returncode}:\n{died_log}")
+
+
+class TonePlayer:
+    """``sounddevice.OutputStream`` callback playing a continuous 1 kHz sine of RMS ``dbfs`` dB
+    re digital RMS 1.0 (``fs`` must be a multiple of 1000 Hz: one period is a whole table)."""
+
+    def __init__(self, dbfs: float, fs: int):
+        n = int(fs) // 1000
+        self.table = (np.sqrt(2) * 10 ** (dbfs / 20)
+                      * np.sin(2 * np.pi * np.arange(n) / n)).astype(np.float32)
+        self.pos = 0
+        self.flags: list[str] = []
+
+    def cb(self, outdata, frames, time_info, status):
+        if status:
+            self.flags.append(str(status))
+        n = self.table.size
+        outdata[:, 0] = self.table[(self.pos + np.arange(frames)) % n]
+        self.pos = (self.pos + frames) % n
+
+
+def wait_for_input_port(proc, before, server, deadline: float, what: str = "client"):
+    """The single new JACK input port of the process ``proc`` (an app reading from JACK), once
+    its stream has started (PortAudio auto-connects it to ``system:capture_*``); None if the
+    process exited first.  Fails when the server died or ``deadline`` (monotonic s) passed."""
+    while True:
+        assert server.alive(), server.log()
+        if proc.poll() is not None:
+            return None
+        ins = [p for p in new_ports(before) if p.rsplit(":", 1)[-1].startswith("in_")]
+        if ins:
+            assert len(ins) == 1, ins
+            if any(c.startswith("system:") for c in connections().get(ins[0], [])):
+                return ins[0]
+        assert time.monotonic() < deadline, f"the {what}'s JACK input port did not appear"
+        time.sleep(0.02)
+
+
+def run_app_on_tone(sd, server, args: list[str], tmp_path, tag: str, *, dbfs: float,
+                    period: int, port_timeout: float, run_timeout: float,
+                    env: dict | None = None) -> tuple[str, str, TonePlayer]:
+    """Play a 1 kHz tone of RMS ``dbfs`` into JACK and run ``python -m rtamt ARGS`` (an app
+    reading one JACK input channel) as its own process; once the app's input port exists
+    (auto-connected to ``system:capture_*``) the tone is connected to it instead.  The app's
+    output goes to files (a pipe nobody reads could block it).  Returns ``(stdout, stderr,
+    player)`` after the app exited with code 0; fails with its output otherwise."""
+    player = TonePlayer(dbfs, server.fs)
+    before = list_ports()
+    out = sd.OutputStream(samplerate=server.fs, blocksize=period, device=jack_device(sd),
+                          channels=1, dtype="float32", callback=player.cb)
+    proc = dst = rc = None
+    out_path, err_path = tmp_path / f"{tag}.out", tmp_path / f"{tag}.err"
+    try:
+        (src,) = new_ports(before)
+        out.start()
+        disconnect_system([src])          # the tone goes to the app only
+        before_app = list_ports()
+        with open(out_path, "w") as fo, open(err_path, "w") as fe:
+            proc = subprocess.Popen([sys.executable, "-m", "rtamt", *args],
+                                    stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+                                    env=env if env is not None else dict(os.environ))
+        dst = wait_for_input_port(proc, before_app, server, time.monotonic() + port_timeout,
+                                  args[0])
+        if dst is not None:
+            disconnect_system([dst])
+            connect(src, dst)
+            assert connections()[dst] == [src]
+        rc = proc.wait(timeout=run_timeout)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()                   # by PID (Popen), only the process we started
+            proc.wait(timeout=10)
+        if server.alive():
+            out.stop()
+            out.close()
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    assert dst is not None, f"rtamt {args[0]} exited (code {proc.returncode}) before its " \
+                            f"port appeared:\n{stdout}\n{stderr}"
+    assert rc == 0, f"rtamt {args[0]} exit code {rc}:\n{stderr}"
+    return stdout, stderr, player

@@ -23,15 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 
-import numpy as np
 import pytest
 
-from _jack import (connect, connections, disconnect_system, jack_device, jack_server,
-                   list_ports, new_ports, skip_unless_jack)
+from _jack import jack_server, run_app_on_tone, skip_unless_jack
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,78 +43,14 @@ PORT_TIMEOUT = 60.0          # s for the meter to start (import, JIT warm-up) an
 METER_TIMEOUT = 120.0        # s for the meter process as a whole
 
 
-class TonePlayer:
-    """OutputStream callback: a continuous 1 kHz sine (one period = 48 samples at 48 kHz)."""
-
-    def __init__(self, dbfs: float):
-        n = FS // 1000
-        self.table = (np.sqrt(2) * 10 ** (dbfs / 20)
-                      * np.sin(2 * np.pi * np.arange(n) / n)).astype(np.float32)
-        self.pos = 0
-        self.flags: list[str] = []
-
-    def cb(self, outdata, frames, time_info, status):
-        if status:
-            self.flags.append(str(status))
-        n = self.table.size
-        outdata[:, 0] = self.table[(self.pos + np.arange(frames)) % n]
-        self.pos = (self.pos + frames) % n
-
-
-def _wait_for_meter_port(proc, before, server, deadline):
-    """The meter's input port, once its stream has started (auto-connected to system)."""
-    while True:
-        assert server.alive(), server.log()
-        if proc.poll() is not None:
-            return None
-        ins = [p for p in new_ports(before) if p.rsplit(":", 1)[-1].startswith("in_")]
-        if ins:
-            assert len(ins) == 1, ins
-            if any(c.startswith("system:") for c in connections().get(ins[0], [])):
-                return ins[0]
-        assert time.monotonic() < deadline, "the meter's JACK input port did not appear"
-        time.sleep(0.02)
-
-
 def _attempt(sd, server, tmp_path, attempt):
-    player = TonePlayer(TONE_DBFS)
-    dev = jack_device(sd)
-    before = list_ports()
-    out = sd.OutputStream(samplerate=FS, blocksize=PERIOD, device=dev, channels=1,
-                          dtype="float32", callback=player.cb)
-    proc = dst = rc = None
-    # meter output goes to files, not pipes (a pipe nobody reads could block the meter)
-    out_path = tmp_path / f"meter-{attempt}.out"
-    err_path = tmp_path / f"meter-{attempt}.err"
-    try:
-        (src,) = new_ports(before)
-        out.start()
-        disconnect_system([src])          # the tone goes to the meter only
-        before_meter = list_ports()
-        env = dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "calibration.json"))
-        with open(out_path, "w") as fo, open(err_path, "w") as fe:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "rtamt", "meter", "--input", "system", "--hostapi", "JACK",
-                 "--channels", "1", "--blocksize", str(PERIOD), "--seconds", str(METER_SECONDS),
-                 "--spl-ref", str(SPL_REF), "--json"],
-                stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env)
-        dst = _wait_for_meter_port(proc, before_meter, server, time.monotonic() + PORT_TIMEOUT)
-        if dst is not None:
-            disconnect_system([dst])
-            connect(src, dst)
-            assert connections()[dst] == [src]
-        rc = proc.wait(timeout=METER_TIMEOUT)
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()                   # by PID (Popen), only the process we started
-            proc.wait(timeout=10)
-        if server.alive():
-            out.stop()
-            out.close()
-    stdout, stderr = out_path.read_text(), err_path.read_text()
-    assert dst is not None, f"the meter exited (code {proc.returncode}) before its port appeared:" \
-                            f"\n{stdout}\n{stderr}"
-    assert rc == 0, f"meter exit code {rc}:\n{stderr}"
+    env = dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "calibration.json"))
+    stdout, stderr, player = run_app_on_tone(
+        sd, server, ["meter", "--input", "system", "--hostapi", "JACK", "--channels", "1",
+                     "--blocksize", str(PERIOD), "--seconds", str(METER_SECONDS),
+                     "--spl-ref", str(SPL_REF), "--json"],
+        tmp_path, f"meter-{attempt}", dbfs=TONE_DBFS, period=PERIOD,
+        port_timeout=PORT_TIMEOUT, run_timeout=METER_TIMEOUT, env=env)
     recs = [json.loads(ln) for ln in stdout.splitlines() if ln.strip()]
     return recs, player, stderr
 
