@@ -38,7 +38,7 @@ import numpy as np
 
 from .denormal import ensure_ftz
 
-__all__ = ["RtamtInputError", "Stage", "Chain", "Stateless", "as_numpy_block"]
+__all__ = ["RtamtInputError", "Stage", "SharedSOSStage", "Chain", "Stateless", "as_numpy_block"]
 
 
 class RtamtInputError(ValueError):
@@ -328,6 +328,26 @@ class Stage:
         self._state = state
         self._meta = (tuple(lead), int(n_in), dtype)
         self._block = int(sd["block"])
+
+
+class SharedSOSStage(Stage):
+    """Base of channel stages that run one real SOS cascade ``coeffs.sos`` (S, 6) on every
+    channel (DF-II transposed, :func:`rtamt.engine.kernels.sos_shared`), after half-wave
+    rectification if the class sets ``rectify = True``.  State: ``zi`` (batch, S, 2, C)."""
+
+    rectify = False
+
+    @staticmethod
+    def init_state(coeffs, batch, n_in, dtype):
+        return {"zi": np.zeros((batch, coeffs.sos.shape[0], 2, n_in), dtype)}
+
+    @classmethod
+    def process_tm(cls, coeffs, state, x, out=None):
+        from . import kernels as K
+
+        y = np.empty_like(x) if out is None or out.shape != x.shape else out
+        K.sos_shared(coeffs.sos, cls.rectify, state["zi"], x, y, 0)
+        return y
 
 
 class Chain:

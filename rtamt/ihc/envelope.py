@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from ..engine import kernels as K
-from ..engine.stage import Stage
+from ..engine.stage import SharedSOSStage
 
 PRESETS = {
     "dau1996": (1000.0, 1, 1),
@@ -70,19 +69,10 @@ def design(params: IHCEnvelopeParams, n_in=None) -> IHCEnvelopeCoeffs:
     return IHCEnvelopeCoeffs(params.fs, float(fc), int(n), int(it), sos)
 
 
-class IHCEnvelope(Stage):
+class IHCEnvelope(SharedSOSStage):
     """Streaming IHC envelope: ``(…, C, T)`` -> same shape."""
 
     name = "ihc"
     Params = IHCEnvelopeParams
     design = staticmethod(design)
-
-    @staticmethod
-    def init_state(coeffs, batch, n_in, dtype):
-        return {"zi": np.zeros((batch, coeffs.sos.shape[0], 2, n_in), dtype)}
-
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
-        y = np.empty_like(x) if out is None else out
-        K.sos_shared(coeffs.sos, True, state["zi"], x, y, 0)
-        return y
+    rectify = True

@@ -30,7 +30,7 @@ Every sub-parameter can be overridden (``flow``, ``fhigh``, ``spacing``, ``basef
 from __future__ import annotations
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..engine.stage import Chain
+from ._common import ModulationModel
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
@@ -41,7 +41,7 @@ CONFIGS = {
 }
 
 
-class Dau1997(Chain):
+class Dau1997(ModulationModel):
     """Streaming Dau et al. (1997a) model (see module docstring)."""
 
     name = "dau1997"
@@ -64,19 +64,3 @@ class Dau1997(Chain):
         mkw.update(modfb or {})
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc), **mkw))
         super().__init__([gt, ih, ad, mf])
-
-    @property
-    def fc(self):
-        """Auditory centre frequencies (C,), Hz."""
-        return self["gammatone"].coeffs.fc
-
-    @property
-    def mfc(self):
-        """Modulation centre frequencies, (C, M) NaN-padded, Hz."""
-        return self["modfb"].coeffs.mfc_padded
-
-    def calibrate(self, x):
-        """Scale a digital signal so that RMS 1 = ``spl_ref`` dB SPL maps to the model's
-        convention (RMS 1 = 100 dB SPL, AMT ``dboffset``): ``x * 10^((spl_ref-100)/20)``."""
-        g = 10.0 ** ((self.spl_ref - 100.0) / 20.0)
-        return x if g == 1.0 else x * g

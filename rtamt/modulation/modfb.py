@@ -222,12 +222,11 @@ def to_ragged(y, coeffs: ModFilterbankCoeffs) -> list:
     return out
 
 
-class ModFilterbank(Stage):
-    """Streaming modulation filterbank: ``(…, C, T)`` -> packed ``(…, F, T)``."""
+class PackedFilterbank(Stage):
+    """Base of modulation filterbanks designed for one auditory centre frequency per input
+    channel (``coeffs.fc``) with a packed output of ``coeffs.n_filters`` rows."""
 
     name = "modfb"
-    Params = ModFilterbankParams
-    design = staticmethod(design)
 
     def _coeffs_for(self, n_in):
         if n_in != self.coeffs.fc.size:
@@ -239,6 +238,22 @@ class ModFilterbank(Stage):
     @staticmethod
     def n_out(coeffs, n_in):
         return coeffs.n_filters
+
+    @staticmethod
+    def _prefilter(coeffs, state, x):
+        """The optional low-pass before the bank (``coeffs.pre_sos``, state ``pre``)."""
+        if coeffs.pre_sos is None:
+            return x
+        u = np.empty_like(x)
+        K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u, 0)
+        return u
+
+
+class ModFilterbank(PackedFilterbank):
+    """Streaming modulation filterbank: ``(…, C, T)`` -> packed ``(…, F, T)``."""
+
+    Params = ModFilterbankParams
+    design = staticmethod(design)
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -253,13 +268,10 @@ class ModFilterbank(Stage):
             st["bp"] = np.zeros((batch, Fb, 2, 2), dtype)
         return st
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
+    @classmethod
+    def process_tm(cls, coeffs, state, x, out=None):
         B, T, C = x.shape
-        if coeffs.pre_sos is not None:
-            u = np.empty_like(x)
-            K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u, 0)
-            x = u
+        x = cls._prefilter(coeffs, state, x)
         y = np.empty((B, T, coeffs.n_filters), x.dtype) if out is None else out
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
