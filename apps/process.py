@@ -114,6 +114,8 @@ def run(args) -> int:
                 block_sizes=sizes, model=np.str_(args.model), config=np.str_(model.config))
     if hasattr(model, "mfc"):
         meta["mfc"] = model.mfc
+    if hasattr(model, "fs_mod"):
+        meta["fs_mod"] = np.float64(model.fs_mod)   # rate of the outputs after resampling
     if args.out:
         np.savez(args.out, **result, **meta)
     print(f"rtamt process: {args.model} ({model.config}) on {src}")
