@@ -5,7 +5,8 @@ partition of a stream, down to single samples, gives the same output as one call
 on the whole signal.  See README.md.
 """
 from .engine.stage import Chain, RtamtInputError, Stage
-from .models import MODELS, Dau1997, Glasberg2002, Moore2016
+from .models import (MODELS, Dau1997, Glasberg2002, King2019, Moore2016, Osses2021,
+                     Paulick2024)
 
 __version__ = "0.1.0"
-__all__ = ["Chain", "Stage", "RtamtInputError", "Dau1997", "Glasberg2002", "Moore2016", "MODELS", "__version__"]
+__all__ = ["Chain", "Stage", "RtamtInputError", "Dau1997", "Glasberg2002", "King2019", "Moore2016", "Osses2021", "Paulick2024", "MODELS", "__version__"]

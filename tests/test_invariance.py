@@ -20,6 +20,9 @@ import torch
 
 import rtamt
 from rtamt.adaptation import AdaptLoop
+from rtamt.adaptation.highpass import AdaptHighpass
+from rtamt.models.king2019 import King2019
+from rtamt.modulation.king2019 import KingModFilterbank
 from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
@@ -73,6 +76,19 @@ CASES = {
     "power-per-channel": (
         lambda s: PowerCompression(exponent=tuple(np.linspace(0.2, 0.8, _C(s)))), "gammatone",
         False),
+    "adapt-highpass-king2019": (lambda s: AdaptHighpass(fs=FS), "ihc", False),
+    "modfb-king2019": (lambda s: KingModFilterbank(fs=FS, fc=s["fc"]), "adaptloop", False),
+    "modfb-king2019-lp150-nmod": (
+        lambda s: KingModFilterbank(fs=FS, fc=s["fc"], lp150=True, nmod=8, qfactor=2.0),
+        "adaptloop", False),
+    "king2019": (lambda s: King2019(FS), "signal", True),
+    "king2019-power-basef-batch": (lambda s: King2019(FS, compression="power", basef=2000.0),
+                                   "batch", True),
+    "osses2021": (lambda s: rtamt.Osses2021(FS), "signal", True),
+    "osses2021-batch": (lambda s: rtamt.Osses2021(FS, flow=500.0, fhigh=4000.0), "batch", True),
+    "paulick2024": (lambda s: rtamt.Paulick2024(FS), "signal", True),
+    "paulick2024-batch-ratio3": (lambda s: rtamt.Paulick2024(FS, n_channels=12,
+                                                              resample_factor=3), "batch", True),
     "dau1997-amt0910": (lambda s: rtamt.Dau1997(FS, "amt0910"), "signal", True),
     "dau1997-seed": (lambda s: rtamt.Dau1997(FS, "seed"), "signal", True),
     "dau1997-batch": (lambda s: rtamt.Dau1997(FS), "batch", True),
