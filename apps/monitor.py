@@ -44,6 +44,7 @@ from rtamt import calibration
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 
 LOUDNESS_MODELS = ("moore2016", "glasberg2002")
+MODULATION_MODELS = ("dau1997", "king2019")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class MonitorSettings:
     hostapi: str | None = None
     model: str = "moore2016"
     modulation: bool = True
+    modulation_model: str = "dau1997"
     fs: float | None = None
     channels: int | None = None
     block: int = 512
@@ -66,6 +68,7 @@ class MonitorSettings:
     mod_window_s: float = 1.0
     seconds: float | None = None
     loop: bool = False
+    max_backlog_s: float = 0.25
 
 
 def add_arguments(p):
@@ -75,8 +78,10 @@ def add_arguments(p):
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="moore2016", choices=LOUDNESS_MODELS,
                    help="loudness model (panels 1 and 2)")
+    p.add_argument("--modulation-model", default="dau1997", choices=MODULATION_MODELS,
+                   help="chain whose modulation filterbank feeds the modulation panel")
     p.add_argument("--no-modulation", action="store_true",
-                   help="do not run the Dau1997 chain (no modulation panel)")
+                   help="do not run a modulation chain (no modulation panel)")
     p.add_argument("--fs", type=float, default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
     p.add_argument("--channels", type=int, default=None, help="device channels (1 or 2)")
@@ -86,6 +91,9 @@ def add_arguments(p):
                    help="stop after this many seconds of audio and exit (default: run until "
                         "the window is closed; 3 with --screenshot)")
     p.add_argument("--loop", action="store_true", help="WAV file: repeat it")
+    p.add_argument("--max-backlog", type=float, default=0.25,
+                   help="seconds of input the processing may fall behind before the oldest is "
+                        "skipped (at most 1.9: the input ring holds 2 s)")
     calibration.add_arguments(p)
     p.add_argument("--fps", type=float, default=30.0, help="GUI refresh rate")
     p.add_argument("--history", type=float, default=10.0, help="seconds of loudness history")
@@ -109,7 +117,7 @@ def build_pipeline(s: MonitorSettings):
 
     Returns ``(live, feed, loudness_model, modulation_chain)``.  Raises ``ValueError``,
     ``OSError``, ``LookupError`` or ``RuntimeError`` with a message for the user."""
-    from rtamt.models import Dau1997, Glasberg2002, Moore2016
+    from rtamt.models import Dau1997, Glasberg2002, King2019, Moore2016
     from rtamt.runtime import Runtime
     from rtamt.runtime.feed import ModulationPower, MonitorFeed, SoundLevel
     from rtamt.runtime.inputs import Live, open_input
@@ -129,9 +137,14 @@ def build_pipeline(s: MonitorSettings):
     chains = {"loudness": lm, "level": SoundLevel()}
     mod = None
     if s.modulation:
-        mod = ModulationPower(Dau1997(fs, fhigh=min(8000.0, 0.45 * fs), spl_ref=s.spl_ref))
+        if s.modulation_model not in MODULATION_MODELS:
+            raise ValueError(f"unknown modulation model {s.modulation_model!r}; choose from "
+                             f"{MODULATION_MODELS}")
+        cls = Dau1997 if s.modulation_model == "dau1997" else King2019
+        mod = ModulationPower(cls(fs, fhigh=min(8000.0, 0.45 * fs), spl_ref=s.spl_ref))
         chains["modulation"] = mod
-    rt = Runtime(chains, fs, channels=ch, block=s.block, policy="drop-oldest")
+    rt = Runtime(chains, fs, channels=ch, block=s.block, policy="drop-oldest",
+                 max_backlog_s=s.max_backlog_s)
     feed = MonitorFeed(fs, s.block, lm, mod, channels=ch, spl_ref=s.spl_ref,
                        history_s=s.history_s, mod_window_s=s.mod_window_s)
     rt.subscribe(feed)
@@ -339,6 +352,8 @@ def make_window_class():
             self.budget_line.setValue(self.budget_us)
             self.panels["health"].setYRange(0, 1.25 * self.budget_us, padding=0)
             pm = self.panels["modulation"]
+            pm.setTitle(f"Modulation spectrum ({s.modulation_model})" if self.mod is not None
+                        else "Modulation spectrum (off)")
             if self.mod is not None:
                 C, M = self.view.mod_db.shape
                 self.img.setImage(self.view.mod_db, autoLevels=False)
@@ -449,10 +464,11 @@ def make_window_class():
 
         def reset_states(self):
             """Reset every chain to its initial state (between two blocks) and clear the
-            display history."""
+            display history from that block on; returns the block's ``seq``."""
             if self.live is not None:
-                self.live.runtime.reset()
-                self.feed.clear()
+                seq = self.live.runtime.reset()
+                self.feed.clear(from_seq=seq)
+                return seq
 
         def stop_stream(self):
             self.timer.stop()
@@ -632,11 +648,12 @@ def settings_from_args(args) -> MonitorSettings:
     if seconds is None and args.screenshot:
         seconds = 3.0
     return MonitorSettings(input=args.input, hostapi=args.hostapi, model=args.model,
-                           modulation=not args.no_modulation, fs=args.fs,
+                           modulation=not args.no_modulation,
+                           modulation_model=args.modulation_model, fs=args.fs,
                            channels=args.channels, block=args.block, blocksize=args.blocksize,
                            spl_ref=spl_ref, spl_source=spl_src, field=args.field, fps=args.fps,
                            history_s=args.history, mod_window_s=args.mod_window,
-                           seconds=seconds, loop=args.loop)
+                           seconds=seconds, loop=args.loop, max_backlog_s=args.max_backlog)
 
 
 def run(args) -> int:

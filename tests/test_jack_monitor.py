@@ -23,7 +23,7 @@ from _jack import jack_server, run_app_on_tone, skip_unless_jack
 
 pytestmark = pytest.mark.timeout(300)
 
-FS = 48000
+FS = 32000        # the monitor runs Moore2016 and Dau1997 at this rate (48 kHz doubles the cost)
 PERIOD = 256
 TONE_DBFS = -26.0
 LEVEL = 100.0 + TONE_DBFS       # dB SPL with --spl-ref 100

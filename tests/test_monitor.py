@@ -275,18 +275,23 @@ def test_freeze_reset_and_model_switch(make_window, qtbot):
     assert win.shown["seq"] == seq and win.labels["ltl"].text() == text
     win.pause_btn.click()
     qtbot.waitUntil(lambda: win.shown["seq"] > seq + 5, timeout=2000)
-    # reset: chain states back to initial (LTL starts again from zero), history cleared
+    # reset: chain states back to initial (LTL starts again from zero), history cleared from
+    # the first block processed after the reset on
     ltl_before = win.shown["ltl"]
     assert ltl_before > 1.0
-    win.reset_btn.click()
-    qtbot.waitUntil(lambda: win.view.n_loud > 0 and win.shown["ltl"] < 0.5 * ltl_before,
-                    timeout=2000)
-    assert win.view.n_loud < 1000           # history restarted at the reset
+    seq0 = win.reset_states()
+    qtbot.waitUntil(lambda: win.shown.get("seq", -1) >= seq0 + 2 and win.view.n_loud > 0,
+                    timeout=10000)
+    v = win.view
+    n = v.n_loud
+    t_reset = seq0 * win.settings.block / win.feed.fs          # stream time of block seq0
+    assert v.t[-n] > t_reset - 0.064                            # nothing from before the reset
+    assert v.ltl[-n] < 0.05 * ltl_before                        # LTL restarted from zero
     # model switch: a new pipeline, the old threads gone
     old = win.live.runtime
     win.model_box.setCurrentText("glasberg2002")
     assert type(win.model).__name__ == "Glasberg2002" and not old.running
-    qtbot.waitUntil(lambda: _panels_filled(win) and win.shown.get("t", 0) > 0.2, timeout=3000)
+    qtbot.waitUntil(lambda: _panels_filled(win) and win.shown.get("t", 0) > 0.2, timeout=10000)
     assert _threads().count("rtamt-processing") == 1
 
 
@@ -299,7 +304,10 @@ def test_wav_input_matches_the_model_offline(make_window, qtbot, tmp_path):
     x16 = np.round(x * 32767).astype(np.int16)
     path = tmp_path / "tone.wav"
     wavfile.write(path, fs, x16)
-    win = make_window(start=False, input=str(path), spl_ref=90.0, modulation=False)
+    # a backlog of up to 1.5 s is worked off rather than skipped (a loaded machine must not
+    # turn this exactness check into a load test)
+    win = make_window(start=False, input=str(path), spl_ref=90.0, modulation=False,
+                      max_backlog_s=1.5)
     with qtbot.waitSignal(win.finished, timeout=10000):
         win.start()
     ref = Moore2016(fs, spl_ref=90.0).process_all(x16 / 32768.0)
@@ -307,7 +315,8 @@ def test_wav_input_matches_the_model_offline(make_window, qtbot, tmp_path):
     assert win.shown["spl_db"] == pytest.approx(60.0, abs=0.05)
     assert win.live.input.kind == "file" and win.mod is None
     assert win.source_box.currentData() == str(path)
-    assert win.report()["dropped_frames"] == 0
+    rep = win.report()
+    assert rep["dropped_frames"] == 0 and rep["skipped_frames"] == 0
 
 
 def test_source_switch_and_bad_source(make_window, qtbot, tmp_path):

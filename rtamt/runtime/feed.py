@@ -115,7 +115,8 @@ class FeedView:
     """Preallocated arrays a GUI reads into (:meth:`MonitorFeed.read`); the last
     ``n_loud`` / ``n_proc`` entries of the history arrays are valid (oldest first).
 
-    t (H,)                 loudness frame times, stream seconds
+    t (H,)                 loudness frame times, stream seconds (the model's frame times
+                           moved onto the stream clock: skipped input and resets included)
     stl, ltl (H,)          total short-/long-term loudness, sone
     stl_ears, ltl_ears     (2, H) left/right, sone (NaN unless the model reports ears)
     exc (2, K)             newest excitation pattern, dB (row 1 = row 0 for one ear)
@@ -208,24 +209,44 @@ class MonitorFeed:
         self.gaps = 0
         self.last = dict(stl=math.nan, ltl=math.nan, stl_left=math.nan, stl_right=math.nan,
                          ltl_left=math.nan, ltl_right=math.nan)
+        self._clear_at: int | None = None
+        self._model_n = 0
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ processing thread
-    def clear(self) -> None:
-        """Forget everything shown (after a state reset)."""
+    def clear(self, from_seq: int | None = None) -> None:
+        """Forget everything shown.  With ``from_seq`` (e.g. what :meth:`Runtime.reset`
+        returns), the processing thread clears just before it writes block ``from_seq``, so
+        the history starts exactly at the reset, whichever thread calls this."""
+        if from_seq is not None:
+            self._clear_at = int(from_seq)
+            return
         with self.lock:
-            self.loud[:] = np.nan
-            self.w_loud = 0
-            self.exc[:] = np.nan
-            self.spec[:] = np.nan
-            self.mod_p[:] = 0.0
-            self.mod_T[:] = 0.0
-            self.w_mod = 0
-            for k in self.last:
-                self.last[k] = math.nan
+            self._clear()
+
+    def _clear(self) -> None:
+        self.loud[:] = np.nan
+        self.w_loud = 0
+        self.exc[:] = np.nan
+        self.spec[:] = np.nan
+        self.mod_p[:] = 0.0
+        self.mod_T[:] = 0.0
+        self.w_mod = 0
+        for k in self.last:
+            self.last[k] = math.nan
 
     def __call__(self, r) -> None:
         out = r.outputs
+        if self._clear_at is not None and r.seq >= self._clear_at:
+            # first block after a reset of the chains: the models' clocks restart at 0
+            with self.lock:
+                self._clear_at = None
+                self._clear()
+            self._model_n = 0
+        # the loudness model's frame times count the samples it has seen since its start or
+        # reset; skipped input and resets make that differ from the stream's clock
+        n0 = self._model_n
+        self._model_n += r.frames
         lo = out.get("loudness")
         rows = None
         if lo is not None and lo["stl"].shape[-1]:
@@ -233,7 +254,7 @@ class MonitorFeed:
             stl = np.asarray(lo["stl"], dtype=np.float64).reshape(-1, F)
             ltl = np.asarray(lo["ltl"], dtype=np.float64).reshape(-1, F)
             rows = np.full((7, F), np.nan)
-            rows[0] = lo["frame_time"]
+            rows[0] = lo["frame_time"] + (r.start - n0) / self.fs      # stream seconds
             rows[1] = stl.sum(axis=0)
             rows[2] = ltl.sum(axis=0)
             if "stl_left" in lo:
