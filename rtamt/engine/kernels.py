@@ -136,6 +136,9 @@ def sos_shared(sos, rectify, zi, x, y, yoff):
     x       : (B, T, C)    input.
     y       : (B, T, Ftot) output; channel c -> column ``yoff + c`` (Ftot = C, yoff = 0
               for a plain (B, T, C) output; y may then be x itself).
+
+    First-order sections (``b2 = a2 = 0``, e.g. the IHC low-passes) take a shorter loop
+    that leaves their (always zero) second memory alone.
     """
     B, T, C = x.shape
     S = sos.shape[0]
@@ -156,6 +159,15 @@ def sos_shared(sos, rectify, zi, x, y, yoff):
                 a2 = sos[s_, 5]
                 z0 = zi[b, s_, 0]
                 z1 = zi[b, s_, 1]
+                if b2 == 0.0 and a2 == 0.0:
+                    # first-order section: the second memory stays exactly 0 (b2 v - a2 y);
+                    # skipping it changes no value (at most the sign of a zero)
+                    for c in range(C):
+                        v = yt[c]
+                        out = b0 * v + z0[c]
+                        z0[c] = b1 * v - a1 * out + z1[c]
+                        yt[c] = out
+                    continue
                 for c in range(C):
                     v = yt[c]
                     out = b0 * v + z0[c]
