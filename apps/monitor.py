@@ -282,6 +282,7 @@ def make_window_class():
             pe.getAxis("right").linkToView(self.vb_spec)
             self.vb_spec.setXLink(pe)
             self.vb_spec.setMouseEnabled(x=False, y=False)
+            self.vb_spec.enableAutoRange(axis="y")       # once: it stays on (no mouse)
             self.c_spec = [pg.PlotDataItem(pen=pg.mkPen((255, 120, 0), width=1)),
                            pg.PlotDataItem(pen=pg.mkPen((0, 120, 255), width=1))]
             for c in self.c_spec:
@@ -547,7 +548,6 @@ def make_window_class():
                 if two:
                     self.c_exc[1].setData(self.cam, v.exc[1], skipFiniteCheck=True)
                     self.c_spec[1].setData(self.cam, v.spec[1], skipFiniteCheck=True)
-                self.vb_spec.enableAutoRange(axis="y")
             if self.mod is not None and vals["mod_seconds"] > 0:
                 now = time.perf_counter()
                 if now - self._levels_t > 1.0:

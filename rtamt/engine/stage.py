@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import kernels as K
 from .denormal import ensure_ftz
 
 __all__ = ["RtamtInputError", "Stage", "SharedSOSStage", "Chain", "Stateless", "as_numpy_block"]
@@ -343,8 +344,6 @@ class SharedSOSStage(Stage):
 
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
-        from . import kernels as K
-
         y = np.empty_like(x) if out is None or out.shape != x.shape else out
         K.sos_shared(coeffs.sos, cls.rectify, state["zi"], x, y, 0)
         return y
