@@ -224,7 +224,13 @@ def test_outer_middle_tables_reuse_ansi():
     f = np.geomspace(20.0, 20000.0, 200)
     for field in ("free", "diffuse", "eardrum"):
         assert np.array_equal(outer_middle_ear_db(f, "tfOuterMiddle1997", field),
-                              ansi.ear_gain_db(f, field))
+                              ansi.ear_gain_db(f, field, "1997"))
+        assert np.array_equal(outer_middle_ear_db(f, "tfOuterMiddle2007", field),
+                              ansi.ear_gain_db(f, field, "2007"))
+    # the loudness tables' default is the ANSI S3.4-2007 middle ear (Table 2 of the standard)
+    assert np.array_equal(ansi.ear_gain_db(f), ansi.ear_gain_db(f, "free", "2007"))
+    with pytest.raises(ValueError, match="middle_ear"):
+        ansi.ear_gain_db(f, "free", "2006")
     d97 = outer_middle_ear_db(np.array([1000.0, 1250.0, 1500.0, 1600.0, 2000.0]))
     d07 = outer_middle_ear_db(np.array([1000.0, 1250.0, 1500.0, 1600.0, 2000.0]),
                               "tfOuterMiddle2007")

@@ -1,10 +1,9 @@
 """Published frequency-response tables of the ear filters (numbers only).
 
 Provenance of every table: ``rtamt/ear/PROVENANCE.md``.  The ANSI S3.4-2007 /
-Glasberg-Moore outer- and middle-ear tables are *not* repeated here: they live in
-:mod:`rtamt.loudness.ansi` and are imported by :mod:`rtamt.ear.filters`; only the three
-middle-ear values in which the 2007 revision differs from the 1997 (2006-revised)
-table are listed below.
+Glasberg-Moore outer- and middle-ear tables (both the 1997/2006 and the 2007 middle ear)
+are *not* repeated here: they live in :mod:`rtamt.loudness.ansi` and are used by
+:mod:`rtamt.ear.filters`.
 
 All arrays are ``(N, 2)`` float64: column 0 frequency (Hz, ascending), column 1 value.
 """
@@ -13,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["PRALONG1996_FIG1E", "GOODE1994_FIG1_104DB", "LOPEZPOVEDA2001_FIG2B_EXTRAP",
-           "JEPSEN2008_STAPES_IMPEDANCE", "ANSI2007_MIDDLE_REVISED"]
+           "JEPSEN2008_STAPES_IMPEDANCE"]
 
 #: Pralong & Carlile (1996), Fig. 1(e): gain (linear amplitude) of the Sennheiser HD 250
 #: Linear circumaural headphones measured at the eardrum (headphone + outer ear).
@@ -117,13 +116,4 @@ JEPSEN2008_STAPES_IMPEDANCE = np.array([
     [9000.0, 41720.9],
     [9500.0, 44126.4],
     [10000.0, 46531.9],
-])
-
-#: ANSI S3.4-2007 middle-ear transfer (dB, sign as in ``rtamt.loudness.ansi._MIDDLE``)
-#: at the three frequencies where it differs from the 1997 (2006-revised) table that
-#: ``rtamt.loudness.ansi`` holds; every other frequency is identical.
-ANSI2007_MIDDLE_REVISED = np.array([
-    [1250.0, -4.5],
-    [1500.0, -5.4],
-    [1600.0, -6.1],
 ])

@@ -208,25 +208,14 @@ def outer_middle_ear_db(f, compensation: str = "tfOuterMiddle1997", field: str =
     """Outer + middle ear transfer (dB) at ``f`` Hz from the tables of
     :mod:`rtamt.loudness.ansi` (PCHIP in log frequency, held beyond the table ends).
 
-    ``tfOuterMiddle1997``: the middle-ear table of rtamt.loudness.ansi (Moore et al. 1997,
-    revised 2006; identical to :func:`rtamt.loudness.ansi.ear_gain_db`);
-    ``tfOuterMiddle2007``: the same with the ANSI S3.4-2007 values at 1250, 1500 and
-    1600 Hz.  ``field``: 'free', 'diffuse' or 'eardrum' (middle ear only)."""
+    ``tfOuterMiddle1997``: :func:`rtamt.loudness.ansi.ear_gain_db` with ``middle_ear='1997'``
+    (Moore et al. 1997, revised 2006); ``tfOuterMiddle2007``: with ``middle_ear='2007'``
+    (ANSI S3.4-2007, which differs at 1250, 1500 and 1600 Hz).  ``field``: 'free', 'diffuse' or 'eardrum' (middle ear only)."""
     if compensation not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {compensation!r}; choose from {COMPENSATIONS}")
     if field not in FIELDS:
         raise ValueError(f"field must be one of {FIELDS}, got {field!r}")
-    mid = np.array(ansi._MIDDLE, dtype=np.float64)
-    if compensation == "tfOuterMiddle2007":
-        for fr, v in D.ANSI2007_MIDDLE_REVISED:
-            (idx,) = np.nonzero(ansi._F_MIDDLE == fr)
-            mid[idx] = v
-    g = ansi._pchip_logf(ansi._F_MIDDLE, mid, f)
-    if field == "free":
-        g = g + ansi._pchip_logf(ansi._F_OUTER, ansi._OUTER_FREE, f)
-    elif field == "diffuse":
-        g = g + ansi._pchip_logf(ansi._F_OUTER, ansi._OUTER_DIFFUSE, f)
-    return g
+    return ansi.ear_gain_db(f, field, "2007" if compensation == "tfOuterMiddle2007" else "1997")
 
 
 @dataclass(frozen=True)

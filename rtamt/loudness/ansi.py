@@ -54,10 +54,19 @@ _OUTER_DIFFUSE = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0.1, 0.3, 0.4, 0.5, 1, 1.6, 1
 _F_MIDDLE = np.array([20, 25, 31.5, 40, 50, 63, 80, 100, 125, 160, 200, 250, 315, 400, 500, 630,
                       750, 800, 1000, 1250, 1500, 1600, 2000, 2500, 3000, 3150, 4000, 5000, 6000,
                       6300, 8000, 9000, 10000, 11200, 12500, 14000, 15000, 16000, 18000, 20000.0])
-#: middle-ear effective transfer, dB (ANSI S3.4-2007 Table 2)
-_MIDDLE = -np.array([39.6, 32, 25.85, 21.4, 18.5, 15.9, 14.1, 12.4, 11, 9.6, 8.3, 7.4, 6.2, 4.8,
+#: middle-ear effective transfer, dB: Moore, Glasberg & Baer (1997) with Glasberg & Moore's
+#: 2006 revision (AMT ``tfOuterMiddle1997``), the table of the Glasberg & Moore (2002) model.
+_MIDDLE_1997 = -np.array([39.6, 32, 25.85, 21.4, 18.5, 15.9, 14.1, 12.4, 11, 9.6, 8.3, 7.4, 6.2, 4.8,
                      3.8, 3.3, 2.9, 2.6, 2.6, 3.2, 4.5, 5.5, 8.5, 10.4, 7.3, 7, 6.6, 7, 9.2, 10.2,
                      12.2, 10.8, 10.1, 12.7, 15, 18.2, 23.8, 32.3, 45.5, 50])
+#: ANSI S3.4-2007 middle-ear transfer (Table 2 of the standard): the 1997/2006 table with
+#: the standard's values at 1250, 1500 and 1600 Hz (-4.5, -5.4, -6.1 dB instead of -3.2,
+#: -4.5, -5.5 dB); provenance in ``rtamt/ear/PROVENANCE.md``.
+_MIDDLE_2007 = _MIDDLE_1997.copy()
+_MIDDLE_2007[np.searchsorted(_F_MIDDLE, [1250.0, 1500.0, 1600.0])] = [-4.5, -5.4, -6.1]
+#: middle-ear tables by name
+MIDDLE_EAR = {"1997": _MIDDLE_1997, "2007": _MIDDLE_2007}
+
 #: excitation at threshold in quiet, dB (ANSI S3.4-2007 Table 3); 3.73 dB from 500 Hz up
 _F_THRQ = np.array([50, 63, 80, 100, 125, 160, 200, 250, 315, 400, 500.0])
 _THRQ = np.array([28.18, 23.9, 19.2, 15.68, 12.67, 10.09, 8.08, 6.3, 5.3, 4.5, 3.73])
@@ -81,16 +90,20 @@ def _pchip_logf(fx, fy, f):
     return PchipInterpolator(np.log10(fx), fy)(np.log10(f))
 
 
-def ear_gain_db(f, field: str = "free"):
+def ear_gain_db(f, field: str = "free", middle_ear: str = "2007"):
     """Outer + middle ear gain (dB) from the sound field to the cochlea, at ``f`` Hz.
 
     ``field``: ``'free'`` (frontal free field, ANSI Table 1 + Table 2), ``'diffuse'``
     (diffuse field) or ``'eardrum'`` (middle ear only: headphones calibrated at the
-    eardrum).  0.0 dB at 1 kHz for the free field by construction of the tables.
+    eardrum).  ``middle_ear``: ``'2007'`` (ANSI S3.4-2007, default; Moore et al. 2016) or
+    ``'1997'`` (Moore, Glasberg & Baer 1997 as revised in 2006; Glasberg & Moore 2002).
+    0.0 dB at 1 kHz for the free field by construction of the tables.
     """
     if field not in FIELDS:
         raise ValueError(f"field must be one of {FIELDS}, got {field!r}")
-    g = _pchip_logf(_F_MIDDLE, _MIDDLE, f)
+    if middle_ear not in MIDDLE_EAR:
+        raise ValueError(f"middle_ear must be one of {sorted(MIDDLE_EAR)}, got {middle_ear!r}")
+    g = _pchip_logf(_F_MIDDLE, MIDDLE_EAR[middle_ear], f)
     if field == "free":
         g = g + _pchip_logf(_F_OUTER, _OUTER_FREE, f)
     elif field == "diffuse":

@@ -42,12 +42,15 @@ EDGES_HZ = (20.0, 80.0, 500.0, 1250.0, 2540.0, 4050.0, 15000.0)
 @dataclasses.dataclass(frozen=True)
 class SpectrumParams:
     """fs (Hz, >= 32000 so that 15 kHz < fs/2); hop_ms frame period; spl_ref (dB SPL of
-    digital RMS 1.0); field (``free`` | ``diffuse`` | ``eardrum``); comp_cam (Cam, 0 = off)."""
+    digital RMS 1.0); field (``free`` | ``diffuse`` | ``eardrum``); middle_ear (``'2007'``
+    ANSI S3.4-2007 | ``'1997'`` Moore et al. 1997 revised 2006, see
+    :func:`rtamt.loudness.ansi.ear_gain_db`); comp_cam (Cam, 0 = off)."""
 
     fs: float = 32000.0
     hop_ms: float = 1.0
     spl_ref: float = 100.0
     field: str = "free"
+    middle_ear: str = "2007"
     comp_cam: float = 0.1
     windows_ms: tuple = WINDOWS_MS
     edges_hz: tuple = EDGES_HZ
@@ -96,7 +99,7 @@ def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
         freqs.append(f)
         offsets.append((nmax - n) // 2)
     bin_hz = np.concatenate(freqs)
-    g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_gain_db(bin_hz, p.field) / 10.0)
+    g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_gain_db(bin_hz, p.field, p.middle_ear) / 10.0)
     # spectral compression into groups <= comp_cam wide
     cams = hz_to_cam(bin_hz)
     starts = [0]

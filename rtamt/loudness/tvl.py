@@ -52,12 +52,13 @@ class TimeVaryingLoudness:
     config = "paper"
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
-                 comp_cam: float = 0.1):
+                 comp_cam: float = 0.1, middle_ear: str = "2007"):
         self.fs = float(fs)
         self.spl_ref = float(spl_ref)
         self.field = field
+        self.middle_ear = middle_ear
         sp = design_spectrum(SpectrumParams(fs=self.fs, spl_ref=self.spl_ref, field=field,
-                                            comp_cam=comp_cam))
+                                            middle_ear=middle_ear, comp_cam=comp_cam))
         ex = design_excitation(sp.comp_hz)
         self.coeffs = TVLCoeffs(sp, ex, SpecificLoudnessCoeffs(ex.fc, self.C))
         self.hop = sp.hop

@@ -4,7 +4,7 @@ Glasberg B R, Moore B C J (2002). "A model of loudness applicable to time-varyin
 sounds", J. Audio Eng. Soc. 50(5), 331-342.
 
 Chain per frame (every 1 ms): multi-resolution spectrum (six Hann windows 2-64 ms,
-:mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``) -> excitation pattern
+:mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``; middle ear of Moore, Glasberg & Baer 1997 as revised in 2006, ``middle_ear="1997"``, the table of the 2002 paper) -> excitation pattern
 on 150 roex filters 1.75-39 Cam in 0.25-Cam steps (:mod:`rtamt.loudness.excitation`)
 -> specific loudness (ANSI S3.4-2007 eqs. 17-19, C = 0.046871) -> instantaneous
 loudness ``N_I = k * 0.25 * sum N'`` (k = 2 for diotic presentation, the default, 1 for
@@ -52,12 +52,13 @@ class Glasberg2002(TimeVaryingLoudness):
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
                  field: str = "free", presentation: str = "diotic", comp_cam: float = 0.1,
-                 tau_stl=(0.022, 0.050), tau_ltl=(0.100, 2.000)):
+                 middle_ear: str = "1997", tau_stl=(0.022, 0.050), tau_ltl=(0.100, 2.000)):
         if config not in CONFIGS:
             raise ValueError(f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
         if presentation not in ("diotic", "monaural"):
             raise ValueError("presentation must be 'diotic' or 'monaural'")
-        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam)
+        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
+                         middle_ear=middle_ear)
         self.presentation = presentation
         self.ear_factor = 2.0 if presentation == "diotic" else 1.0
         dt = self.hop / self.fs
