@@ -265,3 +265,30 @@ def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
                     y[b, t, yoff + f] = scale[f] * o_r
                 else:
                     y[b, t, yoff + f] = scale[f] * math.sqrt(o_r * o_r + o_i * o_i)
+
+
+@njit(**_JIT)
+def transpose_tm(y, out):
+    """``out[b, f, t] = y[b, t, f]``: time-major ``(B, T, F)`` to time-last ``(B, F, T)``.
+
+    4 x 4 tiles, filter-major: each tile reads four short rows of ``y`` and writes four
+    short rows of ``out``, so both stay in cache for any block length (a plain strided
+    copy of a (1, 1024, 260) float64 block leaves L2).  Pure data movement, no arithmetic.
+    """
+    B, T, F = y.shape
+    T4 = T - T % 4
+    F4 = F - F % 4
+    for b in range(B):
+        yb = y[b]
+        ob = out[b]
+        for f0 in range(0, F4, 4):
+            for t0 in range(0, T4, 4):
+                for j in range(4):
+                    for i in range(4):
+                        ob[f0 + j, t0 + i] = yb[t0 + i, f0 + j]
+        for f in range(F4, F):
+            for t in range(T4):
+                ob[f, t] = yb[t, f]
+        for t in range(T4, T):
+            for f in range(F):
+                ob[f, t] = yb[t, f]
