@@ -210,11 +210,10 @@ def outer_middle_ear_db(f, compensation: str = "tfOuterMiddle1997", field: str =
 
     ``tfOuterMiddle1997``: :func:`rtamt.loudness.ansi.ear_gain_db` with ``middle_ear='1997'``
     (Moore et al. 1997, revised 2006); ``tfOuterMiddle2007``: with ``middle_ear='2007'``
-    (ANSI S3.4-2007, which differs at 1250, 1500 and 1600 Hz).  ``field``: 'free', 'diffuse' or 'eardrum' (middle ear only)."""
+    (ANSI S3.4-2007, which differs at 1250, 1500 and 1600 Hz).  ``field``: 'free',
+    'diffuse' or 'eardrum' (middle ear only; checked by ``ear_gain_db``)."""
     if compensation not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {compensation!r}; choose from {COMPENSATIONS}")
-    if field not in FIELDS:
-        raise ValueError(f"field must be one of {FIELDS}, got {field!r}")
     return ansi.ear_gain_db(f, field, "2007" if compensation == "tfOuterMiddle2007" else "1997")
 
 

@@ -232,10 +232,6 @@ class FIRSignalStage(Stage):
         return {"hist": np.zeros((batch, coeffs.ntaps - 1, n_in), dtype)}
 
     @staticmethod
-    def n_out(coeffs, n_in):
-        return n_in
-
-    @staticmethod
     def process_tm(coeffs, state, x, out=None):
         """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape."""
         x3 = x[:, :, None] if x.ndim == 2 else x

@@ -56,9 +56,9 @@ _F_MIDDLE = np.array([20, 25, 31.5, 40, 50, 63, 80, 100, 125, 160, 200, 250, 315
                       6300, 8000, 9000, 10000, 11200, 12500, 14000, 15000, 16000, 18000, 20000.0])
 #: middle-ear effective transfer, dB: Moore, Glasberg & Baer (1997) with Glasberg & Moore's
 #: 2006 revision (AMT ``tfOuterMiddle1997``), the table of the Glasberg & Moore (2002) model.
-_MIDDLE_1997 = -np.array([39.6, 32, 25.85, 21.4, 18.5, 15.9, 14.1, 12.4, 11, 9.6, 8.3, 7.4, 6.2, 4.8,
-                     3.8, 3.3, 2.9, 2.6, 2.6, 3.2, 4.5, 5.5, 8.5, 10.4, 7.3, 7, 6.6, 7, 9.2, 10.2,
-                     12.2, 10.8, 10.1, 12.7, 15, 18.2, 23.8, 32.3, 45.5, 50])
+_MIDDLE_1997 = -np.array([39.6, 32, 25.85, 21.4, 18.5, 15.9, 14.1, 12.4, 11, 9.6, 8.3, 7.4, 6.2,
+                          4.8, 3.8, 3.3, 2.9, 2.6, 2.6, 3.2, 4.5, 5.5, 8.5, 10.4, 7.3, 7, 6.6, 7,
+                          9.2, 10.2, 12.2, 10.8, 10.1, 12.7, 15, 18.2, 23.8, 32.3, 45.5, 50])
 #: ANSI S3.4-2007 middle-ear transfer (Table 2 of the standard): the 1997/2006 table with
 #: the standard's values at 1250, 1500 and 1600 Hz (-4.5, -5.4, -6.1 dB instead of -3.2,
 #: -4.5, -5.5 dB); provenance in ``rtamt/ear/PROVENANCE.md``.

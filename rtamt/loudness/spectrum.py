@@ -99,7 +99,8 @@ def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
         freqs.append(f)
         offsets.append((nmax - n) // 2)
     bin_hz = np.concatenate(freqs)
-    g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_gain_db(bin_hz, p.field, p.middle_ear) / 10.0)
+    ear_db = ear_gain_db(bin_hz, p.field, p.middle_ear)
+    g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_db / 10.0)
     # spectral compression into groups <= comp_cam wide
     cams = hz_to_cam(bin_hz)
     starts = [0]

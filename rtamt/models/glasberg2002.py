@@ -4,8 +4,10 @@ Glasberg B R, Moore B C J (2002). "A model of loudness applicable to time-varyin
 sounds", J. Audio Eng. Soc. 50(5), 331-342.
 
 Chain per frame (every 1 ms): multi-resolution spectrum (six Hann windows 2-64 ms,
-:mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``; middle ear of Moore, Glasberg & Baer 1997 as revised in 2006, ``middle_ear="1997"``, the table of the 2002 paper) -> excitation pattern
-on 150 roex filters 1.75-39 Cam in 0.25-Cam steps (:mod:`rtamt.loudness.excitation`)
+:mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``; the middle ear of Moore,
+Glasberg & Baer 1997 as revised in 2006, ``middle_ear="1997"``, the 2002 paper's table)
+-> excitation pattern on 150 roex filters 1.75-39 Cam in 0.25-Cam steps
+(:mod:`rtamt.loudness.excitation`)
 -> specific loudness (ANSI S3.4-2007 eqs. 17-19, C = 0.046871) -> instantaneous
 loudness ``N_I = k * 0.25 * sum N'`` (k = 2 for diotic presentation, the default, 1 for
 monaural) -> short-term loudness ``STL`` and long-term loudness ``LTL`` by asymmetric

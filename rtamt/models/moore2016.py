@@ -6,7 +6,8 @@ for time-varying sounds incorporating binaural inhibition", Trends in Hearing 20
 binaural inhibition from Moore B C J, Glasberg B R (2007). "Modeling binaural
 loudness", J. Acoust. Soc. Am. 121, 1604-1612.
 
-Per ear and frame (1 ms): multi-resolution spectrum -> outer/middle ear (ANSI S3.4-2007 tables, ``middle_ear="2007"``) -> excitation
+Per ear and frame (1 ms): multi-resolution spectrum -> outer/middle ear (ANSI S3.4-2007
+tables, ``middle_ear="2007"``) -> excitation
 (150 roex filters, 0.25 Cam) -> instantaneous specific loudness (ANSI S3.4-2007 eqs.
 17-19 with C = 0.06084, see "Calibration") ->
 short-term specific loudness by an asymmetric one-pole per channel (attack
