@@ -50,7 +50,9 @@ def test_excitation_kernel_equals_direct_formula():
     ex = design_excitation(f)
     P = 10 ** (rng.uniform(-3, 11, (5, f.size)))
     P[0, ::3] = 0.0
-    np.testing.assert_allclose(excitation(ex, P), excitation_ref(ex, f, P), rtol=1e-9)
+    # the lower skirts are summed in float32 (kernels.lower_skirt): documented bound 2e-6
+    got, ref = excitation(ex, P), excitation_ref(ex, f, P)
+    np.testing.assert_allclose(got, ref, rtol=2e-6)
 
 
 def test_specific_loudness_kernel_equals_formula():

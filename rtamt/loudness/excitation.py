@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from .ansi import cam_to_hz, erb_hz
-from .kernels import lower_skirt
+from .kernels import SKIRT_PAD, lower_skirt
 
 CAM_LO, CAM_HI, CAM_STEP = 1.75, 39.0, 0.25
 
@@ -33,10 +33,11 @@ class ExcitationCoeffs:
     cam: np.ndarray       # (nf,)
     sym_t: np.ndarray     # (J, J) level-per-ERB weights, transposed for P @ sym_t
     up_t: np.ndarray      # (J, nf) upper-side weights, transposed
-    a: np.ndarray         # flat lower-skirt tables
+    a: np.ndarray         # flat lower-skirt tables (float32, see kernels.lower_skirt)
     b: np.ndarray
     i0: np.ndarray        # (J,) first filter above component j
     seg: np.ndarray       # (J,) offset of component j's pairs
+    cnt: np.ndarray       # (J,) padded pair count of component j
     c_slope: float        # 0.35 / p51_1k
 
 
@@ -60,27 +61,30 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
     up = np.where((gi >= 0) & (gi <= 2.0), _roex(pu[:, None] * np.abs(gi)), 0.0)
     # lower side pairs, grouped by component
     i0 = np.searchsorted(fc, fj, side="right")  # first filter with fc > f_j
-    segs, a_l, b_l, off = [], [], [], 0
+    segs, cnts, a_l, b_l, off = [], [], [], [], 0
     for j in range(fj.size):
         ii = np.arange(i0[j], n)
         gg = (fc[ii] - fj[j]) / fc[ii]
-        a_l.append(pu[ii] * gg)
-        b_l.append(0.1 * gg)
+        c = -(-ii.size // SKIRT_PAD) * SKIRT_PAD
+        a_l.append(np.concatenate([pu[ii] * gg, np.full(c - ii.size, 1e3)]))
+        b_l.append(np.concatenate([0.1 * gg, np.full(c - ii.size, 1e3)]))
         segs.append(off)
-        off += ii.size
+        cnts.append(c)
+        off += c
     return ExcitationCoeffs(
         fc=fc, cam=cam, sym_t=np.ascontiguousarray(sym.T), up_t=np.ascontiguousarray(up.T),
-        a=np.concatenate(a_l), b=np.concatenate(b_l), i0=i0.astype(np.int64),
-        seg=np.asarray(segs, dtype=np.int64), c_slope=0.35 / p51_1k)
+        a=np.concatenate(a_l).astype(np.float32), b=np.concatenate(b_l).astype(np.float32), i0=i0.astype(np.int64),
+        seg=np.asarray(segs, dtype=np.int64), cnt=np.asarray(cnts, dtype=np.int64),
+        c_slope=0.35 / p51_1k)
 
 
 def excitation(c: ExcitationCoeffs, P: np.ndarray) -> np.ndarray:
     """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear."""
     lvl = P @ c.sym_t
     np.maximum(lvl, 1e-10, out=lvl)
-    s = 1.0 - c.c_slope * (10.0 * np.log10(lvl) - 51.0)
+    s = (1.0 - c.c_slope * (10.0 * np.log10(lvl) - 51.0)).astype(np.float32)
     E = P @ c.up_t
-    lower_skirt(P, s, c.a, c.b, c.i0, c.seg, E)
+    lower_skirt(P, s, c.a, c.b, c.i0, c.seg, c.cnt, E)
     return E
 
 

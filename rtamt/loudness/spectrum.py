@@ -8,10 +8,35 @@ range (20-80, 80-500, 500-1250, 1250-2540, 2540-4050, 4050-15000 Hz).  The six w
 share one temporal centre, the centre of the 64 ms window, so a frame describes the
 sound ``nmax/2`` samples (32 ms) before the newest sample it uses.
 
-Design (pure): :func:`design_spectrum` returns per window the DFT rows of exactly the
-bins it contributes (a real ``(N_w, 2 n_w)`` matrix with the window and the power
-scaling folded in), so a block of frames is six small matrix products instead of six
-full FFTs per frame (same numbers as the zero-padded FFT; cheaper at 1 ms hop).
+Only the bins a window contributes are needed, so no FFT is taken.  Each window gets
+the cheapest of three exact evaluations of the same zero-padded DFT powers, chosen at
+design time from its multiply count (:func:`design_spectrum`):
+
+``direct``
+    a real ``(N_w, 2 n_w)`` DFT matrix (window and scaling folded in); a block of frames
+    is one matrix product.
+``chunk`` (hopping DFT)
+    when the window is a whole number ``C`` of hops and ends on a hop boundary, its
+    rectangular-window DFT is the sum of the DFTs of its ``C`` hop-long chunks, each
+    rotated by its position: ``R(f) = sum_i e^{-j 2 pi f i H} D_i(f)``.  A chunk's DFT is
+    computed once, when it enters the window, and kept in a ring of ``C`` chunks per row
+    (model state, derived from the sample history).  The Hann window is applied in the
+    frequency domain: with ``w(m) = 1/2 - 1/2 cos(2 pi (m + 1/2)/n)``,
+    ``X(f) = R(f)/2 - e^{j pi/n} R(f - 1/n)/4 - e^{-j pi/n} R(f + 1/n)/4``
+    (Harris 1978, "On the use of windows for harmonic analysis with the DFT",
+    Proc. IEEE 66, 51-83, §V), so the chunk DFTs are taken at the bins and at the bins
+    shifted by ``+-1/n`` (the same frequencies when ``nfft/n`` is an integer).
+``autocorr``
+    for short windows with many bins (the 2 ms window: 64 samples, 701 bins), the
+    power at ``f`` is ``|X(f)|^2 = r_0 + 2 sum_{d>=1} r_d cos(2 pi f d)`` with ``r_d``
+    the autocorrelation of the windowed segment (Wiener-Khinchin), so the bins of a
+    compression group collapse into one cosine table: ``P_g = sum_d r_d C_g(d)``.  Its
+    rounding floor is ~1e-16 of the segment's energy (-160 dB re the window's power,
+    far below threshold); negative rounding results are set to 0.
+
+At 32 kHz the 64-8 ms windows use ``chunk``, 4 ms ``chunk`` and 2 ms ``autocorr``: about
+45 000 multiplies per frame instead of 275 000.  Sample rates whose windows are not whole
+hops (44.1 kHz) use ``direct`` for the long windows.
 
 Power scaling: ``P_k = 2 |X_k|^2 / (nfft sum_n w_n^2)``, so that the components of a
 sinusoid of mean square ``m`` sum to ``m``; then ``10^(spl_ref/10)`` (``spl_ref`` = dB SPL
@@ -34,9 +59,11 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .ansi import ear_gain_db, hz_to_cam
+from .kernels import group_add, spectrum_autocorr, spectrum_chunks
 
 WINDOWS_MS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0)
 EDGES_HZ = (20.0, 80.0, 500.0, 1250.0, 2540.0, 4050.0, 15000.0)
+METHODS = ("auto", "direct", "chunk", "autocorr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +71,9 @@ class SpectrumParams:
     """fs (Hz, >= 32000 so that 15 kHz < fs/2); hop_ms frame period; spl_ref (dB SPL of
     digital RMS 1.0); field (``free`` | ``diffuse`` | ``eardrum``); middle_ear (``'2007'``
     ANSI S3.4-2007 | ``'1997'`` Moore et al. 1997 revised 2006, see
-    :func:`rtamt.loudness.ansi.ear_gain_db`); comp_cam (Cam, 0 = off)."""
+    :func:`rtamt.loudness.ansi.ear_gain_db`); comp_cam (Cam, 0 = off); method: how each
+    window's DFT powers are evaluated (``auto`` = cheapest valid, or force ``direct`` /
+    ``chunk`` / ``autocorr`` where valid; all give the same powers)."""
 
     fs: float = 32000.0
     hop_ms: float = 1.0
@@ -54,6 +83,28 @@ class SpectrumParams:
     comp_cam: float = 0.1
     windows_ms: tuple = WINDOWS_MS
     edges_hz: tuple = EDGES_HZ
+    method: str = "auto"
+
+
+@dataclasses.dataclass
+class WindowPlan:
+    """How one window's components are computed (see the module docstring).
+
+    n: window length (samples); start: first sample relative to the frame's end
+    (negative); method; bins: indices of its bins in the concatenated bin list.
+    ``direct``: mat (n, 2B) windowed DFT rows (cos | -sin), gain (B,), grp (B,).
+    ``chunk``: C chunks, lag = hops between window end and frame end; tab (H, 2 nF)
+    chunk DFT table cos | -sin(2 pi phi m); rc, rs (C, nF) rotations; offs (3,): bin b's
+    f, f - 1/n, f + 1/n are ``phi[offs + b]``; cm, cp (2,) Hann coefficients (re, im);
+    gain, grp (B,).
+    ``autocorr``: win (n,), cg (n, Jw) gain-weighted cosine sums per group, gidx (Jw,).
+    """
+
+    n: int
+    start: int
+    method: str
+    bins: np.ndarray
+    arrays: dict
 
 
 @dataclasses.dataclass
@@ -62,13 +113,27 @@ class SpectrumCoeffs:
     hop: int            # samples per frame
     nmax: int           # longest window (samples) = analysis history
     nfft: int
-    offsets: list       # per window: start of its segment inside the nmax history
-    lengths: list       # per window: N_w
-    mats: list          # per window: (N_w, 2 n_w) real DFT rows (cos | -sin), windowed, scaled
+    plans: list         # per window: WindowPlan
     gains: np.ndarray   # (n_bins,) power scale per bin incl. spl_ref and ear gain
     bin_hz: np.ndarray  # (n_bins,)
-    group_start: np.ndarray  # (J,) reduceat indices into the bins
+    group_of_bin: np.ndarray  # (n_bins,) component index of each bin
     comp_hz: np.ndarray      # (J,) component frequencies
+
+    @property
+    def n_comp(self) -> int:
+        return self.comp_hz.size
+
+    def ring_shapes(self, R: int) -> dict:
+        """Shapes of the chunk-DFT rings (state) for R rows: ``{'ring<w>': shape}``."""
+        return {f"ring{w}": (R, p.arrays["rc"].shape[0], p.arrays["tab"].shape[1])
+                for w, p in enumerate(self.plans) if p.method == "chunk"}
+
+
+def _costs(n, B, Jw, hop, chunk_ok, nF):
+    c = {"direct": 2 * n * B, "autocorr": n * (n + 1) // 2 + n * Jw}
+    if chunk_ok:
+        c["chunk"] = 2 * hop * nF + 4 * (n // hop) * nF + 8 * B
+    return c
 
 
 def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
@@ -78,26 +143,24 @@ def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
             f"sample rate {fs:g} Hz is too low for the loudness models: they analyse up to "
             f"{p.edges_hz[-1]:g} Hz and need fs >= {int(2 * p.edges_hz[-1]) + 2000} Hz "
             "(32 kHz or more)")
+    if p.method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {p.method!r}")
     hop = int(round(fs * p.hop_ms / 1000.0))
     if hop < 1:
         raise ValueError("hop_ms too small for this sample rate")
     lengths = [int(round(fs * w / 1000.0)) for w in p.windows_ms]
     nmax = max(lengths)
     nfft = 1 << int(np.ceil(np.log2(nmax)))
-    mats, gains, freqs, offsets = [], [], [], []
+    ks, gains, freqs = [], [], []
     for w, n in enumerate(lengths):
         lo, hi = p.edges_hz[w], p.edges_hz[w + 1]
         k = np.arange(int(np.ceil(lo * nfft / fs)), int(np.floor(hi * nfft / fs)) + 1)
         k = k[(k * fs / nfft >= lo) & (k * fs / nfft < hi)] if w < len(lengths) - 1 else \
             k[(k * fs / nfft >= lo) & (k * fs / nfft <= hi)]
-        win = 0.5 - 0.5 * np.cos(2 * np.pi * (np.arange(n) + 0.5) / n)  # Hann, symmetric about n/2
-        ph = 2 * np.pi * np.outer(np.arange(n), k) / nfft
-        m = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)], axis=1)
-        mats.append(np.ascontiguousarray(m))
-        f = k * fs / nfft
+        win = _hann(n)
+        ks.append(k)
         gains.append(np.full(k.size, 2.0 / (nfft * np.sum(win ** 2))))
-        freqs.append(f)
-        offsets.append((nmax - n) // 2)
+        freqs.append(k * fs / nfft)
     bin_hz = np.concatenate(freqs)
     ear_db = ear_gain_db(bin_hz, p.field, p.middle_ear)
     g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_db / 10.0)
@@ -113,30 +176,124 @@ def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
     starts = np.asarray(starts, dtype=np.intp)
     ends = np.append(starts[1:], bin_hz.size)
     comp_hz = np.array([bin_hz[a:b].mean() for a, b in zip(starts, ends)])
-    return SpectrumCoeffs(fs, hop, nmax, nfft, offsets, lengths, mats, g, bin_hz, starts, comp_hz)
+    grp = np.repeat(np.arange(starts.size), ends - starts).astype(np.int64)
+
+    plans, b0 = [], 0
+    for w, n in enumerate(lengths):
+        k = ks[w]
+        bins = np.arange(b0, b0 + k.size)
+        b0 += k.size
+        start = -nmax + (nmax - n) // 2
+        tail = -(start + n)                      # samples between window end and frame end
+        chunk_ok = n % hop == 0 and tail % hop == 0
+        gw, grw = g[bins], grp[bins]
+        Jw = np.unique(grw).size
+        # chunk frequencies k/nfft and k/nfft -+ 1/n (as integers over nfft*n): one
+        # contiguous run k_lo - d .. k_hi + d when d = nfft/n is an integer, else the
+        # three runs side by side; bin b then sits at offs + b in all three
+        if nfft % n == 0:
+            d = nfft // n
+            num = np.arange(k[0] - d, k[-1] + d + 1) * n
+            offs = np.array([d, 0, 2 * d], dtype=np.int64)
+        else:
+            num = np.concatenate([k * n, k * n - nfft, k * n + nfft])
+            offs = np.array([0, k.size, 2 * k.size], dtype=np.int64)
+        costs = _costs(n, k.size, Jw, hop, chunk_ok, num.size)
+        if p.method == "auto":
+            method = min(costs, key=costs.get)
+        elif p.method in costs:
+            method = p.method
+        else:
+            method = "direct"
+        plans.append(WindowPlan(n, start, method, bins,
+                                _plan_arrays(method, n, k, nfft, hop, tail, gw, grw,
+                                             num, offs)))
+    return SpectrumCoeffs(fs, hop, nmax, nfft, plans, g, bin_hz, grp, comp_hz)
 
 
-def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _hann(n):
+    # Hann window symmetric about n/2 (periodic form shifted by half a sample)
+    return 0.5 - 0.5 * np.cos(2 * np.pi * (np.arange(n) + 0.5) / n)
+
+
+def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
+    if method == "direct":
+        win = _hann(n)
+        ph = 2 * np.pi * np.outer(np.arange(n), k) / nfft
+        mat = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)], axis=1)
+        return {"mat": np.ascontiguousarray(mat), "gain": gw, "grp": grw}
+    if method == "autocorr":
+        win = _hann(n)
+        gids = np.unique(grw)
+        d = np.arange(n)
+        cg = np.zeros((n, gids.size))
+        for col, gid in enumerate(gids):
+            sel = grw == gid
+            cg[:, col] = (gw[sel][None, :] * np.cos(2 * np.pi * np.outer(d, k[sel]) / nfft)).sum(1)
+        cg[1:] *= 2.0
+        return {"win": win, "cg": np.ascontiguousarray(cg), "gidx": gids.astype(np.int64)}
+    # chunk
+    phi = num / float(nfft * n)                  # cycles per sample
+    C = n // hop
+    m = np.arange(hop)
+    ang = 2 * np.pi * np.outer(m, phi)
+    rot = 2 * np.pi * np.outer(np.arange(C) * hop, phi)
+    return {"tab": np.ascontiguousarray(np.concatenate([np.cos(ang), -np.sin(ang)], axis=1)),
+            "rc": np.ascontiguousarray(np.cos(rot)), "rs": np.ascontiguousarray(-np.sin(rot)),
+            "offs": offs,
+            "cm": -0.25 * np.array([np.cos(np.pi / n), np.sin(np.pi / n)]),
+            "cp": -0.25 * np.array([np.cos(np.pi / n), -np.sin(np.pi / n)]),
+            "lag": tail // hop, "gain": gw, "grp": grw}
+
+
+def new_rings(c: SpectrumCoeffs, R: int) -> dict:
+    """Zeroed chunk-DFT rings for R rows (consistent with an all-zero history)."""
+    return {k: np.zeros(s) for k, s in c.ring_shapes(R).items()}
+
+
+def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict | None = None,
+                 k0: int = 0) -> np.ndarray:
     """Component powers of the frames whose analysis history ends at ``ends``.
 
-    z    : (R, L) float64 signal rows (history + block).
-    ends : (F,) exclusive end index in z of each frame's newest sample (>= nmax), ``c.hop`` apart.
-    Returns (R*F, J) row-major (row r, frame f at ``r*F + f``).
+    z     : (R, L) float64 signal rows (history + block).
+    ends  : (F,) exclusive end index in z of each frame's newest sample (>= nmax), ``c.hop``
+            apart.
+    rings : chunk-DFT rings (state, see :func:`new_rings`) holding the chunks of the
+            frame before ``ends[0]``, advanced in place; ``None`` = stateless (the rings
+            are filled from ``z``, which then needs ``nmax`` samples before ``ends[0]``).
+    k0    : absolute index of the first frame (ring slot = chunk index mod C).
+    Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
     R = z.shape[0]
     F = ends.size
-    z = np.ascontiguousarray(z)
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    P = np.zeros((R * F, c.n_comp))
+    if F == 0:
+        return P
+    e0 = int(ends[0])
+    prime = rings is None
+    if prime:
+        rings = new_rings(c, R)
     rs, es = z.strides
-    parts = []
-    for off, n, m in zip(c.offsets, c.lengths, c.mats):
-        st = int(ends[0]) - c.nmax + off
-        # frames are hop apart: a strided view (R, F, n) of z, copied once for the GEMM
-        view = as_strided(z[:, st:], shape=(R, F, n), strides=(rs, c.hop * es, es), writeable=False)
-        y = np.ascontiguousarray(view).reshape(R * F, n) @ m
-        h = m.shape[1] // 2
-        parts.append(y[:, :h] ** 2 + y[:, h:] ** 2)
-    pb = np.concatenate(parts, axis=1)
-    pb *= c.gains
-    if c.group_start.size == pb.shape[1]:
-        return pb
-    return np.add.reduceat(pb, c.group_start, axis=1)
+    for w, pl in enumerate(c.plans):
+        a = pl.arrays
+        if pl.method == "chunk":
+            # the chunks entering the window in this block are contiguous in z: their
+            # DFTs are one matrix product (chunk-local phase), the rest is compiled
+            C, H, lag = a["rc"].shape[0], c.hop, a["lag"]
+            n_new = F + (C - 1 if prime else 0)
+            st = e0 - (lag + 1) * H - (n_new - F) * H
+            seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
+            D = (seg @ a["tab"]).reshape(R, n_new, -1)
+            spectrum_chunks(D, k0, lag, F, prime, a["rc"], a["rs"], rings[f"ring{w}"],
+                            a["offs"], a["cm"], a["cp"], a["gain"], a["grp"], P)
+        elif pl.method == "autocorr":
+            spectrum_autocorr(z, e0, F, c.hop, pl.start, a["win"], a["cg"], a["gidx"], P)
+        else:
+            st = e0 + pl.start
+            view = as_strided(z[:, st:], shape=(R, F, pl.n), strides=(rs, c.hop * es, es),
+                              writeable=False)
+            y = np.ascontiguousarray(view).reshape(R * F, pl.n) @ a["mat"]
+            h = y.shape[1] // 2
+            group_add(y[:, :h] ** 2 + y[:, h:] ** 2, a["gain"], a["grp"], P)
+    return P

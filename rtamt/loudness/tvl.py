@@ -6,6 +6,8 @@ A model here consumes audio blocks of any length and emits loudness frames every
 * ``hist``  (R, nmax) the last ``nmax`` input samples of each row (64 ms; zeros = the
   silence before the stream),
 * ``n``     (1,) int64 samples consumed so far (frames are due at multiples of ``hop``),
+* ``ring<w>`` the DFTs of the last hop-long chunks of window ``w`` (windows evaluated
+  by the hopping DFT, see :mod:`.spectrum`; a cache derived from ``hist``),
 * the model's integrator states (AGC outputs),
 
 so any block partition yields exactly the same frames as one call on the whole
@@ -27,7 +29,7 @@ from ..engine.stage import RtamtInputError, _first_bad, as_numpy_block, checked_
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import design_excitation, excitation
 from .kernels import specific_loudness
-from .spectrum import SpectrumParams, design_spectrum, frame_powers
+from .spectrum import SpectrumParams, design_spectrum, frame_powers, new_rings
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -113,6 +115,7 @@ class TimeVaryingLoudness:
     # ------------------------------------------------------------------ state
     def _init_state(self, R: int, mode) -> dict:
         st = {"hist": np.zeros((R, self.coeffs.spec.nmax)), "n": np.zeros(1, np.int64)}
+        st.update(new_rings(self.coeffs.spec, R))
         st.update(self._init_model_state(R, mode))
         return st
 
@@ -183,7 +186,8 @@ class TimeVaryingLoudness:
         F = ends.size
         if F:
             z = np.concatenate([state["hist"], rows], axis=1)
-            P = frame_powers(sp, z, ends - n0 + L)
+            rings = {k: v for k, v in state.items() if k.startswith("ring")}
+            P = frame_powers(sp, z, ends - n0 + L, rings, n0 // hop)
             E = excitation(coeffs.exc, P)
             N = np.empty_like(E)
             sl = coeffs.sl

@@ -133,7 +133,8 @@ class Moore2016(TimeVaryingLoudness):
             B = Sl.shape[1]
             il = np.empty((F * B, K))
             ir = np.empty((F * B, K))
-            inhibition(Sl.reshape(-1, K), Sr.reshape(-1, K), self.p, il, ir)
+            inhibition(np.ascontiguousarray(Sl).reshape(-1, K),
+                       np.ascontiguousarray(Sr).reshape(-1, K), self.p, il, ir)
             inh = np.empty_like(st)
             inh[:, 0::2] = st[:, 0::2] / il.reshape(F, B, K)
             inh[:, 1::2] = st[:, 1::2] / ir.reshape(F, B, K)

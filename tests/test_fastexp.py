@@ -1,0 +1,59 @@
+"""Vectorisable exp/log of rtamt.engine.fastexp against numpy (correctly rounded to
+within an ulp on this platform)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rtamt.engine.fastexp import exp_f64, exp_neg_f32, log_f64
+
+
+@njit
+def _map_exp(x, out):
+    for i in range(x.size):
+        out[i] = exp_f64(x[i])
+
+
+@njit
+def _map_log(x, out):
+    for i in range(x.size):
+        out[i] = log_f64(x[i])
+
+
+@njit
+def _map_exp_neg32(x, out):
+    for i in range(x.size):
+        out[i] = exp_neg_f32(x[i])
+
+
+def test_exp_f64_within_4_ulp_and_underflows_to_zero():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-708, 709, 200_000), rng.uniform(-1, 1, 200_000),
+                        [0.0, -708.0, 709.0, 1e-300, -1e-300, 0.5 * np.log(2)]])
+    out = np.empty_like(x)
+    _map_exp(x, out)
+    ref = np.exp(x)
+    assert np.max(np.abs(out - ref) / np.spacing(ref)) <= 4
+    below = np.array([-708.5, -745.0, -1e6])
+    _map_exp(below, out[:3])
+    assert np.all(out[:3] == 0.0)
+
+
+def test_log_f64_within_4_ulp():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([10 ** rng.uniform(-307, 307, 200_000), rng.uniform(0.5, 2.0, 200_000),
+                        [1.0, 2.0, 0.5, np.sqrt(2.0), np.nextafter(np.sqrt(2.0), 2), 1e-307]])
+    out = np.empty_like(x)
+    _map_log(x, out)
+    ref = np.log(x)
+    err = np.abs(out - ref) / np.spacing(np.maximum(np.abs(ref), 1e-300))
+    assert err[ref != 0].max() <= 4
+    assert out[x == 1.0][0] == 0.0
+
+
+def test_exp_neg_f32_relative_error():
+    x = np.linspace(0, 86, 400_001).astype(np.float32)
+    out = np.empty_like(x)
+    _map_exp_neg32(x, out)
+    ref = np.exp(-x.astype(np.float64))
+    assert np.max(np.abs(out - ref) / ref) < 3e-7
