@@ -25,6 +25,7 @@ from .ansi import cam_to_hz, erb_hz
 from .kernels import SKIRT_PAD, lower_skirt
 
 CAM_LO, CAM_HI, CAM_STEP = 1.75, 39.0, 0.25
+LOG2E = 1.4426950408889634
 
 
 @dataclasses.dataclass
@@ -33,7 +34,7 @@ class ExcitationCoeffs:
     cam: np.ndarray       # (nf,)
     sym_t: np.ndarray     # (J, J) level-per-ERB weights, transposed for P @ sym_t
     up_t: np.ndarray      # (J, nf) upper-side weights, transposed
-    a: np.ndarray         # flat lower-skirt tables (float32, see kernels.lower_skirt)
+    a: np.ndarray         # flat lower-skirt tables x log2(e) (float32, see kernels.lower_skirt)
     b: np.ndarray
     i0: np.ndarray        # (J,) first filter above component j
     seg: np.ndarray       # (J,) offset of component j's pairs
@@ -66,8 +67,8 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
         ii = np.arange(i0[j], n)
         gg = (fc[ii] - fj[j]) / fc[ii]
         c = -(-ii.size // SKIRT_PAD) * SKIRT_PAD
-        a_l.append(np.concatenate([pu[ii] * gg, np.full(c - ii.size, 1e3)]))
-        b_l.append(np.concatenate([0.1 * gg, np.full(c - ii.size, 1e3)]))
+        a_l.append(np.concatenate([pu[ii] * gg * LOG2E, np.full(c - ii.size, 1e3)]))
+        b_l.append(np.concatenate([0.1 * gg * LOG2E, np.full(c - ii.size, 1e3)]))
         segs.append(off)
         cnts.append(c)
         off += c
@@ -81,10 +82,8 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
 def excitation(c: ExcitationCoeffs, P: np.ndarray) -> np.ndarray:
     """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear."""
     lvl = P @ c.sym_t
-    np.maximum(lvl, 1e-10, out=lvl)
-    s = (1.0 - c.c_slope * (10.0 * np.log10(lvl) - 51.0)).astype(np.float32)
     E = P @ c.up_t
-    lower_skirt(P, s, c.a, c.b, c.i0, c.seg, c.cnt, E)
+    lower_skirt(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, E)
     return E
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from numba import njit, types
 
-from ..engine.fastexp import exp_f64, exp_neg_f32, log_f64
+from ..engine.fastexp import exp2_neg_f32, exp_f64, log_f64
 
 from ..engine.kernels import _JIT
 
@@ -21,27 +21,23 @@ _INL = dict(_JIT, inline="always")
 _LN2 = math.log(2.0)
 
 
-@njit(**_INL)
-def roex_w32(x):
-    """Rounded-exponential weight ``W = (1 + x) exp(-x)`` for ``x >= 0``, float32
-    (Patterson et al. 1982; ANSI S3.4-2007 eq. 5, ``x = p|g|``), with the vectorisable
-    :func:`rtamt.engine.fastexp.exp_neg_f32` (relative error < 3e-7)."""
-    return (types.float32(1.0) + x) * exp_neg_f32(x)
-
-
 SKIRT_PAD = 16      # pair segments are padded to a multiple of this (one AVX-512 vector)
 SKIRT_FLUSH = 32    # components summed in float32 before each float64 flush
+_LN2_32 = types.float32(math.log(2.0))
 
 
 @njit(**_JIT)
-def lower_skirt(P, s, a, b, i0, seg, cnt, E):
+def lower_skirt(P, lvl, c_slope, a, b, i0, seg, cnt, E):
     """Add the level-dependent lower skirts of the roex filters to ``E``.
 
     ANSI S3.4-2007 §3.5: for a component j below the centre of filter i
     (``g = (f_j - fc_i)/fc_i < 0``) the filter's lower slope is
-    ``p_l = max(0.1, pu_i (1 - 0.35 (X_j - 51)/p51_1k))``, X_j the component's level
-    per ERB.  With ``a_ij = pu_i |g_ij|``, ``b_ij = 0.1 |g_ij|`` and
-    ``s_j = 1 - 0.35 (X_j - 51)/p51_1k`` the weight is ``W(max(b_ij, a_ij s_j))``.
+    ``p_l = max(0.1, pu_i (1 - 0.35 (X_j - 51)/p51_1k))``, X_j (dB) the component's level
+    per ERB, and the weight is the roex ``W = (1 + p_l|g|) e^{-p_l|g|}`` (Patterson et
+    al. 1982; ANSI S3.4-2007 eq. 5).  With ``s_j = 1 - c_slope (X_j - 51)``
+    (``c_slope = 0.35/p51_1k``) and the tables ``a_ij = pu_i |g_ij| log2(e)``,
+    ``b_ij = 0.1 |g_ij| log2(e)``: ``t = max(b_ij, a_ij s_j)`` and
+    ``W = (1 + t ln 2) 2^{-t}``.
 
     Precision: weights and products are float32 (16 per AVX-512 instruction, about 3x
     faster than float64), summed in float32 over at most ``SKIRT_FLUSH`` components and
@@ -49,23 +45,29 @@ def lower_skirt(P, s, a, b, i0, seg, cnt, E):
     ``(SKIRT_FLUSH + 3) * 2^-24 = 2e-6`` (all terms are positive), far below the model's
     own accuracy; the result is still a fixed function of the frame (block invariant).
 
-    P : (N, J) float64 component powers (linear); s : (N, J) float32 slope factors.
+    P   : (N, J) float64 component powers (linear).
+    lvl : (N, J) float64 level per ERB at each component (linear; floored at 1e-10).
     a, b : float32 flat pair tables; component j owns filters ``i0[j] ..`` at
-           ``seg[j] .. seg[j] + cnt[j]`` (components sorted by frequency), padded with ``a = b = 1e3`` (weight 0) to a
-           multiple of ``SKIRT_PAD``.
+           ``seg[j] .. seg[j] + cnt[j]`` (components sorted by frequency), padded with
+           ``a = b = 1e3`` (weight 0) to a multiple of ``SKIRT_PAD``.
     E    : (N, nf) float64 excitation, accumulated in place.
     """
     N, J = P.shape
     nf = E.shape[1]
     acc = np.zeros(nf + SKIRT_PAD, np.float32)
+    s = np.empty(J, np.float32)
+    k10 = 10.0 / math.log(10.0)
     for n in range(N):
+        lv = lvl[n]
+        for j in range(J):
+            s[j] = types.float32(1.0 - c_slope * (k10 * log_f64(max(lv[j], 1e-10)) - 51.0))
         for j0 in range(0, J, SKIRT_FLUSH):
             j1 = min(j0 + SKIRT_FLUSH, J)
             for j in range(j0, j1):
                 pj = P[n, j]
                 if pj == 0.0:
                     continue
-                sj = s[n, j]
+                sj = s[j]
                 k0 = i0[j]
                 c = cnt[j]
                 # slices: non-negative loop indices let the compiler vectorise
@@ -74,7 +76,8 @@ def lower_skirt(P, s, a, b, i0, seg, cnt, E):
                 er = acc[k0:k0 + c]
                 p32 = types.float32(pj)
                 for q in range(c):
-                    er[q] += roex_w32(max(bb[q], aa[q] * sj)) * p32
+                    t = max(bb[q], aa[q] * sj)
+                    er[q] += ((types.float32(1.0) + t * _LN2_32) * exp2_neg_f32(t)) * p32
             lo = i0[j0]             # components are sorted: i0 is non-decreasing
             en = E[n]
             for q in range(lo, nf):
@@ -158,55 +161,96 @@ def _sech_pow(num, den, p):
 
 
 @njit(**_JIT)
-def spectrum_chunks(D, k0, lag, F, prime, rc, rs, ring, offs, cm, cp, gain, grp, P):
+def spectrum_chunks(D, k0, lag, F, n_prime, rc, rs, wn, ring, offs, cm, cp, gain, grp, P):
     """Hann-windowed DFT powers of one analysis window from hop-long chunk DFTs
     (hopping DFT; see :mod:`rtamt.loudness.spectrum`, method ``chunk``).
 
-    D (R, n_new, 2 nF): DFTs (re | im, chunk-local phase) of the chunks that enter the
-    window in this block, oldest first: with ``prime`` the C - 1 chunks before frame 0's
-    newest, then one per frame (frame f, absolute index k0 + f, adds chunk
-    ``k0 + f - lag``).  ring (R, C, 2 nF): the last C chunk DFTs, chunk c in slot
-    ``c mod C``, advanced in place.  rc, rs (C, nF): ``cos``, ``-sin`` of
-    ``2 pi phi_q i H`` (chunk i's offset in the window).  offs (3,): bin b's frequencies
-    f, f - 1/n, f + 1/n are ``phi[offs[0..2] + b]``; cm, cp (2,): Hann coefficients
-    (re, im) of the shifted terms (the centre one is 1/2).
-    ``P[r F + f, grp[b]] += gain[b] |X_b|^2``.
+    Chunk c (samples ``cH .. cH + H - 1``) has residue ``rho = c mod C`` in its "epoch"
+    ``c div C`` (C = chunks per window); its DFT is stored rotated to its epoch
+    position, ``Dh_c = D_c e^{-j 2 pi phi rho H}``.  The window of the frame whose
+    newest chunk is c covers chunks ``c - C + 1 .. c``: those of the previous epoch
+    (sum ``S_A``) and those of the current one (sum ``S_B``).  Relative to the window's
+    start (up to one phase common to each bin's three frequencies, which cancels in
+    the power) its rectangular-window DFT is ``T = S_A + e^{-j 2 pi phi n} S_B``, or
+    ``S_B`` when the window is one whole epoch.  The sums are updated per chunk
+    (``S_A -= Dh_leaving``, ``S_B += Dh_new``; at an epoch start ``S_A = S_B - Dh_leaving``,
+    ``S_B = Dh_new``), so rounding never accumulates beyond one epoch.
+
+    D (R, n_prime + F, 2 nF): DFTs (re | im, chunk-local phase) of the chunks entering
+    in this block, oldest first; the first ``n_prime`` only update the state (stateless
+    use), then frame f (absolute index k0 + f) adds chunk ``k0 + f - lag``.
+    ring (R, C + 2, 2 nF): ``Dh`` of the last C chunks (slot rho), then S_A, S_B; state,
+    advanced in place.  rc, rs (C, nF): ``cos``, ``-sin`` of ``2 pi phi rho H``;
+    wn (2, nF): ``e^{-j 2 pi phi n}``.  offs (3,): bin b's frequencies f, f - 1/n,
+    f + 1/n are ``phi[offs[0..2] + b]``; cm, cp (2,): Hann coefficients (re, im) of the
+    shifted terms for a window starting at an epoch start (the centre one is 1/2);
+    otherwise they turn by ``e^{-+j 2 pi rho0 / C}``, ``rho0`` the residue of the
+    window's first chunk.  ``P[r F + f, grp[b]] += gain[b] |X_b|^2``.
     """
     R = D.shape[0]
     C, nF = rc.shape
     B = gain.size
-    Xr = np.empty(nF)
-    Xi = np.empty(nF)
+    Tr = np.empty(nF)
+    Ti = np.empty(nF)
     pw = np.empty(B)
-    ar, ai = Xr[offs[0]:offs[0] + B], Xi[offs[0]:offs[0] + B]
-    mr, mi = Xr[offs[1]:offs[1] + B], Xi[offs[1]:offs[1] + B]
-    pr, pi = Xr[offs[2]:offs[2] + B], Xi[offs[2]:offs[2] + B]
-    cm0, cm1, cp0, cp1 = cm[0], cm[1], cp[0], cp[1]
-    np0 = C - 1 if prime else 0
+    ar, ai = Tr[offs[0]:offs[0] + B], Ti[offs[0]:offs[0] + B]
+    mr, mi = Tr[offs[1]:offs[1] + B], Ti[offs[1]:offs[1] + B]
+    pr, pi = Tr[offs[2]:offs[2] + B], Ti[offs[2]:offs[2] + B]
+    wr = wn[0]
+    wi = wn[1]
     for r in range(R):
-        for j in range(np0):
-            ring[r, (k0 - lag - np0 + j) % C] = D[r, j]
-        for f in range(F):
-            c = k0 + f - lag
-            ring[r, c % C] = D[r, np0 + f]
-            Xr[:] = 0.0
-            Xi[:] = 0.0
-            sl = (c + 1) % C                      # slot of the window's oldest chunk
-            for i in range(C):
-                d = ring[r, sl]
-                sl = sl + 1 if sl + 1 < C else 0
-                dr = d[:nF]
-                di = d[nF:]
-                rr = rc[i]
-                ri = rs[i]
+        rg = ring[r]
+        sa = rg[C]
+        sb = rg[C + 1]
+        for j in range(n_prime + F):
+            rho = (k0 - lag - n_prime + j) % C
+            d = D[r, j]
+            old = rg[rho]
+            cr = rc[rho]
+            ci = rs[rho]
+            if rho == 0:
                 for q in range(nF):
-                    Xr[q] += rr[q] * dr[q] - ri[q] * di[q]
-                    Xi[q] += rr[q] * di[q] + ri[q] * dr[q]
+                    hr = cr[q] * d[q] - ci[q] * d[nF + q]
+                    hi = cr[q] * d[nF + q] + ci[q] * d[q]
+                    sa[q] = sb[q] - old[q]
+                    sa[nF + q] = sb[nF + q] - old[nF + q]
+                    sb[q] = hr
+                    sb[nF + q] = hi
+                    old[q] = hr
+                    old[nF + q] = hi
+            else:
+                for q in range(nF):
+                    hr = cr[q] * d[q] - ci[q] * d[nF + q]
+                    hi = cr[q] * d[nF + q] + ci[q] * d[q]
+                    sa[q] -= old[q]
+                    sa[nF + q] -= old[nF + q]
+                    sb[q] += hr
+                    sb[nF + q] += hi
+                    old[q] = hr
+                    old[nF + q] = hi
+            if j < n_prime:
+                continue
+            if rho == C - 1:
+                for q in range(nF):
+                    Tr[q] = sb[q]
+                    Ti[q] = sb[nF + q]
+            else:
+                for q in range(nF):
+                    Tr[q] = sa[q] + wr[q] * sb[q] - wi[q] * sb[nF + q]
+                    Ti[q] = sa[nF + q] + wr[q] * sb[nF + q] + wi[q] * sb[q]
+            rho0 = rho + 1 if rho + 1 < C else 0
+            # phase of the f -+ 1/n terms relative to f: e^{-+j 2 pi rho0 / C}
+            c0 = rc[rho0, offs[0]] * rc[rho0, offs[1]] + rs[rho0, offs[0]] * rs[rho0, offs[1]]
+            s0 = rs[rho0, offs[0]] * rc[rho0, offs[1]] - rc[rho0, offs[0]] * rs[rho0, offs[1]]
+            cm0 = cm[0] * c0 - cm[1] * s0
+            cm1 = cm[0] * s0 + cm[1] * c0
+            cp0 = cp[0] * c0 + cp[1] * s0
+            cp1 = cp[1] * c0 - cp[0] * s0
             for b in range(B):
                 xr = 0.5 * ar[b] + cm0 * mr[b] - cm1 * mi[b] + cp0 * pr[b] - cp1 * pi[b]
                 xi = 0.5 * ai[b] + cm0 * mi[b] + cm1 * mr[b] + cp0 * pi[b] + cp1 * pr[b]
                 pw[b] = gain[b] * (xr * xr + xi * xi)
-            row = P[r * F + f]
+            row = P[r * F + j - n_prime]
             for b in range(B):
                 row[grp[b]] += pw[b]
 

@@ -125,7 +125,7 @@ class SpectrumCoeffs:
 
     def ring_shapes(self, R: int) -> dict:
         """Shapes of the chunk-DFT rings (state) for R rows: ``{'ring<w>': shape}``."""
-        return {f"ring{w}": (R, p.arrays["rc"].shape[0], p.arrays["tab"].shape[1])
+        return {f"ring{w}": (R, p.arrays["rc"].shape[0] + 2, p.arrays["tab"].shape[1])
                 for w, p in enumerate(self.plans) if p.method == "chunk"}
 
 
@@ -238,8 +238,10 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
     m = np.arange(hop)
     ang = 2 * np.pi * np.outer(m, phi)
     rot = 2 * np.pi * np.outer(np.arange(C) * hop, phi)
+    wn = 2 * np.pi * phi * n
     return {"tab": np.ascontiguousarray(np.concatenate([np.cos(ang), -np.sin(ang)], axis=1)),
             "rc": np.ascontiguousarray(np.cos(rot)), "rs": np.ascontiguousarray(-np.sin(rot)),
+            "wn": np.stack([np.cos(wn), -np.sin(wn)]),
             "offs": offs,
             "cm": -0.25 * np.array([np.cos(np.pi / n), np.sin(np.pi / n)]),
             "cp": -0.25 * np.array([np.cos(np.pi / n), -np.sin(np.pi / n)]),
@@ -285,8 +287,9 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             st = e0 - (lag + 1) * H - (n_new - F) * H
             seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
             D = (seg @ a["tab"]).reshape(R, n_new, -1)
-            spectrum_chunks(D, k0, lag, F, prime, a["rc"], a["rs"], rings[f"ring{w}"],
-                            a["offs"], a["cm"], a["cp"], a["gain"], a["grp"], P)
+            spectrum_chunks(D, k0, lag, F, n_new - F, a["rc"], a["rs"], a["wn"],
+                            rings[f"ring{w}"], a["offs"], a["cm"], a["cp"], a["gain"],
+                            a["grp"], P)
         elif pl.method == "autocorr":
             spectrum_autocorr(z, e0, F, c.hop, pl.start, a["win"], a["cg"], a["gidx"], P)
         else:
