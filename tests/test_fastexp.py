@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rtamt.engine.fastexp import exp2_neg_f32, exp_f64, exp_neg_f32, log_f64
+from rtamt.engine.fastexp import exp2_neg_f32, exp_f64, log_f64
 
 
 EPS = np.finfo(np.float64).eps
@@ -22,12 +22,6 @@ def _map_exp(x, out):
 def _map_log(x, out):
     for i in range(x.size):
         out[i] = log_f64(x[i])
-
-
-@njit
-def _map_exp_neg32(x, out):
-    for i in range(x.size):
-        out[i] = exp_neg_f32(x[i])
 
 
 def test_exp_f64_within_4_ulp_and_underflows_to_zero():
@@ -55,14 +49,6 @@ def test_log_f64_within_4_ulp():
     nz = ref != 0
     assert np.max(np.abs(out - ref)[nz] / np.abs(ref[nz])) <= 4 * EPS
     assert out[x == 1.0][0] == 0.0
-
-
-def test_exp_neg_f32_relative_error():
-    x = np.linspace(0, 86, 400_001).astype(np.float32)
-    out = np.empty_like(x)
-    _map_exp_neg32(x, out)
-    ref = np.exp(-x.astype(np.float64))
-    assert np.max(np.abs(out - ref) / ref) < 3e-7
 
 
 @njit

@@ -10,8 +10,8 @@ Exponential (Cody & Waite 1980, "Software Manual for the Elementary Functions",
 ch. 6; Muller 2016, "Elementary Functions", 3rd ed., §11.3): ``e^x = 2^k e^r`` with
 ``k = round(x / ln 2)`` and ``r = x - k ln 2`` in [-ln2/2, ln2/2], computed with ``ln 2``
 split into a short high part (``k ln2_hi`` exact) and a correction; ``e^r`` is a
-Taylor polynomial (degree 13 in float64: truncation < 5e-18; degree 7 in float32:
-< 6e-9) and ``2^k`` is built from its IEEE-754 bit pattern.
+Taylor polynomial (degree 13: truncation < 5e-18) and ``2^k`` is built from its IEEE-754
+bit pattern.  ``2^{-t}`` in float32 needs no split (``t - round(t)`` is exact).
 
 Logarithm (Muller 2016, §11.3; Abramowitz & Stegun 4.1.28): ``x = 2^e m`` with
 ``m`` in [sqrt(1/2), sqrt(2)) from the bit pattern; ``ln m = 2 atanh(s)``,
@@ -19,7 +19,7 @@ Logarithm (Muller 2016, §11.3; Abramowitz & Stegun 4.1.28): ``x = 2^e m`` with
 < 3e-19); ``ln x = e ln 2 + ln m``.
 
 Accuracy (tests/test_fastexp.py, against numpy): float64 ``exp`` and ``log`` within
-4 eps relative (measured: 1 and 2 ulp); float32 ``exp_neg_f32`` within 3e-7 and ``exp2_neg_f32`` within 2e-7 relative.
+4 eps relative (measured: 1 and 2 ulp); float32 ``exp2_neg_f32`` within 2e-7 relative.
 """
 from __future__ import annotations
 
@@ -37,11 +37,7 @@ _LOG2E = 1.4426950408889634
 # float64 split of ln 2 (fdlibm): k * _LN2_HI64 is exact for |k| < 2^20
 _LN2_HI64 = 6.93147180369123816490e-01
 _LN2_LO64 = 1.90821492927058770002e-10
-# float32 split: 11 significant bits, k * _LN2_HI32 exact in float32 for k < 2^13
-_LN2_HI32 = 0.693145751953125
-_LN2_LO32 = _LN2 - _LN2_HI32
 _E13 = tuple(1.0 / math.factorial(n) for n in range(14))
-_C7 = tuple((-1.0) ** n / float(math.factorial(n)) for n in range(8))
 _D7 = tuple((-_LN2) ** n / float(math.factorial(n)) for n in range(8))
 _SQRT2 = 1.4142135623730951
 
@@ -117,27 +113,6 @@ def log_f64(x):
     q = q * s2 + 1.0 / 3.0
     lm = 2.0 * s + 2.0 * s * s2 * q
     return ef * _LN2_HI64 + (lm + ef * _LN2_LO64)
-
-
-@njit(**_INL)
-def exp_neg_f32(x):
-    """``e^{-x}`` in float32 for ``x >= 0`` (relative error < 3e-7 for exact float32
-    ``x``; ``x`` is clamped at 87, where ``e^{-87} = 1.6e-38`` is the smallest normal
-    float32 scale)."""
-    x = min(x, types.float32(87.0))
-    t = x * types.float32(_LOG2E)
-    k = types.int32(t + types.float32(0.5))
-    kf = types.float32(k)
-    r = (x - kf * types.float32(_LN2_HI32)) - kf * types.float32(_LN2_LO32)
-    p = types.float32(_C7[7])
-    p = p * r + types.float32(_C7[6])
-    p = p * r + types.float32(_C7[5])
-    p = p * r + types.float32(_C7[4])
-    p = p * r + types.float32(_C7[3])
-    p = p * r + types.float32(_C7[2])
-    p = p * r + types.float32(_C7[1])
-    p = p * r + types.float32(_C7[0])
-    return p * _bits_to_f32(types.int32((127 - k) << 23))
 
 
 @njit(**_INL)
