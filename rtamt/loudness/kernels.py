@@ -129,23 +129,75 @@ def agc(x, y, aa, ar, out):
 
 
 @njit(**_JIT)
-def inhibition(sl, sr, p, il, ir):
-    """Binaural inhibition factors of Moore & Glasberg (2007, eq. 1):
+def agc_rows(x, y, aa, ar, out):
+    """:func:`agc` for row-major input: x (R, F, K) frames of R rows, y (R, K) state,
+    out (F, R, K) (frame-major, ready for the spatial-smoothing product)."""
+    R, F, K = x.shape
+    for r in range(R):
+        yr = y[r]
+        for f in range(F):
+            xr = x[r, f]
+            o = out[f, r]
+            for k in range(K):
+                xv = xr[k]
+                a = aa if xv > yr[k] else ar
+                yr[k] = yr[k] + a * (xv - yr[k])
+                o[k] = yr[k]
 
-    ``I_L = 2 / (1 + sech(S_R / S_L)^p)``, ``I_R = 2 / (1 + sech(S_L / S_R)^p)`` with
-    ``sech(x) = 2 / (e^x + e^-x)`` and S the spatially smoothed short-term specific
-    loudness of each ear.  ``I = 1`` when the other ear is silent, ``I = 1.3333`` for
-    equal patterns (p = 1.5978).
 
-    sl, sr (N, K) smoothed patterns; il, ir (N, K) factors out.
+@njit(**_JIT)
+def binaural_frames(st, S, E, lt, aa_lt, ar_lt, p, spec, exc, ste, lte):
+    """Binaural inhibition and loudness of Moore et al. (2016), frame by frame.
+
+    Per ear pair: inhibition factors of Moore & Glasberg (2007, eq. 1)
+    ``I_L = 2 / (1 + sech(S_R / S_L)^p)`` (and mirror; ``sech(1)^p`` for equal patterns,
+    1 when the other ear is silent) from the spatially smoothed short-term patterns S
+    -> inhibited pattern ``st / I`` -> short-term loudness ``0.25 sum_k st/I`` ->
+    long-term loudness by the asymmetric one-pole AGC (:func:`agc`).
+
+    st, S : (F, R, K) short-term specific loudness and its smoothed version; rows are
+            ear pairs (2b, 2b + 1), or one row (diotic: both ears get it).
+    E  : (R, F, K) excitation (linear).  lt (R,): long-term AGC state, advanced in place.
+    Outputs: spec, exc (B, 2, K, F): inhibited pattern (sone/Cam) and excitation (dB,
+    ``10 log10(max(E, 1e-10))``); ste, lte (B, 2, F) per-ear short- and long-term
+    loudness (sone).  B = R // 2, or 1 for a single (diotic) row.
     """
-    N, K = sl.shape
-    for n in range(N):
-        for k in range(K):
-            l = sl[n, k]
-            r = sr[n, k]
-            il[n, k] = 2.0 / (1.0 + _sech_pow(r, l, p))
-            ir[n, k] = 2.0 / (1.0 + _sech_pow(l, r, p))
+    F, R, K = st.shape
+    diotic = R == 1
+    nb = 1 if diotic else R // 2
+    il = np.empty(K)
+    ir = np.empty(K)
+    x = np.empty(K)
+    k10 = 10.0 / math.log(10.0)
+    for b in range(nb):
+        r0 = 0 if diotic else 2 * b
+        r1 = r0 if diotic else r0 + 1
+        for f in range(F):
+            sl = S[f, r0]
+            sr = S[f, r1]
+            for k in range(K):
+                il[k] = 2.0 / (1.0 + _sech_pow(sr[k], sl[k], p))
+                ir[k] = 2.0 / (1.0 + _sech_pow(sl[k], sr[k], p))
+            for e in range(2):
+                re = r0 if e == 0 else r1
+                y = st[f, re]
+                inh = il if e == 0 else ir
+                tot = 0.0
+                for k in range(K):
+                    v = y[k] / inh[k]
+                    spec[b, e, k, f] = v
+                    tot += v
+                tot *= 0.25
+                ste[b, e, f] = tot
+                if e == 0 or not diotic:
+                    a = aa_lt if tot > lt[re] else ar_lt
+                    lt[re] = lt[re] + a * (tot - lt[re])
+                lte[b, e, f] = lt[re]
+                er = E[re, f]
+                for k in range(K):
+                    x[k] = k10 * log_f64(max(er[k], 1e-10))
+                for k in range(K):
+                    exc[b, e, k, f] = x[k]
 
 
 @njit(**_INL)
@@ -256,41 +308,29 @@ def spectrum_chunks(D, k0, lag, F, n_prime, rc, rs, wn, ring, offs, cm, cp, gain
 
 
 @njit(**_JIT)
-def spectrum_autocorr(z, e0, F, H, start, win, cg, gidx, P):
-    """Grouped Hann-windowed DFT powers of one short window from its autocorrelation
-    (Wiener-Khinchin; see :mod:`rtamt.loudness.spectrum`, method ``autocorr``).
+def autocorr_frames(z, e0, F, H, start, win, out):
+    """Autocorrelations of Hann-windowed short segments (Wiener-Khinchin; see
+    :mod:`rtamt.loudness.spectrum`, method ``autocorr``).
 
-    Frame f's segment is ``z[r, e0 + f H + start :][:n]``; ``y = win * segment``,
-    ``r_d = sum_m y_m y_{m+d}``; ``P[r F + f, gidx[g]] += max(0, sum_d r_d cg[d, g])``.
+    Frame f's segment is ``z[r, e0 + f H + start :][:n]``; with ``y = win * segment``,
+    ``out[r F + f, d] = r_d = sum_m y_m y_{m+d}`` for ``d = 0 .. n-1``.
     """
     R = z.shape[0]
     n = win.size
-    Jw = gidx.size
     y = np.empty(n)
-    ac = np.empty(n)
-    acc = np.empty(Jw)
     for r in range(R):
         x = z[r]
         for f in range(F):
             s = e0 + f * H + start
             for m in range(n):
                 y[m] = win[m] * x[s + m]
+            ac = out[r * F + f]
             ac[:] = 0.0
             for m in range(n):
                 ym = y[m]
                 yt = y[m:]
                 for d in range(n - m):
                     ac[d] += ym * yt[d]
-            acc[:] = 0.0
-            for d in range(n):
-                v = ac[d]
-                cd = cg[d]
-                for g in range(Jw):
-                    acc[g] += v * cd[g]
-            row = P[r * F + f]
-            for g in range(Jw):
-                if acc[g] > 0.0:
-                    row[gidx[g]] += acc[g]
 
 
 @njit(**_JIT)

@@ -59,7 +59,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .ansi import ear_gain_db, hz_to_cam
-from .kernels import group_add, spectrum_autocorr, spectrum_chunks
+from .kernels import autocorr_frames, group_add, spectrum_chunks
 
 WINDOWS_MS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0)
 EDGES_HZ = (20.0, 80.0, 500.0, 1250.0, 2540.0, 4050.0, 15000.0)
@@ -231,6 +231,7 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
             sel = grw == gid
             cg[:, col] = (gw[sel][None, :] * np.cos(2 * np.pi * np.outer(d, k[sel]) / nfft)).sum(1)
         cg[1:] *= 2.0
+        assert np.all(np.diff(gids) == 1)     # a window's groups are consecutive
         return {"win": win, "cg": np.ascontiguousarray(cg), "gidx": gids.astype(np.int64)}
     # chunk
     phi = num / float(nfft * n)                  # cycles per sample
@@ -291,7 +292,14 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
                             rings[f"ring{w}"], a["offs"], a["cm"], a["cp"], a["gain"],
                             a["grp"], P)
         elif pl.method == "autocorr":
-            spectrum_autocorr(z, e0, F, c.hop, pl.start, a["win"], a["cg"], a["gidx"], P)
+            ac = np.empty((R * F, pl.n))
+            autocorr_frames(z, e0, F, c.hop, pl.start, a["win"], ac)
+            # |X(f)|^2 = r_0 + 2 sum_d r_d cos(2 pi f d), summed per group; rounding can
+            # leave tiny negative values where the true power is ~0
+            pg = ac @ a["cg"]
+            np.maximum(pg, 0.0, out=pg)
+            g0 = a["gidx"][0]
+            P[:, g0:g0 + pg.shape[1]] += pg
         else:
             st = e0 + pl.start
             view = as_strided(z[:, st:], shape=(R, F, pl.n), strides=(rs, c.hop * es, es),

@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.stage import RtamtInputError
-from ..loudness.kernels import agc, inhibition
+from ..loudness.kernels import agc_rows, binaural_frames
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
@@ -118,49 +118,24 @@ class Moore2016(TimeVaryingLoudness):
 
     def _frames(self, state, E, N, lead, mode):
         R, F, K = N.shape
-        x = np.ascontiguousarray(N.transpose(1, 0, 2)).reshape(F, R * K)
-        st = np.empty_like(x)
-        agc(x, state["st"].reshape(-1), self.alpha_st[0], self.alpha_st[1], st)
-        st = st.reshape(F, R, K)
-        S = (st.reshape(F * R, K) @ self.smooth).reshape(F, R, K)  # spatial smoothing
-        if mode == "diotic":
-            il = np.empty((F, K))
-            ir = np.empty((F, K))
-            inhibition(S[:, 0], S[:, 0], self.p, il, ir)
-            inh = (st[:, 0] / il)[:, None, :]                  # (F, 1, K) both ears
-        else:
-            Sl, Sr = S[:, 0::2], S[:, 1::2]
-            B = Sl.shape[1]
-            il = np.empty((F * B, K))
-            ir = np.empty((F * B, K))
-            inhibition(np.ascontiguousarray(Sl).reshape(-1, K),
-                       np.ascontiguousarray(Sr).reshape(-1, K), self.p, il, ir)
-            inh = np.empty_like(st)
-            inh[:, 0::2] = st[:, 0::2] / il.reshape(F, B, K)
-            inh[:, 1::2] = st[:, 1::2] / ir.reshape(F, B, K)
-        ste = 0.25 * inh.sum(axis=2)                           # (F, R) per ear
-        lte = np.empty_like(ste)
-        agc(ste, state["lt"], self.alpha_lt[0], self.alpha_lt[1], lte)
-        edb = 10.0 * np.log10(np.maximum(E, 1e-10))            # (R, F, K)
-        if mode == "diotic":
-            stl_l = stl_r = ste[:, 0]
-            ltl_l = ltl_r = lte[:, 0]
-            spec = np.broadcast_to(inh.transpose(1, 2, 0), (2, K, F))
-            exc = np.broadcast_to(edb.transpose(0, 2, 1), (2, K, F))
-            shp = ()
-        else:
-            stl_l, stl_r = ste[:, 0::2].T, ste[:, 1::2].T      # (B, F)
-            ltl_l, ltl_r = lte[:, 0::2].T, lte[:, 1::2].T
-            shp = tuple(lead[:-1])
-            spec = inh.transpose(1, 2, 0).reshape(shp + (2, K, F))
-            exc = edb.transpose(0, 2, 1).reshape(shp + (2, K, F))
-            stl_l, stl_r = stl_l.reshape(shp + (F,)), stl_r.reshape(shp + (F,))
-            ltl_l, ltl_r = ltl_l.reshape(shp + (F,)), ltl_r.reshape(shp + (F,))
+        B = 1 if mode == "diotic" else R // 2
+        spec = np.empty((B, 2, K, F))
+        exc = np.empty((B, 2, K, F))
+        ste = np.empty((B, 2, F))
+        lte = np.empty((B, 2, F))
+        st = np.empty((F, R, K))
+        agc_rows(N, state["st"], self.alpha_st[0], self.alpha_st[1], st)
+        S = (st.reshape(F * R, K) @ self.smooth).reshape(F, R, K)   # spatial smoothing
+        binaural_frames(st, S, E, state["lt"], self.alpha_lt[0], self.alpha_lt[1], self.p,
+                        spec, exc, ste, lte)
+        shp = () if mode == "diotic" else tuple(lead[:-1])
         return {
-            "stl": stl_l + stl_r, "ltl": ltl_l + ltl_r,
-            "stl_left": np.array(stl_l), "stl_right": np.array(stl_r),
-            "ltl_left": np.array(ltl_l), "ltl_right": np.array(ltl_r),
-            "specific_loudness": np.array(spec), "excitation": np.array(exc),
+            "stl": (ste[:, 0] + ste[:, 1]).reshape(shp + (F,)),
+            "ltl": (lte[:, 0] + lte[:, 1]).reshape(shp + (F,)),
+            "stl_left": ste[:, 0].reshape(shp + (F,)), "stl_right": ste[:, 1].reshape(shp + (F,)),
+            "ltl_left": lte[:, 0].reshape(shp + (F,)), "ltl_right": lte[:, 1].reshape(shp + (F,)),
+            "specific_loudness": spec.reshape(shp + (2, K, F)),
+            "excitation": exc.reshape(shp + (2, K, F)),
         }
 
     def _steady_diotic(self, N):
