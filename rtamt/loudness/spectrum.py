@@ -19,9 +19,13 @@ design time from its multiply count (:func:`design_spectrum`):
     when the window is a whole number ``C`` of hops and ends on a hop boundary, its
     rectangular-window DFT is the sum of the DFTs of its ``C`` hop-long chunks, each
     rotated by its position: ``R(f) = sum_i e^{-j 2 pi f i H} D_i(f)``.  A chunk's DFT is
-    computed once, when it enters the window, and kept in a ring of ``C`` chunks per row
-    (model state, derived from the sample history).  The Hann window is applied in the
-    frequency domain: with ``w(m) = 1/2 - 1/2 cos(2 pi (m + 1/2)/n)``,
+    computed once, when it enters the window (one matrix product per block), stored
+    rotated to its position within its "epoch" of C chunks, and the window's sum is kept
+    as two running sums (chunks of the previous and of the current epoch), restarted at
+    every epoch so that rounding never accumulates beyond one window (model state,
+    derived from the sample history; see :func:`rtamt.loudness.kernels.spectrum_chunks`).
+    A frame then costs O(bins), not O(chunks x bins).  The Hann window is applied in
+    the frequency domain: with ``w(m) = 1/2 - 1/2 cos(2 pi (m + 1/2)/n)``,
     ``X(f) = R(f)/2 - e^{j pi/n} R(f - 1/n)/4 - e^{-j pi/n} R(f + 1/n)/4``
     (Harris 1978, "On the use of windows for harmonic analysis with the DFT",
     Proc. IEEE 66, 51-83, §V), so the chunk DFTs are taken at the bins and at the bins
@@ -34,8 +38,8 @@ design time from its multiply count (:func:`design_spectrum`):
     rounding floor is ~1e-16 of the segment's energy (-160 dB re the window's power,
     far below threshold); negative rounding results are set to 0.
 
-At 32 kHz the 64-8 ms windows use ``chunk``, 4 ms ``chunk`` and 2 ms ``autocorr``: about
-45 000 multiplies per frame instead of 275 000.  Sample rates whose windows are not whole
+At 32 kHz the 64-4 ms windows use ``chunk`` and the 2 ms window ``autocorr``: about
+35 000 multiplies per frame instead of 275 000.  Sample rates whose windows are not whole
 hops (44.1 kHz) use ``direct`` for the long windows.
 
 Power scaling: ``P_k = 2 |X_k|^2 / (nfft sum_n w_n^2)``, so that the components of a
@@ -94,7 +98,8 @@ class WindowPlan:
     (negative); method; bins: indices of its bins in the concatenated bin list.
     ``direct``: mat (n, 2B) windowed DFT rows (cos | -sin), gain (B,), grp (B,).
     ``chunk``: C chunks, lag = hops between window end and frame end; tab (H, 2 nF)
-    chunk DFT table cos | -sin(2 pi phi m); rc, rs (C, nF) rotations; offs (3,): bin b's
+    chunk DFT table cos | -sin(2 pi phi m); rc, rs (C, nF) rotations, wn (2, nF) the
+    rotation by one window length; offs (3,): bin b's
     f, f - 1/n, f + 1/n are ``phi[offs + b]``; cm, cp (2,) Hann coefficients (re, im);
     gain, grp (B,).
     ``autocorr``: win (n,), cg (n, Jw) gain-weighted cosine sums per group, gidx (Jw,).
@@ -124,7 +129,8 @@ class SpectrumCoeffs:
         return self.comp_hz.size
 
     def ring_shapes(self, R: int) -> dict:
-        """Shapes of the chunk-DFT rings (state) for R rows: ``{'ring<w>': shape}``."""
+        """Shapes of the chunk-DFT state for R rows: ``{'ring<w>': (R, C + 2, 2 nF)}`` (the
+        last C rotated chunk DFTs, then the two epoch sums)."""
         return {f"ring{w}": (R, p.arrays["rc"].shape[0] + 2, p.arrays["tab"].shape[1])
                 for w, p in enumerate(self.plans) if p.method == "chunk"}
 
@@ -261,10 +267,12 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
     z     : (R, L) float64 signal rows (history + block).
     ends  : (F,) exclusive end index in z of each frame's newest sample (>= nmax), ``c.hop``
             apart.
-    rings : chunk-DFT rings (state, see :func:`new_rings`) holding the chunks of the
-            frame before ``ends[0]``, advanced in place; ``None`` = stateless (the rings
+    rings : chunk-DFT rings and running sums (state, see :func:`new_rings`) as left by
+            the frame before ``ends[0]``, advanced in place; ``None`` = stateless (the rings
             are filled from ``z``, which then needs ``nmax`` samples before ``ends[0]``).
     k0    : absolute index of the first frame (ring slot = chunk index mod C).
+    Tested against ``numpy.fft.rfft`` of the windowed, zero-padded segments
+    (``tests/test_spectrum.py``).
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
     R = z.shape[0]

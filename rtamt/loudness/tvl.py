@@ -6,8 +6,9 @@ A model here consumes audio blocks of any length and emits loudness frames every
 * ``hist``  (R, nmax) the last ``nmax`` input samples of each row (64 ms; zeros = the
   silence before the stream),
 * ``n``     (1,) int64 samples consumed so far (frames are due at multiples of ``hop``),
-* ``ring<w>`` the DFTs of the last hop-long chunks of window ``w`` (windows evaluated
-  by the hopping DFT, see :mod:`.spectrum`; a cache derived from ``hist``),
+* ``ring<w>`` the DFTs of the last hop-long chunks of window ``w`` and their running
+  sums (windows evaluated by the hopping DFT, see :mod:`.spectrum`; derived from
+  ``hist``),
 * the model's integrator states (AGC outputs),
 
 so any block partition yields exactly the same frames as one call on the whole
