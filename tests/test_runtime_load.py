@@ -10,7 +10,8 @@ check the acceptance criteria of the real-time runtime:
   after the slowdown ends, for both policies;
 * digital silence after loud input does not make blocks slower (the processing thread
   flushes subnormals; the same run without FTZ is measured in a subprocess and printed);
-* soak: no memory growth, no slowdown and the same outputs (same phase of the looped
+* soak: no memory growth, no slowdown (the soaked chain against a fresh one, measured
+  interleaved after the run) and the same outputs (same phase of the looped
   demo signal; equal to 1e-9 of each row's peak, see the test for why not bit-identical)
   between the first and the last minute, no drops.  The soak length is
   ``RTAMT_SOAK_MINUTES`` minutes of audio (default 5, processed as fast as possible;
@@ -29,8 +30,10 @@ import time
 import numpy as np
 import pytest
 
+from rtamt.engine.denormal import ensure_ftz
 from rtamt.models import Dau1997
 from rtamt.runtime import ArraySource, DemoSource, Runtime
+from rtamt.signals import demo_signal
 
 FS = 48000.0
 B = 256                       # frames per push (chunk) and per processing block
@@ -312,6 +315,35 @@ def test_denormals_silence_after_loud(monkeypatch):
 
 
 # ============================================================================ soak
+def _interleaved_block_times(chain, pos: int, n_blocks: int = int(20 * FS) // B):
+    """Per-block times of ``chain`` (continuing its stream at sample ``pos`` of the looped
+    demo signal) and of a fresh Dau1997, processing the same blocks alternately in this
+    thread; returns the smallest median over 2 s sub-windows of each (s)."""
+    x = demo_signal(FS, 2.0, 100.0).astype(np.float32).astype(np.float64)  # as via the ring
+    loop = x.size
+    fresh = Dau1997(FS)
+    for i in range(int(2 * FS) // B):                  # warm the fresh chain up (2 s)
+        fresh(x[i * B:(i + 1) * B])
+    ensure_ftz()
+    ta = np.empty(n_blocks)
+    tb = np.empty(n_blocks)
+    for i in range(n_blocks):
+        s = (pos + i * B) % loop
+        blk = x[s:s + B]
+        t0 = _perf()
+        chain(blk)
+        t1 = _perf()
+        fresh(blk)
+        ta[i] = t1 - t0
+        tb[i] = _perf() - t1
+    sw = int(2 * FS) // B
+
+    def undisturbed(p):
+        return min(float(np.median(p[i:i + sw])) for i in range(0, p.size - sw + 1, sw))
+
+    return undisturbed(ta), undisturbed(tb)
+
+
 @pytest.mark.timeout(3 * 3600)
 def test_soak():
     """``RTAMT_SOAK_MINUTES`` (default 5) minutes of the looped 2 s demo signal, as fast
@@ -377,7 +409,8 @@ def test_soak():
             box["rss1"] = _rss_bytes()
             box["flt1"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
-    rt = Runtime(Dau1997(FS), FS, block=B, policy="drop-newest", history=4)
+    chain = Dau1997(FS)
+    rt = Runtime(chain, FS, block=B, policy="drop-newest", history=4)
     rt.subscribe(sub)
     rt.start()
     src = DemoSource(FS, B, realtime=False, seconds=total / FS)
@@ -435,7 +468,17 @@ def test_soak():
           f"{box['neq_blocks']} not bit-identical ({box['neq_elems']} elements), max |diff| "
           f"{box['maxabs']:.3g}, max |diff| / row peak {box['maxrel']:.3g}")
     assert growth < 10 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB"
-    assert abs(undN / und1 - 1) <= 0.10, (und1, undN, med1, medN)
+    # --- no slowdown.  First vs last minute are ~10 s of wall time apart, and on a shared
+    # VM the machine's own speed can drift by more than 10 % in that time (seen once in
+    # CI: +11 % for a chain whose code had not changed).  So the asserted comparison is
+    # made at one time: the soaked chain (its state after all minutes) and a fresh chain
+    # process the same looped demo blocks interleaved, block by block, and their
+    # undisturbed per-block times are compared.  A state that makes blocks slower
+    # (denormals, growing buffers) shows here; machine drift hits both alike.
+    soaked, fresh = _interleaved_block_times(chain, total)
+    print(f"[soak] interleaved now: soaked chain {soaked * 1e6:.1f} us, fresh chain "
+          f"{fresh * 1e6:.1f} us per block, change {(soaked / fresh - 1) * 100:+.1f} %")
+    assert soaked <= 1.10 * fresh, (soaked, fresh, und1, undN, med1, medN)
     # Not bit-identical with Dau1997: the modulation filterbank's 2.5 Hz Butterworth
     # low-pass (poles ~2e-4 from z=1 at 48 kHz) never settles to an exactly periodic
     # state; its outputs differ between loops by rounding noise of ~4e-11 of the
