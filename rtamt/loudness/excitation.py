@@ -74,7 +74,8 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
         off += c
     return ExcitationCoeffs(
         fc=fc, cam=cam, sym_t=np.ascontiguousarray(sym.T), up_t=np.ascontiguousarray(up.T),
-        a=np.concatenate(a_l).astype(np.float32), b=np.concatenate(b_l).astype(np.float32), i0=i0.astype(np.int64),
+        a=np.concatenate(a_l).astype(np.float32), b=np.concatenate(b_l).astype(np.float32),
+        i0=i0.astype(np.int64),
         seg=np.asarray(segs, dtype=np.int64), cnt=np.asarray(cnts, dtype=np.int64),
         c_slope=0.35 / p51_1k)
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from numba import njit, types
 
 from ..engine.fastexp import exp2_neg_f32, exp_f64, log_f64
-
 from ..engine.kernels import _JIT
 
 _INL = dict(_JIT, inline="always")
@@ -106,26 +104,23 @@ def specific_loudness(E, G, A, alpha, A_alpha, ethrq, C, out):
             out[n, k] = C * v if e > 0.0 else 0.0
 
 
+@njit(**_INL)
+def _agc_step(x, y, aa, ar):
+    """One step of the asymmetric one-pole smoother (the "automatic gain control" of
+    Glasberg & Moore 2002, eqs. 5-6, and Moore et al. 2016): ``y + a (x - y)`` with
+    ``a = aa`` (attack) if ``x > y`` else ``ar`` (release)."""
+    return y + (aa if x > y else ar) * (x - y)
+
+
 @njit(**_JIT)
 def agc(x, y, aa, ar, out):
-    """Asymmetric one-pole smoother per channel, frame by frame (the "automatic gain
-    control" of Glasberg & Moore 2002, eqs. 5-6, and Moore et al. 2016):
-
-    ``y[n] = y[n-1] + a (x[n] - y[n-1])`` with ``a = aa`` if ``x[n] > y[n-1]`` (attack)
-    else ``ar`` (release).
-
-    x (N, K) input frames; y (K,) state (the last output), advanced in place;
-    out (N, K).
-    """
+    """:func:`_agc_step` per channel, frame by frame: x (N, K) input frames; y (K,) state
+    (the last output), advanced in place; out (N, K)."""
     N, K = x.shape
     for n in range(N):
         for k in range(K):
-            xv = x[n, k]
-            yv = y[k]
-            a = aa if xv > yv else ar
-            yv = yv + a * (xv - yv)
-            y[k] = yv
-            out[n, k] = yv
+            y[k] = _agc_step(x[n, k], y[k], aa, ar)
+            out[n, k] = y[k]
 
 
 @njit(**_JIT)
@@ -139,9 +134,7 @@ def agc_rows(x, y, aa, ar, out):
             xr = x[r, f]
             o = out[f, r]
             for k in range(K):
-                xv = xr[k]
-                a = aa if xv > yr[k] else ar
-                yr[k] = yr[k] + a * (xv - yr[k])
+                yr[k] = _agc_step(xr[k], yr[k], aa, ar)
                 o[k] = yr[k]
 
 
@@ -190,12 +183,11 @@ def binaural_frames(st, S, E, lt, aa_lt, ar_lt, p, spec, exc, ste, lte):
                 tot *= 0.25
                 ste[b, e, f] = tot
                 if e == 0 or not diotic:
-                    a = aa_lt if tot > lt[re] else ar_lt
-                    lt[re] = lt[re] + a * (tot - lt[re])
+                    lt[re] = _agc_step(tot, lt[re], aa_lt, ar_lt)
+                    er = E[re, f]
+                    for k in range(K):
+                        x[k] = k10 * log_f64(max(er[k], 1e-10))
                 lte[b, e, f] = lt[re]
-                er = E[re, f]
-                for k in range(K):
-                    x[k] = k10 * log_f64(max(er[k], 1e-10))
                 for k in range(K):
                     exc[b, e, k, f] = x[k]
 

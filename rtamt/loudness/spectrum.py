@@ -102,7 +102,8 @@ class WindowPlan:
     rotation by one window length; offs (3,): bin b's
     f, f - 1/n, f + 1/n are ``phi[offs + b]``; cm, cp (2,) Hann coefficients (re, im);
     gain, grp (B,).
-    ``autocorr``: win (n,), cg (n, Jw) gain-weighted cosine sums per group, gidx (Jw,).
+    ``autocorr``: win (n,), cg (n, Jw) gain-weighted cosine sums of its Jw consecutive
+    groups, the first being g0.
     """
 
     n: int
@@ -238,7 +239,7 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
             cg[:, col] = (gw[sel][None, :] * np.cos(2 * np.pi * np.outer(d, k[sel]) / nfft)).sum(1)
         cg[1:] *= 2.0
         assert np.all(np.diff(gids) == 1)     # a window's groups are consecutive
-        return {"win": win, "cg": np.ascontiguousarray(cg), "gidx": gids.astype(np.int64)}
+        return {"win": win, "cg": np.ascontiguousarray(cg), "g0": int(gids[0])}
     # chunk
     phi = num / float(nfft * n)                  # cycles per sample
     C = n // hop
@@ -306,8 +307,7 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             # leave tiny negative values where the true power is ~0
             pg = ac @ a["cg"]
             np.maximum(pg, 0.0, out=pg)
-            g0 = a["gidx"][0]
-            P[:, g0:g0 + pg.shape[1]] += pg
+            P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
         else:
             st = e0 + pl.start
             view = as_strided(z[:, st:], shape=(R, F, pl.n), strides=(rs, c.hop * es, es),
