@@ -110,6 +110,7 @@ class ModFilterbankCoeffs:
     lp_sos: np.ndarray  # (S, 6), shared by all channels
     pre_sos: np.ndarray | None  # (1, 6) or None
     bp_channel: np.ndarray  # (Fb,)
+    bp_runs: np.ndarray  # (R, 3) [first filter, first channel, length] of channel runs
     bp_nreal: int
     bp_coef: np.ndarray | None  # efilt (4, Fb)
     bp_b: np.ndarray | None  # butterworth (Fb, 3, 2)
@@ -199,7 +200,21 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
     filter_slot = np.concatenate([np.zeros(C, np.int64), bp_slot])
     filter_mfc = np.concatenate([np.zeros(C), bp_mfc])
     return ModFilterbankCoeffs(fs, fc, p.filter_type, mfc, mfc_padded, filter_channel, filter_slot,
-                               filter_mfc, lp_sos, pre_sos, bp_channel, nreal, coef, bb, aa, scale)
+                               filter_mfc, lp_sos, pre_sos, bp_channel, channel_runs(bp_channel),
+                               nreal, coef, bb, aa, scale)
+
+
+def channel_runs(ch: np.ndarray) -> np.ndarray:
+    """``(R, 3)`` int64 rows ``[f0, c0, n]``: maximal runs of consecutive filters
+    ``f0 .. f0+n-1`` that read consecutive channels ``c0 .. c0+n-1`` (``ch[f]``), so the
+    filters' inputs are gathered by contiguous copies."""
+    runs = []
+    for f, c in enumerate(np.asarray(ch, dtype=np.int64)):
+        if runs and runs[-1][0] + runs[-1][2] == f and runs[-1][1] + runs[-1][2] == c:
+            runs[-1][2] += 1
+        else:
+            runs.append([f, int(c), 1])
+    return np.array(runs, dtype=np.int64).reshape(-1, 3)
 
 
 def to_padded(y, coeffs: ModFilterbankCoeffs):
@@ -276,9 +291,9 @@ class ModFilterbank(PackedFilterbank):
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":
-                xg = np.empty(coeffs.bp_channel.size, np.float64)
-                K.cplx_onepole_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_coef, state["bp"],
-                                    x, y, C, xg)
+                u = np.empty((4, coeffs.bp_channel.size), x.dtype)
+                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coeffs.bp_coef, state["bp"],
+                                    x, y, C, u)
             else:
                 K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
                                    coeffs.bp_scale, state["bp"], x, y, C)
