@@ -27,6 +27,13 @@ from .fastexp import exp_f64
 from .jit import JIT as _JIT
 
 
+LANES = 32
+"""Channel loops run over a lane count rounded up to a multiple of this.  LLVM vectorises
+them 32 float64 lanes per iteration (8 per AVX-512 register, 4 registers interleaved)
+and runs whatever is left in scalar code, so 30 gammatone channels took the scalar path
+entirely (0.0038 of real time at 48 kHz, 0.0013 with 32 channels)."""
+
+
 @njit(**_JIT)
 def gammatone4(pr, pi, gain, sr, si, x, y):
     """Cascade of four identical complex one-pole sections per channel.
@@ -38,45 +45,73 @@ def gammatone4(pr, pi, gain, sr, si, x, y):
     pr, pi, gain : (C,)     pole real/imag part, real output gain (includes the 2 of 2·Re).
     sr, si       : (B, 4, C) section states (real, imag), advanced in place.
     x            : (B, T)   input, one signal per batch item.
-    y            : (B, T, C) output.
+    y            : (B, T, C) output, C-contiguous.
+
+    The recursion runs on ``L`` = C rounded up to :data:`LANES` lanes (a per-call copy of
+    the state; the extra lanes have pole and gain 0 and stay 0).  Each sample's ``L``
+    outputs are written straight into the flat output, the lanes past ``C`` landing in
+    the following rows, which are written afterwards; only where that would run past
+    the end of ``y`` they go through a scratch row.  The states are stored per sample
+    in their own dtype exactly as before, so the result is unchanged to the bit.
     """
     B, T = x.shape
     C = pr.shape[0]
+    L = (C + LANES - 1) // LANES * LANES
+    ppr = np.zeros(L)
+    ppi = np.zeros(L)
+    pg = np.zeros(L)
+    ppr[:C] = pr
+    ppi[:C] = pi
+    pg[:C] = gain
+    wr = np.zeros((4, L), sr.dtype)
+    wi = np.zeros((4, L), si.dtype)
+    row = np.empty(L, y.dtype)
+    yf = y.reshape(-1)
+    n = yf.shape[0]
     for b in range(B):
+        wr[:, :C] = sr[b]
+        wi[:, :C] = si[b]
         for t in range(T):
             xv = x[b, t]
-            for c in range(C):
-                p_r = pr[c]
-                p_i = pi[c]
+            o = (b * T + t) * C
+            tail = o + L > n
+            dst = row if tail else yf[o:o + L]
+            for c in range(L):
+                p_r = ppr[c]
+                p_i = ppi[c]
                 # section 1: z1 = p*z1 + x
-                ar = sr[b, 0, c]
-                ai = si[b, 0, c]
+                ar = wr[0, c]
+                ai = wi[0, c]
                 zr = p_r * ar - p_i * ai + xv
                 zi = p_r * ai + p_i * ar
-                sr[b, 0, c] = zr
-                si[b, 0, c] = zi
+                wr[0, c] = zr
+                wi[0, c] = zi
                 # section 2
-                ar = sr[b, 1, c]
-                ai = si[b, 1, c]
+                ar = wr[1, c]
+                ai = wi[1, c]
                 zr2 = p_r * ar - p_i * ai + zr
                 zi2 = p_r * ai + p_i * ar + zi
-                sr[b, 1, c] = zr2
-                si[b, 1, c] = zi2
+                wr[1, c] = zr2
+                wi[1, c] = zi2
                 # section 3
-                ar = sr[b, 2, c]
-                ai = si[b, 2, c]
+                ar = wr[2, c]
+                ai = wi[2, c]
                 zr3 = p_r * ar - p_i * ai + zr2
                 zi3 = p_r * ai + p_i * ar + zi2
-                sr[b, 2, c] = zr3
-                si[b, 2, c] = zi3
+                wr[2, c] = zr3
+                wi[2, c] = zi3
                 # section 4
-                ar = sr[b, 3, c]
-                ai = si[b, 3, c]
+                ar = wr[3, c]
+                ai = wi[3, c]
                 zr4 = p_r * ar - p_i * ai + zr3
                 zi4 = p_r * ai + p_i * ar + zi3
-                sr[b, 3, c] = zr4
-                si[b, 3, c] = zi4
-                y[b, t, c] = gain[c] * zr4
+                wr[3, c] = zr4
+                wi[3, c] = zi4
+                dst[c] = pg[c] * zr4
+            if tail:
+                yf[o:] = row[:n - o]
+        sr[b] = wr[:, :C]
+        si[b] = wi[:, :C]
 
 
 @njit(**_JIT)

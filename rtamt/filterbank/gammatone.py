@@ -111,6 +111,8 @@ class Gammatone(Stage):
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
-        y = np.empty((B, T, coeffs.fc.size), x.dtype) if out is None else out
+        C = coeffs.fc.size
+        ok = out is not None and out.shape == (B, T, C) and out.flags.c_contiguous
+        y = out if ok else np.empty((B, T, C), x.dtype)
         K.gammatone4(coeffs.pr, coeffs.pi, coeffs.gain, state["sr"], state["si"], x, y)
         return y
