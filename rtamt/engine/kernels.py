@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from .fastexp import exp_f64
+from .fastexp import exp_f64_short
 from .jit import JIT as _JIT
 
 
@@ -126,7 +126,7 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
     The loop over channels is innermost for each loop k, so the divisions of all
     channels vectorise; the limiter is applied in a scalar pass only when some channel
     needs it (on 70 dB noise: loops 3-5, about 20 of the 150 channel-loops per sample).
-    Its exponential is :func:`rtamt.engine.fastexp.exp_f64` inlined (within 2 ulp of
+    Its exponential is :func:`rtamt.engine.fastexp.exp_f64_short` inlined (within 2 ulp of
     libm): a libm call costs the spills of the live vector registers around it and,
     evaluated by Estrin's scheme, the inline polynomial has the shorter latency, which
     is what the sample-to-sample chain of loops waits on (adaptation 0.014 -> 0.010 of
@@ -156,7 +156,7 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
                     for c in range(C):
                         q = v[c]
                         if q > 1.0:
-                            v[c] = factor[k, c] / (1.0 + exp_f64(expfac[k, c] * (q - 1.0))) - offset[k, c]
+                            v[c] = factor[k, c] / (1.0 + exp_f64_short(expfac[k, c] * (q - 1.0))) - offset[k, c]
                 ak = a[k]
                 bk = bcoef[k]
                 for c in range(C):
