@@ -39,3 +39,19 @@ def test_transpose_kernel_equals_numpy(shape, dtype):
     out = np.full((shape[0], shape[2], shape[1]), np.nan, dtype)
     transpose_tm(y, out)
     assert np.array_equal(out, y.transpose(0, 2, 1))
+
+
+def test_work_buffer_reuses_only_an_exact_c_contiguous_match():
+    """Every stage's ``process_tm`` takes its output array from ``work_buffer``: the chain's
+    buffer is reused only when shape, dtype and C-contiguity all match (the compiled
+    kernels write some outputs flat), otherwise a new array is made."""
+    from rtamt.engine.stage import work_buffer
+
+    buf = np.zeros((1, 8, 3))
+    assert work_buffer(buf, (1, 8, 3), np.float64) is buf
+    for out, shape, dtype in [(None, (1, 8, 3), np.float64),
+                              (buf, (1, 9, 3), np.float64),
+                              (buf, (1, 8, 3), np.float32),
+                              (np.zeros((1, 3, 8)).transpose(0, 2, 1), (1, 8, 3), np.float64)]:
+        y = work_buffer(out, shape, dtype)
+        assert y is not out and y.shape == shape and y.dtype == dtype and y.flags.c_contiguous

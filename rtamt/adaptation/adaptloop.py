@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import kernels as K
-from ..engine.stage import RtamtInputError, Stage
+from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 _TAU_DAU = (0.005, 0.050, 0.129, 0.253, 0.500)
 PRESETS = {
@@ -129,7 +129,7 @@ class AdaptLoop(Stage):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        y = np.empty_like(x) if out is None else out
+        y = work_buffer(out, x.shape, x.dtype)
         v = np.empty(x.shape[2], np.float64)
         K.adaptloop(coeffs.a, coeffs.b, coeffs.minlvl, coeffs.factor, coeffs.expfac, coeffs.offset,
                     coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y, v)

@@ -37,7 +37,7 @@ from numba import njit
 from scipy import signal
 
 from ..engine.kernels import _JIT
-from ..engine.stage import RtamtInputError, Stage
+from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 __all__ = ["FIRCoeffs", "FIRSignalStage", "fir_from_table", "minimum_phase", "fir_tm",
            "magnitude_response"]
@@ -235,7 +235,7 @@ class FIRSignalStage(Stage):
     def process_tm(coeffs, state, x, out=None):
         """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape."""
         x3 = x[:, :, None] if x.ndim == 2 else x
-        y = np.empty_like(x) if out is None else out
+        y = work_buffer(out, x.shape, x.dtype)
         y3 = y[:, :, None] if y.ndim == 2 else y
         fir_tm(coeffs.taps(x.dtype), state["hist"], x3, y3)
         return y

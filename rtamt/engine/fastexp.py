@@ -28,9 +28,7 @@ import math
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .jit import JIT as _JIT
-
-_INL = dict(_JIT, inline="always")
+from .jit import INLINE as _INL
 
 _LN2 = 0.6931471805599453
 _LOG2E = 1.4426950408889634

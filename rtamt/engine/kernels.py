@@ -219,7 +219,6 @@ def sos_shared(sos, rectify, zi, x, y, yoff):
                     yt[c] = out
 
 
-_INL = dict(_JIT, inline="always")
 # The modulation bank runs the same step in a 4-sample and a 1-sample path; with FMA
 # contraction LLVM may fuse a different product in each (operand order follows whether
 # a value comes from memory or a register), so that bank is compiled without it: every

@@ -119,6 +119,17 @@ class Stateless:
             raise RtamtInputError(f"{self.name}: has no state, got a snapshot with {sorted(sd)}")
 
 
+def work_buffer(out, shape, dtype) -> np.ndarray:
+    """The output array of a ``process_tm`` call: ``out`` if it is a C-contiguous array of
+    exactly ``shape`` and ``dtype`` (a chain hands back a stage's previous output as its
+    work buffer for the next block of the same size), else a new uninitialised array."""
+    shape = tuple(shape)
+    if (out is not None and out.shape == shape and out.dtype == dtype
+            and out.flags.c_contiguous):
+        return out
+    return np.empty(shape, dtype)
+
+
 def _first_bad(x: np.ndarray) -> tuple[int, ...]:
     idx = np.argwhere(~np.isfinite(x))[0]
     return tuple(int(i) for i in idx)
@@ -351,7 +362,7 @@ class SharedSOSStage(Stage):
 
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
-        y = np.empty_like(x) if out is None or out.shape != x.shape else out
+        y = work_buffer(out, x.shape, x.dtype)
         K.sos_shared(coeffs.sos, cls.rectify, state["zi"], x, y, 0)
         return y
 

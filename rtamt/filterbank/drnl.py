@@ -143,7 +143,7 @@ import numba
 import numpy as np
 
 from ..engine.kernels import _JIT
-from ..engine.stage import Stage
+from ..engine.stage import Stage, work_buffer
 from .erb import erb_number, erb_space, erb_to_hz
 
 __all__ = ["DRNLPreset", "PRESETS", "get_preset", "DRNLParams", "DRNLCoeffs", "DRNL",
@@ -612,7 +612,7 @@ class DRNL(Stage):
     def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
-        y = np.empty((B, T, C), x.dtype) if out is None else out
+        y = work_buffer(out, (B, T, C), x.dtype)
         s = coeffs.sections[x.dtype]
         v = np.zeros(C, x.dtype)
         w = np.zeros(C, x.dtype)

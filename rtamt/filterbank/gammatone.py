@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import kernels as K
-from ..engine.stage import Stage
+from ..engine.stage import Stage, work_buffer
 from .erb import erb, erb_space
 
 __all__ = ["GammatoneParams", "GammatoneCoeffs", "Gammatone", "design", "bandwidth_factor"]
@@ -112,7 +112,6 @@ class Gammatone(Stage):
     def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
-        ok = out is not None and out.shape == (B, T, C) and out.flags.c_contiguous
-        y = out if ok else np.empty((B, T, C), x.dtype)
+        y = work_buffer(out, (B, T, C), x.dtype)  # C-contiguous: the kernel writes it flat
         K.gammatone4(coeffs.pr, coeffs.pi, coeffs.gain, state["sr"], state["si"], x, y)
         return y

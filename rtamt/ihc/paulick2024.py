@@ -137,7 +137,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.kernels import _JIT
-from ..engine.stage import Stage
+from ..engine.stage import Stage, work_buffer
 
 __all__ = ["IHCPaulick2024", "IHCPaulick2024Params", "IHCPaulick2024Coeffs", "design",
            "met_conductance", "equilibrium_potential", "precharge"]
@@ -347,7 +347,7 @@ class IHCPaulick2024(Stage):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        y = np.empty_like(x) if out is None else out
+        y = work_buffer(out, x.shape, x.dtype)
         c = coeffs
         ihc_paulick2024_kernel(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf,
                                c.gks, c.eks, c.k, c.method, c.offset, state["v"], x, y)

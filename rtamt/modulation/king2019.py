@@ -33,6 +33,7 @@ import numpy as np
 from scipy import signal
 
 from ..engine import kernels as K
+from ..engine.stage import work_buffer
 from .modfb import PackedFilterbank
 
 
@@ -122,7 +123,7 @@ class KingModFilterbank(PackedFilterbank):
         B, T, C = x.shape
         x = cls._prefilter(coeffs, state, x)
         F = coeffs.n_filters
-        y = out if out is not None and out.shape == (B, T, F) else np.empty((B, T, F), x.dtype)
+        y = work_buffer(out, (B, T, F), x.dtype)
         bp = state["bp"]
         for m in range(coeffs.mfc.size):   # one compiled kernel call per modulation filter
             K.sos_shared(coeffs.sos[m], False, bp[m], x, y, m * C)

@@ -58,7 +58,7 @@ import numpy as np
 from scipy import signal
 
 from ..engine import kernels as K
-from ..engine.stage import RtamtInputError, Stage
+from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 PRESETS = {
     "amt0910": dict(max_mfc=1000.0, upper_limit_factor=0.25, att_factor=1.0, prefilter_hz=0.0),
@@ -287,7 +287,7 @@ class ModFilterbank(PackedFilterbank):
     def process_tm(cls, coeffs, state, x, out=None):
         B, T, C = x.shape
         x = cls._prefilter(coeffs, state, x)
-        y = np.empty((B, T, coeffs.n_filters), x.dtype) if out is None else out
+        y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype)
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":

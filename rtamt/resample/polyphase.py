@@ -77,7 +77,7 @@ import numpy as np
 from scipy import signal
 
 from ..engine.kernels import _JIT
-from ..engine.stage import RtamtInputError, Stage
+from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 __all__ = ["ResamplerParams", "ResamplerCoeffs", "Resampler", "design", "output_length",
            "block_output_length", "group_delay", "gain_db", "PRESETS", "MAX_RATE"]
@@ -320,9 +320,7 @@ class Resampler(Stage):
         ``out`` is used only if it has exactly that shape and dtype."""
         B, T, C = x.shape
         n = block_output_length(coeffs, state, T)
-        if out is None or out.shape != (B, n, C) or out.dtype != x.dtype \
-                or not out.flags.c_contiguous:
-            out = np.empty((B, n, C), x.dtype)
+        out = work_buffer(out, (B, n, C), x.dtype)
         taps = coeffs.taps32 if x.dtype == np.float32 else coeffs.taps
         polyphase_resample(taps, coeffs.up, coeffs.down, state["offset"], state["hist"],
                            np.ascontiguousarray(x), out)
