@@ -1,0 +1,52 @@
+"""The numba intrinsics behind the compiled stages (:mod:`rtamt.engine.intrinsics`)."""
+import numpy as np
+import pytest
+from numba import njit
+
+from rtamt.engine.intrinsics import fma, transpose4
+
+
+@njit(cache=False)
+def _fma(a, b, c):
+    return fma(a, b, c)
+
+
+@njit(cache=False)
+def _mul_add(a, b, c):
+    return a * b + c
+
+
+@pytest.mark.parametrize("dtype, k", [(np.float64, 30), (np.float32, 13)])
+def test_fma_rounds_once(dtype, k):
+    """(1 + 2^-k)(1 - 2^-k) - 1 = -2^-2k exactly; a separately rounded product is 1, so
+    the unfused expression gives 0 and only a fused multiply-add gives -2^-2k."""
+    a = dtype(1 + 2.0 ** -k)
+    b = dtype(1 - 2.0 ** -k)
+    c = dtype(-1)
+    r = _fma(a, b, c)
+    assert r == dtype(-(2.0 ** (-2 * k)))
+    assert np.multiply(a, b) + c == 0  # what an unfused evaluation gives
+
+
+def test_fma_rejects_mixed_types():
+    with pytest.raises(Exception, match="fma"):
+        _fma(1.0, np.float32(2.0), 3.0)
+
+
+@njit(cache=False)
+def _tile(src, soff, sstride, dst, doff, dstride):
+    transpose4(src, soff, sstride, dst, doff, dstride)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transpose4_moves_one_tile_and_nothing_else(dtype):
+    """A 4 x 4 tile at an offset inside larger row-major arrays lands transposed at the
+    destination offset; every other destination element is left alone."""
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((7, 9)).astype(dtype)
+    dst = np.full((6, 11), -7.0, dtype)
+    _tile(src.ravel(), 2 * 9 + 3, 9, dst.ravel(), 1 * 11 + 5, 11)
+    want = np.full((6, 11), -7.0, dtype)
+    want[1:5, 5:9] = src[2:6, 3:7].T
+    assert np.array_equal(dst, want)
+
