@@ -1,9 +1,11 @@
-"""The numba intrinsics behind the compiled stages (:mod:`rtamt.engine.intrinsics`)."""
+"""The numba intrinsics and small kernels behind the compiled stages
+(:mod:`rtamt.engine.intrinsics`, :func:`rtamt.engine.kernels.all_finite`)."""
 import numpy as np
 import pytest
 from numba import njit
 
 from rtamt.engine.intrinsics import fma, transpose4
+from rtamt.engine.kernels import all_finite
 
 
 @njit(cache=False)
@@ -50,3 +52,20 @@ def test_transpose4_moves_one_tile_and_nothing_else(dtype):
     want[1:5, 5:9] = src[2:6, 3:7].T
     assert np.array_equal(dst, want)
 
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_all_finite_finds_any_non_finite_value(dtype, bad):
+    x = np.random.default_rng(0).standard_normal((3, 37)).astype(dtype)
+    assert all_finite(x)
+    assert all_finite(x[:, ::3])  # non-contiguous
+    big = x.copy()
+    big[0, 0] = np.finfo(dtype).max
+    big[1, 1] = -np.finfo(dtype).max
+    big[2, 2] = np.finfo(dtype).tiny / 4  # subnormal
+    assert all_finite(big)
+    for pos in [(0, 0), (1, 17), (2, 36)]:
+        y = x.copy()
+        y[pos] = bad
+        assert not all_finite(y), pos
+        assert not all_finite(y[pos[0]]), pos

@@ -130,7 +130,6 @@ class AdaptLoop(Stage):
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         y = work_buffer(out, x.shape, x.dtype)
-        v = np.empty(x.shape[2], np.float64)
         K.adaptloop(coeffs.a, coeffs.b, coeffs.minlvl, coeffs.factor, coeffs.expfac, coeffs.offset,
-                    coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y, v)
+                    coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y)
         return y

@@ -116,7 +116,7 @@ def gammatone4(pr, pi, gain, sr, si, x, y):
 
 
 @njit(**_JIT)
-def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s, x, y, v):
+def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s, x, y):
     """Chain of nonlinear adaptation loops (Püschel 1988; Dau et al. 1996a, 1997a).
 
     Per sample and channel: ``v = max(x, minlvl)``; for each loop k:
@@ -139,10 +139,10 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
     limit_on                 : bool
     s                        : (B, K, C) loop dividers (state), advanced in place.
     x, y                     : (B, T, C)
-    v                        : (C,) scratch.
     """
     B, T, C = x.shape
     K = a.shape[0]
+    v = np.empty(C, np.float64)
     for b in range(B):
         for t in range(T):
             for c in range(C):
@@ -301,7 +301,7 @@ def _efilt_lanes1(pr, pi, g, sc, sr, si, u0, y0, magnitude):
 
 
 @njit(**_JIT_EXACT)
-def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff, u):
+def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     """Bank of complex one-pole filters ('efilt': frequency-shifted 1st-order low-pass).
 
     ``w[n] = g x_ch[n] + p w[n-1]`` with complex pole ``p`` (Dau et al. 1997a;
@@ -315,7 +315,6 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff, u):
     coef  : (4, F)      rows: Re p, Im p, input gain g, output scale.
     st    : (B, 2, F)   states (real, imag), advanced in place.
     x     : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
-    u     : (4, F)      scratch: the inputs of four samples, gathered run by run.
 
     Samples are taken four at a time (each filter's state stays in registers over the
     four; the lane loop over filters vectorises), the rest one at a time with the same
@@ -328,6 +327,7 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff, u):
     g = coef[2]
     sc = coef[3]
     a = nreal
+    u = np.empty((4, F), x.dtype)  # the inputs of four samples, gathered run by run
     for b in range(B):
         sr = st[b, 0]
         si = st[b, 1]
@@ -428,3 +428,13 @@ def transpose_tm(y, out):
             for f in range(F):
                 ob[f, t] = yb[t, f]
 
+
+@njit(**_JIT)
+def all_finite(x):
+    """True if no element of ``x`` is NaN or +-inf (one vectorised pass, no temporary:
+    ``|v| <= DBL_MAX`` is false exactly for those).  The input check of every block."""
+    a = x.ravel()
+    ok = True
+    for i in range(a.size):
+        ok &= abs(a[i]) <= 1.7976931348623157e308
+    return ok

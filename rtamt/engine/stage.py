@@ -63,6 +63,8 @@ def as_numpy_block(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     torch tensors are viewed without copy when on CPU; results go back with
     ``torch.from_numpy`` onto the input's device.
     """
+    if type(x) is np.ndarray:
+        return x, _identity
     if _is_torch(x):
         import torch
 
@@ -244,7 +246,7 @@ class Stage:
                 raise RtamtInputError(
                     f"{where}: dtype {x.dtype} differs from the stream's {dt0} "
                     "(call reset() to change dtype)")
-        if not np.isfinite(x).all():
+        if not K.all_finite(x):
             bad = _first_bad(x)
             names = (("batch",) if len(bad) == 2 else ()) if self.in_kind == "signal" else \
                 (("batch", "channel") if len(bad) == 3 else ("channel",) if len(bad) == 2 else ())

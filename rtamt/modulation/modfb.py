@@ -291,9 +291,8 @@ class ModFilterbank(PackedFilterbank):
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":
-                u = np.empty((4, coeffs.bp_channel.size), x.dtype)
                 K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coeffs.bp_coef, state["bp"],
-                                    x, y, C, u)
+                                    x, y, C)
             else:
                 K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
                                    coeffs.bp_scale, state["bp"], x, y, C)
