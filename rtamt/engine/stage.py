@@ -51,6 +51,24 @@ class RtamtInputError(ValueError):
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F32, _F64 = _FLOATS
+
+
+class _Where:
+    """``'<who>: block <n>'`` for error messages, formatted only when one is raised (the
+    check of every block runs on the real-time path)."""
+
+    __slots__ = ("who", "block")
+
+    def __init__(self, who, block):
+        self.who = who
+        self.block = block
+
+    def __str__(self):
+        return f"{self.who}: block {self.block}"
+
+    def __format__(self, spec):
+        return format(str(self), spec)
 
 
 def _is_torch(x: Any) -> bool:
@@ -216,8 +234,9 @@ class Stage:
         Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
         block index and the position of the problem.  Nothing is modified.
         """
-        where = f"{who or self.name}: block {self._block}"
-        if x.dtype not in _FLOATS:
+        where = _Where(who or self.name, self._block)  # formatted only into an error
+        dt = x.dtype
+        if dt is not _F64 and dt is not _F32 and dt not in _FLOATS:
             raise RtamtInputError(
                 f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
                 "(convert integer PCM with x / 2**(bits-1))")
@@ -257,11 +276,12 @@ class Stage:
                 "block rejected, state unchanged")
         # to (B, T, C) or (B, T)
         if self.in_kind == "signal":
-            xt = x.reshape(-1, x.shape[-1])
-        else:
-            x3 = x.reshape(-1, n_in, x.shape[-1])
-            xt = x3.transpose(0, 2, 1)
-        return np.ascontiguousarray(xt), lead, n_in
+            xt = x[None] if x.ndim == 1 else x
+            if not xt.flags.c_contiguous:
+                xt = np.ascontiguousarray(xt)
+            return xt, lead, n_in
+        x3 = x.reshape(-1, n_in, x.shape[-1])
+        return np.ascontiguousarray(x3.transpose(0, 2, 1)), lead, n_in
 
     def _batch_of(self, lead: tuple) -> int:
         rows = lead if self.in_kind == "signal" else lead[:-1]
@@ -410,12 +430,10 @@ class Chain:
         y = xt
         bufs = self._bufs
         for i, s in enumerate(self.stages):
-            buf = bufs[i]
-            if keep_all or buf is None or buf.shape[:2] != y.shape[:2] or buf.dtype != y.dtype:
-                # work buffers are reused across blocks of the same size (no large
-                # allocation per block); process_all hands them out, so it allocates
-                buf = None
-            y = s.process_tm(s.coeffs, s._state, y, buf)
+            # work buffers are reused across blocks (no large allocation per block);
+            # work_buffer() in each stage takes one only on an exact shape/dtype match.
+            # process_all hands its outputs out, so it allocates.
+            y = s.process_tm(s.coeffs, s._state, y, None if keep_all else bufs[i])
             if not keep_all:
                 bufs[i] = y
             s._block += 1
