@@ -1,4 +1,4 @@
-"""Two LLVM operations that numba's Python subset cannot spell, as numba intrinsics.
+"""LLVM operations that numba's Python subset cannot spell, as numba intrinsics.
 
 * :func:`fma` - ``a * b + c`` with one rounding (IEEE 754-2008 fusedMultiplyAdd), the
   ``llvm.fma`` intrinsic.  Written explicitly it is the same instruction wherever the
@@ -9,6 +9,8 @@
   transpose, e.g. Intel's optimisation manual, "matrix transposition" with
   ``unpcklpd``/``shufpd``); numba's scalar element loop moves one value per load/store
   pair.  Pure data movement: the values are copied bit for bit.
+* :func:`copy8` - eight consecutive values copied as one vector (the modulation bank's
+  input gather).
 
 Both are documented numba extension points (:func:`numba.extending.intrinsic`); they are
 inlined into the calling kernel and cached with it.
@@ -20,7 +22,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["fma", "transpose4"]
+__all__ = ["copy8", "fma", "transpose4"]
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -87,3 +89,32 @@ def transpose4(typingctx, src, soff, sstride, dst, doff, dstride):
 
     return sig, codegen
 
+
+
+@intrinsic
+def copy8(typingctx, src, soff, dst, doff):
+    """``dst[doff:doff+8] = src[soff:soff+8]``: one vector load, one vector store.
+
+    ``src``/``dst``: 1-D C-contiguous arrays of one float dtype.  An element loop
+    between two arrays is kept in order one value at a time (numba cannot tell LLVM
+    that the arrays are distinct); as one vector the copy does not depend on that.
+    No bounds check: the caller keeps both ranges inside their arrays.
+    """
+    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
+            and src.ndim == dst.ndim == 1 and src.layout == dst.layout == "C"
+            and src.dtype == dst.dtype and isinstance(src.dtype, types.Float)):
+        return None
+    sig = types.void(src, types.intp, dst, types.intp)
+
+    def codegen(context, builder, signature, args):
+        s, so, d, do = args
+        sa = context.make_array(signature.args[0])(context, builder, s)
+        da = context.make_array(signature.args[2])(context, builder, d)
+        et = context.get_data_type(signature.args[0].dtype)
+        vp = ir.VectorType(et, 8).as_pointer()
+        align = signature.args[0].dtype.bitwidth // 8
+        v = builder.load(builder.bitcast(builder.gep(sa.data, [so]), vp), align=align)
+        builder.store(v, builder.bitcast(builder.gep(da.data, [do]), vp), align=align)
+        return context.get_dummy_value()
+
+    return sig, codegen

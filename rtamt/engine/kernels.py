@@ -24,7 +24,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .fastexp import exp_f64_short
-from .intrinsics import fma, transpose4
+from .intrinsics import copy8, fma, transpose4
 from .jit import JIT as _JIT
 
 
@@ -310,7 +310,8 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
 
     runs  : (R, 3) int  ``[first filter, first channel, length]``: filters
             ``f0 .. f0+n-1`` read channels ``c0 .. c0+n-1`` (the bank is ordered by
-            modulation band, then channel, so a band is one run).
+            modulation band, then channel, so a band is one run); rows in increasing
+            ``f0``, together covering filters ``0 .. F-1``.
     nreal : int         filters 0..nreal-1 output the real part, the rest the magnitude.
     coef  : (4, F)      rows: Re p, Im p, input gain g, output scale.
     st    : (B, 2, F)   states (real, imag), advanced in place.
@@ -319,6 +320,8 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     Samples are taken four at a time (each filter's state stays in registers over the
     four; the lane loop over filters vectorises), the rest one at a time with the same
     step function, so the result does not depend on where a block starts or ends.
+    The inputs are gathered by 8-wide vector copies (bank 0.0110 -> 0.0102 of real
+    time for Dau1997 at 48 kHz against element loops over the runs).
     """
     B, T, C = x.shape
     F = coef.shape[1]
@@ -327,7 +330,12 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     g = coef[2]
     sc = coef[3]
     a = nreal
-    u = np.empty((4, F), x.dtype)  # the inputs of four samples, gathered run by run
+    R = runs.shape[0]
+    # the inputs of four samples, gathered run by run; lane f at uf[j, 8 + f] (8 lanes of
+    # slack in front for the vector copies below)
+    uf = np.empty((4, F + 8), x.dtype)
+    u = uf[:, 8:]
+    xp = np.zeros(C + 16, x.dtype)  # one input row with 8 values of slack on both sides
     for b in range(B):
         sr = st[b, 0]
         si = st[b, 1]
@@ -336,12 +344,28 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
             n = min(4, T - t)
             for j in range(n):
                 xt = x[b, t + j]
-                uj = u[j]
-                for r in range(runs.shape[0]):
-                    ud = uj[runs[r, 0]:]
-                    xs = xt[runs[r, 1]:]
-                    for i in range(runs[r, 2]):
-                        ud[i] = xs[i]
+                uj = uf[j]
+                if C >= 8:
+                    # 8-wide vector copies (`copy8`): the row into xp, then each run in
+                    # chunks aligned to its end, last run first, so a chunk reaching in
+                    # front of its run writes lanes of the run below, copied afterwards
+                    for c in range(0, C - 8, 8):
+                        copy8(xt, c, xp, 8 + c)
+                    copy8(xt, C - 8, xp, C)
+                    for r in range(R - 1, -1, -1):
+                        m = runs[r, 2]
+                        es = 8 + runs[r, 1] + m
+                        ed = 8 + runs[r, 0] + m
+                        k = 8
+                        while k < m + 8:
+                            copy8(xp, es - k, uj, ed - k)
+                            k += 8
+                else:
+                    for r in range(R):
+                        ud = u[j, runs[r, 0]:]
+                        xs = xt[runs[r, 1]:]
+                        for i in range(runs[r, 2]):
+                            ud[i] = xs[i]
             if n == 4:
                 y0 = y[b, t, yoff:yoff + F]
                 y1 = y[b, t + 1, yoff:yoff + F]
