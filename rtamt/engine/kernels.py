@@ -257,13 +257,30 @@ def _efilt_step(pr, pi, g, ar, ai, u, st):
             _like(st, fma(pr, ai, pi * ar)))
 
 
+def _sqrt_like(arr, v):
+    """``sqrt(v)`` (``v >= 0`` float64) as accurate as ``arr``'s dtype needs."""
+    return math.sqrt(v)
+
+
+@overload(_sqrt_like, inline="always")
+def _sqrt_like_impl(arr, v):
+    if arr.dtype == types.float32:
+        # a float32 output needs a float32 square root (<= 1 ulp of float32 after the
+        # argument's own rounding); on the EPYC it is 3x the float64 throughput
+        # (0.18 vs 0.55 ns per element), and the float64 one is what the envelope
+        # filters of the modulation bank wait on
+        return lambda arr, v: np.float64(math.sqrt(np.float32(v)))
+    return lambda arr, v: math.sqrt(v)
+
+
 @njit(**_INL_EXACT)
-def _efilt_out(sc, wr, wi, magnitude):
-    """Filter output: ``sc |w|`` (Hilbert envelope) or ``sc Re w``."""
+def _efilt_out(sc, wr, wi, magnitude, st):
+    """Filter output: ``sc |w|`` (Hilbert envelope) or ``sc Re w``; ``st`` (the state
+    array) gives the precision: a float32 stream takes its square root in float32."""
     if magnitude:
         wr = np.float64(wr)
         wi = np.float64(wi)
-        return sc * math.sqrt(fma(wr, wr, wi * wi))
+        return sc * _sqrt_like(st, fma(wr, wr, wi * wi))
     return sc * wr
 
 
@@ -279,13 +296,13 @@ def _efilt_lanes4(pr, pi, g, sc, sr, si, u0, u1, u2, u3, y0, y1, y2, y3, magnitu
         gf = g[f]
         s = sc[f]
         ar, ai = _efilt_step(p_r, p_i, gf, sr[f], si[f], u0[f], sr)
-        y0[f] = _efilt_out(s, ar, ai, magnitude)
+        y0[f] = _efilt_out(s, ar, ai, magnitude, sr)
         ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u1[f], sr)
-        y1[f] = _efilt_out(s, ar, ai, magnitude)
+        y1[f] = _efilt_out(s, ar, ai, magnitude, sr)
         ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u2[f], sr)
-        y2[f] = _efilt_out(s, ar, ai, magnitude)
+        y2[f] = _efilt_out(s, ar, ai, magnitude, sr)
         ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u3[f], sr)
-        y3[f] = _efilt_out(s, ar, ai, magnitude)
+        y3[f] = _efilt_out(s, ar, ai, magnitude, sr)
         sr[f] = ar
         si[f] = ai
 
@@ -295,7 +312,7 @@ def _efilt_lanes1(pr, pi, g, sc, sr, si, u0, y0, magnitude):
     """One sample of every filter (the < 4 samples left at the end of a block)."""
     for f in range(pr.shape[0]):
         ar, ai = _efilt_step(pr[f], pi[f], g[f], sr[f], si[f], u0[f], sr)
-        y0[f] = _efilt_out(sc[f], ar, ai, magnitude)
+        y0[f] = _efilt_out(sc[f], ar, ai, magnitude, sr)
         sr[f] = ar
         si[f] = ai
 
