@@ -120,3 +120,8 @@ def test_efilt_bank_gathers_every_run_shape(C, dtype):
     tol = 1e-12 if dtype == np.float64 else 2e-5
     np.testing.assert_allclose(y[..., 3:], want, rtol=tol, atol=tol * np.abs(want).max())
     assert np.isnan(y[..., :3]).all()
+
+
+def test_transpose4_rejects_strided_arrays():
+    with pytest.raises(Exception, match="transpose4"):
+        _tile(np.zeros(80)[::2], 0, 8, np.zeros(40), 0, 8)

@@ -12,8 +12,8 @@
 * :func:`copy8` - eight consecutive values copied as one vector (the modulation bank's
   input gather).
 
-Both are documented numba extension points (:func:`numba.extending.intrinsic`); they are
-inlined into the calling kernel and cached with it.
+All three use a documented numba extension point (:func:`numba.extending.intrinsic`); they
+are inlined into the calling kernel and cached with it.
 """
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def transpose4(typingctx, src, soff, sstride, dst, doff, dstride):
     every touched element inside both arrays.
     """
     if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
-            and src.ndim == dst.ndim == 1 and src.dtype == dst.dtype
-            and isinstance(src.dtype, types.Float)):
+            and src.ndim == dst.ndim == 1 and src.layout == dst.layout == "C"
+            and src.dtype == dst.dtype and isinstance(src.dtype, types.Float)):
         return None
     sig = types.void(src, types.intp, types.intp, dst, types.intp, types.intp)
 
@@ -88,7 +88,6 @@ def transpose4(typingctx, src, soff, sstride, dst, doff, dstride):
         return context.get_dummy_value()
 
     return sig, codegen
-
 
 
 @intrinsic
