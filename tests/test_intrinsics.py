@@ -107,11 +107,14 @@ def test_efilt_bank_gathers_every_run_shape(C, dtype):
     nreal = F // 3
     p = 0.9 * np.exp(1j * rng.uniform(0.05, 3.0, F))
     coef = np.stack([p.real, p.imag, rng.uniform(0.1, 1.0, F), rng.uniform(0.5, 2.0, F)])
+    coef = coef.astype(dtype)  # the stream's dtype, as the stage passes it
+    p = coef[0].astype(np.float64) + 1j * coef[1]
     T = 23
     x = rng.standard_normal((2, T, C)).astype(dtype)
     st = np.zeros((2, 2, F), dtype)
     y = np.full((2, T, F + 3), np.nan, dtype)
     cplx_onepole_bank(channel_runs(ch), nreal, coef, st, x, y, 3)
+    coef = coef.astype(np.float64)
     w = np.zeros((2, F), complex)
     want = np.empty((2, T, F))
     for t in range(T):

@@ -20,8 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
 from .fastexp import exp_f64_short
 from .intrinsics import copy8, fma, transpose4
@@ -229,58 +228,23 @@ _JIT_EXACT = dict(_JIT, fastmath=False)
 _INL_EXACT = dict(_JIT_EXACT, inline="always")
 
 
-def _like(arr, v):
-    """``v`` rounded to ``arr``'s dtype (compiled: identity for float64 arrays)."""
-    return arr.dtype.type(v)
-
-
-@overload(_like, inline="always")
-def _like_impl(arr, v):
-    if arr.dtype == types.float32:
-        return lambda arr, v: np.float32(v)
-    return lambda arr, v: v
-
-
 @njit(**_INL_EXACT)
-def _efilt_step(pr, pi, g, ar, ai, u, st):
+def _efilt_step(pr, pi, g, ar, ai, u):
     """One sample of ``w <- p w + g u`` (complex pole ``p = pr + i pi``, real input ``u``);
-    returns the new (Re w, Im w) rounded to the dtype of the state array ``st``, as
-    storing them would.  The only place this recursion is written.
+    returns the new (Re w, Im w).  The only place this recursion is written.
 
-    Evaluated in float64 as ``Re: fma(pr, ar, fma(-pi, ai, g u))``, ``Im: fma(pr, ai, pi ar)``
-    (explicit fused multiply-adds: 3 instead of 5 rounded operations for ``Re``)."""
-    pr = np.float64(pr)
-    pi = np.float64(pi)
-    ar = np.float64(ar)
-    ai = np.float64(ai)
-    return (_like(st, fma(pr, ar, fma(-pi, ai, np.float64(g) * np.float64(u)))),
-            _like(st, fma(pr, ai, pi * ar)))
-
-
-def _sqrt_like(arr, v):
-    """``sqrt(v)`` (``v >= 0`` float64) as accurate as ``arr``'s dtype needs."""
-    return math.sqrt(v)
-
-
-@overload(_sqrt_like, inline="always")
-def _sqrt_like_impl(arr, v):
-    if arr.dtype == types.float32:
-        # a float32 output needs a float32 square root (<= 1 ulp of float32 after the
-        # argument's own rounding); on the EPYC it is 3x the float64 throughput
-        # (0.18 vs 0.55 ns per element), and the float64 one is what the envelope
-        # filters of the modulation bank wait on
-        return lambda arr, v: np.float64(math.sqrt(np.float32(v)))
-    return lambda arr, v: math.sqrt(v)
+    ``Re: fma(pr, ar, fma(-pi, ai, g u))``, ``Im: fma(pr, ai, pi ar)`` (explicit fused
+    multiply-adds: 3 instead of 5 rounded operations for ``Re``), in the dtype of the
+    arguments, which is the stream's: float32 streams run in float32 arithmetic (16 lanes
+    per AVX-512 register instead of float64 arithmetic with conversions of every value)."""
+    return fma(pr, ar, fma(-pi, ai, g * u)), fma(pr, ai, pi * ar)
 
 
 @njit(**_INL_EXACT)
-def _efilt_out(sc, wr, wi, magnitude, st):
-    """Filter output: ``sc |w|`` (Hilbert envelope) or ``sc Re w``; ``st`` (the state
-    array) gives the precision: a float32 stream takes its square root in float32."""
+def _efilt_out(sc, wr, wi, magnitude):
+    """Filter output: ``sc |w|`` (Hilbert envelope) or ``sc Re w``, in the arguments' dtype."""
     if magnitude:
-        wr = np.float64(wr)
-        wi = np.float64(wi)
-        return sc * _sqrt_like(st, fma(wr, wr, wi * wi))
+        return sc * np.sqrt(fma(wr, wr, wi * wi))
     return sc * wr
 
 
@@ -295,14 +259,14 @@ def _efilt_lanes4(pr, pi, g, sc, sr, si, u0, u1, u2, u3, y0, y1, y2, y3, magnitu
         p_i = pi[f]
         gf = g[f]
         s = sc[f]
-        ar, ai = _efilt_step(p_r, p_i, gf, sr[f], si[f], u0[f], sr)
-        y0[f] = _efilt_out(s, ar, ai, magnitude, sr)
-        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u1[f], sr)
-        y1[f] = _efilt_out(s, ar, ai, magnitude, sr)
-        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u2[f], sr)
-        y2[f] = _efilt_out(s, ar, ai, magnitude, sr)
-        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u3[f], sr)
-        y3[f] = _efilt_out(s, ar, ai, magnitude, sr)
+        ar, ai = _efilt_step(p_r, p_i, gf, sr[f], si[f], u0[f])
+        y0[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u1[f])
+        y1[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u2[f])
+        y2[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u3[f])
+        y3[f] = _efilt_out(s, ar, ai, magnitude)
         sr[f] = ar
         si[f] = ai
 
@@ -311,8 +275,8 @@ def _efilt_lanes4(pr, pi, g, sc, sr, si, u0, u1, u2, u3, y0, y1, y2, y3, magnitu
 def _efilt_lanes1(pr, pi, g, sc, sr, si, u0, y0, magnitude):
     """One sample of every filter (the < 4 samples left at the end of a block)."""
     for f in range(pr.shape[0]):
-        ar, ai = _efilt_step(pr[f], pi[f], g[f], sr[f], si[f], u0[f], sr)
-        y0[f] = _efilt_out(sc[f], ar, ai, magnitude, sr)
+        ar, ai = _efilt_step(pr[f], pi[f], g[f], sr[f], si[f], u0[f])
+        y0[f] = _efilt_out(sc[f], ar, ai, magnitude)
         sr[f] = ar
         si[f] = ai
 

@@ -121,6 +121,17 @@ class ModFilterbankCoeffs:
     def n_filters(self) -> int:
         return int(self.filter_channel.size)
 
+    def bp_coef_as(self, dtype) -> np.ndarray:
+        """``bp_coef`` in the stream's dtype (float32 streams run the efilt bank in float32
+        arithmetic); the float32 copy is made once."""
+        if np.dtype(dtype) == np.float64:
+            return self.bp_coef
+        c = self.__dict__.get("_bp_coef32")
+        if c is None:
+            c = np.ascontiguousarray(self.bp_coef, dtype=np.float32)
+            object.__setattr__(self, "_bp_coef32", c)
+        return c
+
 
 def modulation_centre_frequencies(u: float, Q: float = 2.0) -> np.ndarray:
     """mfc list (Hz) for upper limit ``u`` (Hz), AMT 0.9.10 rule (see module doc)."""
@@ -291,8 +302,8 @@ class ModFilterbank(PackedFilterbank):
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":
-                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coeffs.bp_coef, state["bp"],
-                                    x, y, C)
+                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coeffs.bp_coef_as(x.dtype),
+                                    state["bp"], x, y, C)
             else:
                 K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
                                    coeffs.bp_scale, state["bp"], x, y, C)
