@@ -294,7 +294,7 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
             modulation band, then channel, so a band is one run); rows in increasing
             ``f0``, together covering filters ``0 .. F-1``.
     nreal : int         filters 0..nreal-1 output the real part, the rest the magnitude.
-    coef  : (4, F)      rows: Re p, Im p, input gain g, output scale.
+    coef  : (4, F)      rows: Re p, Im p, input gain g, output scale; same dtype as st, x.
     st    : (B, 2, F)   states (real, imag), advanced in place.
     x     : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
 
