@@ -10,8 +10,9 @@ Exponential (Cody & Waite 1980, "Software Manual for the Elementary Functions",
 ch. 6; Muller 2016, "Elementary Functions", 3rd ed., §11.3): ``e^x = 2^k e^r`` with
 ``k = round(x / ln 2)`` and ``r = x - k ln 2`` in [-ln2/2, ln2/2], computed with ``ln 2``
 split into a short high part (``k ln2_hi`` exact) and a correction; ``e^r`` is a
-Taylor polynomial (degree 13: truncation < 5e-18; Horner or, in ``exp_f64_short``, Estrin) and ``2^k`` is built from its IEEE-754
-bit pattern.  ``2^{-t}`` in float32 needs no split (``t - round(t)`` is exact).
+Taylor polynomial (degree 13: truncation < 5e-18; Horner, or Estrin in ``exp_f64_short``)
+and ``2^k`` is built from its IEEE-754 bit pattern.  ``2^{-t}`` in float32 needs no split
+(``t - round(t)`` is exact).
 
 Logarithm (Muller 2016, §11.3; Abramowitz & Stegun 4.1.28): ``x = 2^e m`` with
 ``m`` in [sqrt(1/2), sqrt(2)) from the bit pattern; ``ln m = 2 atanh(s)``,
@@ -26,8 +27,10 @@ from __future__ import annotations
 import math
 
 from numba import njit, types
-from numba.extending import intrinsic
 
+from .intrinsics import bits_to_f32 as _bits_to_f32
+from .intrinsics import bits_to_f64 as _bits_to_f64
+from .intrinsics import f64_to_bits as _f64_to_bits
 from .jit import INLINE as _INL
 
 _LN2 = 0.6931471805599453
@@ -39,24 +42,6 @@ _E13 = tuple(1.0 / math.factorial(n) for n in range(14))
 _D7 = tuple((-_LN2) ** n / float(math.factorial(n)) for n in range(8))
 _SQRT2 = 1.4142135623730951
 
-
-def _bitcast(src, dst):
-    @intrinsic
-    def cast(typingctx, v):
-        if v != src:
-            return None
-
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(args[0], context.get_value_type(dst))
-
-        return dst(src), codegen
-
-    return cast
-
-
-_bits_to_f32 = _bitcast(types.int32, types.float32)
-_bits_to_f64 = _bitcast(types.int64, types.float64)
-_f64_to_bits = _bitcast(types.float64, types.int64)
 
 
 @njit(**_INL)

@@ -11,8 +11,10 @@
   pair.  Pure data movement: the values are copied bit for bit.
 * :func:`copy8` - eight consecutive values copied as one vector (the modulation bank's
   input gather).
+* ``bits_to_f32``, ``bits_to_f64``, ``f64_to_bits`` - reinterpret an IEEE-754 bit pattern
+  (LLVM ``bitcast``), for the exponent arithmetic of :mod:`rtamt.engine.fastexp`.
 
-All three use a documented numba extension point (:func:`numba.extending.intrinsic`); they
+All use a documented numba extension point (:func:`numba.extending.intrinsic`); they
 are inlined into the calling kernel and cached with it.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["copy8", "fma", "transpose4"]
+__all__ = ["copy8", "fma", "transpose4", "bits_to_f32", "bits_to_f64", "f64_to_bits"]
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -117,3 +119,23 @@ def copy8(typingctx, src, soff, dst, doff):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _bitcast(src, dst):
+    """An intrinsic reinterpreting a ``src`` value's bits as ``dst`` (same width)."""
+    @intrinsic
+    def cast(typingctx, v):
+        if v != src:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+
+        return dst(src), codegen
+
+    return cast
+
+
+bits_to_f32 = _bitcast(types.int32, types.float32)
+bits_to_f64 = _bitcast(types.int64, types.float64)
+f64_to_bits = _bitcast(types.float64, types.int64)

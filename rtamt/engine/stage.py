@@ -51,24 +51,6 @@ class RtamtInputError(ValueError):
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_F32, _F64 = _FLOATS
-
-
-class _Where:
-    """``'<who>: block <n>'`` for error messages, formatted only when one is raised (the
-    check of every block runs on the real-time path)."""
-
-    __slots__ = ("who", "block")
-
-    def __init__(self, who, block):
-        self.who = who
-        self.block = block
-
-    def __str__(self):
-        return f"{self.who}: block {self.block}"
-
-    def __format__(self, spec):
-        return format(str(self), spec)
 
 
 def _is_torch(x: Any) -> bool:
@@ -228,42 +210,47 @@ class Stage:
     def blocks_processed(self) -> int:
         return self._block
 
+    def _label(self, who: str | None) -> str:
+        """``'<who>: block <n>'`` for an error message (built only when one is raised:
+        the check of every block runs on the real-time path)."""
+        return f"{who or self.name}: block {self._block}"
+
     def _check(self, x: np.ndarray, who: str | None = None) -> tuple[np.ndarray, tuple, int]:
         """Validate a public block; return (time-major array, lead shape, n_in).
 
         Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
         block index and the position of the problem.  Nothing is modified.
         """
-        where = _Where(who or self.name, self._block)  # formatted only into an error
-        dt = x.dtype
-        if dt is not _F64 and dt is not _F32 and dt not in _FLOATS:
+        if x.dtype not in _FLOATS:
             raise RtamtInputError(
-                f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
-                "(convert integer PCM with x / 2**(bits-1))")
+                f"{self._label(who)}: dtype {x.dtype} is not supported; expected float32 or "
+                "float64 (convert integer PCM with x / 2**(bits-1))")
         if self.in_kind == "signal":
             if x.ndim not in (1, 2):
                 raise RtamtInputError(
-                    f"{where}: expected shape (T,) or (batch, T), got ndim={x.ndim} shape {x.shape}")
+                    f"{self._label(who)}: expected shape (T,) or (batch, T), got ndim={x.ndim} "
+                    f"shape {x.shape}")
             lead = x.shape[:-1]
             n_in = 1
         else:
             if x.ndim not in (1, 2, 3):
                 raise RtamtInputError(
-                    f"{where}: expected shape (T,), (C, T) or (batch, C, T), got ndim={x.ndim} "
-                    f"shape {x.shape}")
+                    f"{self._label(who)}: expected shape (T,), (C, T) or (batch, C, T), got "
+                    f"ndim={x.ndim} shape {x.shape}")
             lead = x.shape[:-1]
             n_in = 1 if x.ndim == 1 else x.shape[-2]
         if x.shape[-1] == 0:
-            raise RtamtInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
+            raise RtamtInputError(
+                f"{self._label(who)}: empty block (0 samples); blocks need >= 1 sample")
         if self._meta is not None:
             lead0, n0, dt0 = self._meta
             if lead != lead0:
                 raise RtamtInputError(
-                    f"{where}: leading shape {lead} differs from the stream's {lead0} "
-                    "(channel/batch count cannot change mid-stream; call reset() first)")
+                    f"{self._label(who)}: leading shape {lead} differs from the stream's "
+                    f"{lead0} (channel/batch count cannot change mid-stream; call reset() first)")
             if x.dtype != dt0:
                 raise RtamtInputError(
-                    f"{where}: dtype {x.dtype} differs from the stream's {dt0} "
+                    f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
                     "(call reset() to change dtype)")
         if not K.all_finite(x):
             bad = _first_bad(x)
@@ -272,7 +259,8 @@ class Stage:
             loc = ", ".join(f"{n} {i}" for n, i in zip(names, bad[:-1]))
             val = x[bad]
             raise RtamtInputError(
-                f"{where}: non-finite value {val} at {loc + ', ' if loc else ''}sample {bad[-1]}; "
+                f"{self._label(who)}: non-finite value {val} at "
+                f"{loc + ', ' if loc else ''}sample {bad[-1]}; "
                 "block rejected, state unchanged")
         # to (B, T, C) or (B, T)
         if self.in_kind == "signal":
@@ -307,9 +295,9 @@ class Stage:
 
     def _to_public(self, yt: np.ndarray, lead: tuple) -> np.ndarray:
         # yt: (B, T, C') -> lead-shaped (…, C', T), always a fresh array (yt may be a work
-        # buffer reused by the next block).  The transposing copy is a tiled kernel: for
-        # (1, 1024, 260) float64 it takes 89 us, numpy's strided copy 200 us (it leaves L2),
-        # (1, 256, 260): 21 vs 25 us (2-vCPU EPYC).
+        # buffer reused by the next block).  The transposing copy is a tiled kernel
+        # (K.transpose_tm): (1, 256, 275) float64 14 us, numpy's strided copy 25 us and
+        # 200 us for (1, 1024, 260), where it leaves L2 (2-vCPU EPYC).
         B, T, Cp = yt.shape
         if Cp > 1 and T > 1 and yt.flags.c_contiguous:
             y = np.empty((B, Cp, T), yt.dtype)

@@ -116,21 +116,11 @@ class ModFilterbankCoeffs:
     bp_b: np.ndarray | None  # butterworth (Fb, 3, 2)
     bp_a: np.ndarray | None
     bp_scale: np.ndarray  # (Fb,)
+    bp_coef32: np.ndarray | None = None  # bp_coef for float32 streams (float32 arithmetic)
 
     @property
     def n_filters(self) -> int:
         return int(self.filter_channel.size)
-
-    def bp_coef_as(self, dtype) -> np.ndarray:
-        """``bp_coef`` in the stream's dtype (float32 streams run the efilt bank in float32
-        arithmetic); the float32 copy is made once."""
-        if np.dtype(dtype) == np.float64:
-            return self.bp_coef
-        c = self.__dict__.get("_bp_coef32")
-        if c is None:
-            c = np.ascontiguousarray(self.bp_coef, dtype=np.float32)
-            object.__setattr__(self, "_bp_coef32", c)
-        return c
 
 
 def modulation_centre_frequencies(u: float, Q: float = 2.0) -> np.ndarray:
@@ -212,7 +202,8 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
     filter_mfc = np.concatenate([np.zeros(C), bp_mfc])
     return ModFilterbankCoeffs(fs, fc, p.filter_type, mfc, mfc_padded, filter_channel, filter_slot,
                                filter_mfc, lp_sos, pre_sos, bp_channel, channel_runs(bp_channel),
-                               nreal, coef, bb, aa, scale)
+                               nreal, coef, bb, aa, scale,
+                               None if coef is None else coef.astype(np.float32))
 
 
 def channel_runs(ch: np.ndarray) -> np.ndarray:
@@ -302,8 +293,8 @@ class ModFilterbank(PackedFilterbank):
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
             if coeffs.filter_type == "efilt":
-                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coeffs.bp_coef_as(x.dtype),
-                                    state["bp"], x, y, C)
+                coef = coeffs.bp_coef if x.dtype == np.float64 else coeffs.bp_coef32
+                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coef, state["bp"], x, y, C)
             else:
                 K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
                                    coeffs.bp_scale, state["bp"], x, y, C)
