@@ -141,29 +141,63 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
     """
     B, T, C = x.shape
     K = a.shape[0]
-    v = np.empty(C, np.float64)
+    # the channel loops run on L = C rounded up to LANES lanes (per-call padded copies of
+    # the constants and the state; the state copy keeps the state's dtype, so a float32
+    # state is rounded every sample as before): 30 channels otherwise ran 28 in 4-wide
+    # vectors and 2 scalar in the divisions, and 24 in vectors and 6 scalar with a
+    # branch each in the limiter.  Kernel alone, Dau1997 at 48 kHz, 256-sample blocks,
+    # alternating in one process: 0.0109 -> 0.0102-0.0106 of real time on 70 dB noise,
+    # 0.0134 -> 0.0117 on 90 dB noise.  A padding lane repeats channel 0's constants and
+    # is fed its minimum level, so it sits near the steady state of silence; its values
+    # are never written out and cannot reach a real lane (every operation is per lane).
+    L = (C + LANES - 1) // LANES * LANES
+    ml = np.empty(L)
+    cr = np.empty(L)
+    mu = np.empty(L)
+    fa = np.empty((K, L))
+    ef = np.empty((K, L))
+    of = np.empty((K, L))
+    sl = np.empty((K, L), s.dtype)  # the state keeps its dtype sample by sample
+    for c in range(L):
+        j = c if c < C else 0
+        ml[c] = minlvl[j]
+        cr[c] = corr[j]
+        mu[c] = mult[j]
+        for k in range(K):
+            fa[k, c] = factor[k, j]
+            ef[k, c] = expfac[k, j]
+            of[k, c] = offset[k, j]
+    v = np.empty(L, np.float64)
     for b in range(B):
+        for k in range(K):
+            for c in range(L):
+                sl[k, c] = s[b, k, c if c < C else 0]
         for t in range(T):
+            xt = x[b, t]
             for c in range(C):
-                v[c] = max(x[b, t, c], minlvl[c])
+                v[c] = max(xt[c], ml[c])
+            for c in range(C, L):
+                v[c] = ml[c]
             for k in range(K):
                 over = False
-                for c in range(C):
-                    q = v[c] / s[b, k, c]
+                for c in range(L):
+                    q = v[c] / sl[k, c]
                     v[c] = q
                     over |= q > 1.0
                 if limit_on and over:
-                    for c in range(C):
+                    for c in range(L):
                         q = v[c]
                         if q > 1.0:
-                            e = exp_f64_short(expfac[k, c] * (q - 1.0))
-                            v[c] = factor[k, c] / (1.0 + e) - offset[k, c]
+                            e = exp_f64_short(ef[k, c] * (q - 1.0))
+                            v[c] = fa[k, c] / (1.0 + e) - of[k, c]
                 ak = a[k]
                 bk = bcoef[k]
-                for c in range(C):
-                    s[b, k, c] = ak * s[b, k, c] + bk * v[c]
+                for c in range(L):
+                    sl[k, c] = ak * sl[k, c] + bk * v[c]
+            yt = y[b, t]
             for c in range(C):
-                y[b, t, c] = (v[c] - corr[c]) * mult[c]
+                yt[c] = (v[c] - cr[c]) * mu[c]
+        s[b] = sl[:, :C]
 
 
 @njit(**_JIT)
