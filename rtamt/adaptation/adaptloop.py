@@ -60,7 +60,13 @@ class AdaptLoopParams:
 
 @dataclass(frozen=True)
 class AdaptLoopCoeffs:
-    """a, b (K,); minlvl, corr, mult (C,); factor, expfac, offset (K, C); limit_on."""
+    """a, b (K,); minlvl, corr, mult (C,); s0, factor, expfac, offset (K, C); limit_on.
+
+    ``lanes`` ((3 + 4K, L) float64): the per-channel constants laid out for the kernel
+    (:func:`rtamt.engine.kernels.adaptloop`): rows ``minlvl, corr, mult, factor, expfac,
+    offset, s0`` on L = C rounded up to :data:`rtamt.engine.kernels.LANES` lanes, the
+    padding lanes repeating channel 0.  Derived from the fields above, once per design.
+    """
 
     fs: float
     tau: np.ndarray
@@ -75,6 +81,7 @@ class AdaptLoopCoeffs:
     corr: np.ndarray
     mult: np.ndarray
     limit_on: bool
+    lanes: np.ndarray
 
 
 def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
@@ -100,8 +107,11 @@ def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
     offset = M - 1.0
     corr = minlvl ** (1.0 / 2.0 ** Kn)
     mult = 100.0 / (1.0 - corr)
+    rows = np.concatenate([minlvl[None], corr[None], mult[None], factor, expfac, offset, s0])
+    L = -(-C // K.LANES) * K.LANES
+    lanes = np.ascontiguousarray(rows[:, np.r_[np.arange(C), np.zeros(L - C, np.intp)]])
     return AdaptLoopCoeffs(params.fs, tau, limit, a, b, minlvl, np.ascontiguousarray(s0),
-                           factor, expfac, offset, corr, mult, limit > 1.0)
+                           factor, expfac, offset, corr, mult, limit > 1.0, lanes)
 
 
 class AdaptLoop(Stage):
@@ -130,6 +140,5 @@ class AdaptLoop(Stage):
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         y = work_buffer(out, x.shape, x.dtype)
-        K.adaptloop(coeffs.a, coeffs.b, coeffs.minlvl, coeffs.factor, coeffs.expfac, coeffs.offset,
-                    coeffs.corr, coeffs.mult, coeffs.limit_on, state["s"], x, y)
+        K.adaptloop(coeffs.a, coeffs.b, coeffs.lanes, coeffs.limit_on, state["s"], x, y)
         return y

@@ -115,7 +115,7 @@ def gammatone4(pr, pi, gain, sr, si, x, y):
 
 
 @njit(**_JIT)
-def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s, x, y):
+def adaptloop(a, bcoef, lanes, limit_on, s, x, y):
     """Chain of nonlinear adaptation loops (Püschel 1988; Dau et al. 1996a, 1997a).
 
     Per sample and channel: ``v = max(x, minlvl)``; for each loop k:
@@ -132,46 +132,41 @@ def adaptloop(a, bcoef, minlvl, factor, expfac, offset, corr, mult, limit_on, s,
     of the live vector registers around it (adaptation 0.014 -> 0.010 of real time,
     Dau1997 at 48 kHz).
 
-    a, bcoef                 : (K,)    RC low-pass coefficients per loop.
-    minlvl, corr, mult       : (C,)    per-channel minimum level and output scaling.
-    factor, expfac, offset   : (K, C)  overshoot-limiter constants.
-    limit_on                 : bool
-    s                        : (B, K, C) loop dividers (state), advanced in place.
-    x, y                     : (B, T, C)
+    a, bcoef : (K,)            RC low-pass coefficients per loop.
+    lanes    : (3 + 4K, L)     per-channel constants on L lanes (L = C rounded up to
+               :data:`LANES`; the padding lanes repeat channel 0), rows ``minlvl, corr,
+               mult, factor[K], expfac[K], offset[K], s0[K]`` (``s0``: the loop dividers
+               at the steady state of silence), float64; built once by
+               :func:`rtamt.adaptation.adaptloop.design` (``AdaptLoopCoeffs.lanes``).
+    limit_on : bool
+    s        : (B, K, C)       loop dividers (state), advanced in place.
+    x, y     : (B, T, C)
+
+    The channel loops run on all L lanes (a per-call copy of the state, in the state's
+    dtype, so a float32 state is rounded every sample as before; the padding lanes start
+    from ``s0`` and are fed their minimum level, so they stay at the steady state of
+    silence, are never written out and cannot reach a real lane: every operation is per
+    lane).  With 30 channels the divisions otherwise ran 28 lanes in 4-wide vectors and
+    2 scalar, the limiter 24 in vectors and 6 scalar with a branch each; the constants
+    are padded at design time so a call copies only the state.  Kernel alone, Dau1997
+    at 48 kHz, 256-sample blocks, alternating in one process: 0.0109 -> 0.0102-0.0106 of
+    real time on 70 dB noise, 0.0134 -> 0.0117 on 90 dB noise.
     """
     B, T, C = x.shape
     K = a.shape[0]
-    # the channel loops run on L = C rounded up to LANES lanes (per-call padded copies of
-    # the constants and the state; the state copy keeps the state's dtype, so a float32
-    # state is rounded every sample as before): 30 channels otherwise ran 28 in 4-wide
-    # vectors and 2 scalar in the divisions, and 24 in vectors and 6 scalar with a
-    # branch each in the limiter.  Kernel alone, Dau1997 at 48 kHz, 256-sample blocks,
-    # alternating in one process: 0.0109 -> 0.0102-0.0106 of real time on 70 dB noise,
-    # 0.0134 -> 0.0117 on 90 dB noise.  A padding lane repeats channel 0's constants and
-    # is fed its minimum level, so it sits near the steady state of silence; its values
-    # are never written out and cannot reach a real lane (every operation is per lane).
-    L = (C + LANES - 1) // LANES * LANES
-    ml = np.empty(L)
-    cr = np.empty(L)
-    mu = np.empty(L)
-    fa = np.empty((K, L))
-    ef = np.empty((K, L))
-    of = np.empty((K, L))
-    sl = np.empty((K, L), s.dtype)  # the state keeps its dtype sample by sample
-    for c in range(L):
-        j = c if c < C else 0
-        ml[c] = minlvl[j]
-        cr[c] = corr[j]
-        mu[c] = mult[j]
-        for k in range(K):
-            fa[k, c] = factor[k, j]
-            ef[k, c] = expfac[k, j]
-            of[k, c] = offset[k, j]
+    L = lanes.shape[1]
+    ml = lanes[0]
+    cr = lanes[1]
+    mu = lanes[2]
+    fa = lanes[3:3 + K]
+    ef = lanes[3 + K:3 + 2 * K]
+    of = lanes[3 + 2 * K:3 + 3 * K]
+    s0 = lanes[3 + 3 * K:3 + 4 * K]
     v = np.empty(L, np.float64)
+    sl = np.empty((K, L), s.dtype)  # the state keeps its dtype sample by sample
     for b in range(B):
-        for k in range(K):
-            for c in range(L):
-                sl[k, c] = s[b, k, c if c < C else 0]
+        sl[:, C:] = s0[:, C:]
+        sl[:, :C] = s[b]
         for t in range(T):
             xt = x[b, t]
             for c in range(C):
