@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 from scipy import signal
 
-from ..engine.kernels import _JIT
+from ..engine.jit import JIT as _JIT
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 __all__ = ["FIRCoeffs", "FIRSignalStage", "fir_from_table", "minimum_phase", "fir_tm",

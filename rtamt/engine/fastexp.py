@@ -43,7 +43,6 @@ _D7 = tuple((-_LN2) ** n / float(math.factorial(n)) for n in range(8))
 _SQRT2 = 1.4142135623730951
 
 
-
 @njit(**_INL)
 def _exp_reduce(x):
     """Cody-Waite reduction: ``x`` (clamped to [-708, 709]) = ``k ln 2 + r``; returns

@@ -142,7 +142,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..engine.kernels import _JIT
+from ..engine.jit import INLINE as _INL
+from ..engine.jit import JIT as _JIT
 from ..engine.stage import Stage, work_buffer
 from .erb import erb_number, erb_space, erb_to_hz
 
@@ -488,7 +489,7 @@ def path_responses(coeffs: DRNLCoeffs, f) -> dict:
 # falls back to scalar code (measured 4x slower).
 
 
-@numba.njit(inline="always", **_JIT)
+@numba.njit(**_INL)
 def _biquad_row(co, s1, s2, bi, k, v):
     """One transposed-direct-form-II biquad per channel, in place on ``v`` (C,):
     ``out = b0 v + s1;  s1 = b1 v - a1 out + s2;  s2 = b2 v - a2 out``.

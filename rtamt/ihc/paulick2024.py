@@ -136,7 +136,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..engine.kernels import _JIT
+from ..engine.jit import JIT as _JIT
 from ..engine.stage import Stage, work_buffer
 
 __all__ = ["IHCPaulick2024", "IHCPaulick2024Params", "IHCPaulick2024Coeffs", "design",

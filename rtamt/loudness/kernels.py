@@ -13,9 +13,9 @@ import numpy as np
 from numba import njit, types
 
 from ..engine.fastexp import exp2_neg_f32, exp_f64, log_f64
-from ..engine.kernels import _JIT
+from ..engine.jit import INLINE as _INL
+from ..engine.jit import JIT as _JIT
 
-_INL = dict(_JIT, inline="always")
 _LN2 = math.log(2.0)
 
 

@@ -76,7 +76,7 @@ import numba
 import numpy as np
 from scipy import signal
 
-from ..engine.kernels import _JIT
+from ..engine.jit import JIT as _JIT
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 __all__ = ["ResamplerParams", "ResamplerCoeffs", "Resampler", "design", "output_length",
