@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from rtamt.engine.intrinsics import copy8, fma, transpose4
+from rtamt.engine.intrinsics import copy8, fma
 from rtamt.engine.kernels import all_finite
 
 
@@ -33,24 +33,6 @@ def test_fma_rounds_once(dtype, k):
 def test_fma_rejects_mixed_types():
     with pytest.raises(Exception, match="fma"):
         _fma(1.0, np.float32(2.0), 3.0)
-
-
-@njit(cache=False)
-def _tile(src, soff, sstride, dst, doff, dstride):
-    transpose4(src, soff, sstride, dst, doff, dstride)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_transpose4_moves_one_tile_and_nothing_else(dtype):
-    """A 4 x 4 tile at an offset inside larger row-major arrays lands transposed at the
-    destination offset; every other destination element is left alone."""
-    rng = np.random.default_rng(3)
-    src = rng.standard_normal((7, 9)).astype(dtype)
-    dst = np.full((6, 11), -7.0, dtype)
-    _tile(src.ravel(), 2 * 9 + 3, 9, dst.ravel(), 1 * 11 + 5, 11)
-    want = np.full((6, 11), -7.0, dtype)
-    want[1:5, 5:9] = src[2:6, 3:7].T
-    assert np.array_equal(dst, want)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -125,6 +107,3 @@ def test_efilt_bank_gathers_every_run_shape(C, dtype):
     assert np.isnan(y[..., :3]).all()
 
 
-def test_transpose4_rejects_strided_arrays():
-    with pytest.raises(Exception, match="transpose4"):
-        _tile(np.zeros(80)[::2], 0, 8, np.zeros(40), 0, 8)

@@ -4,11 +4,6 @@
   ``llvm.fma`` intrinsic.  Written explicitly it is the same instruction wherever the
   expression is inlined, unlike automatic contraction, which LLVM applies per call site
   (so two code paths of one recursion could round differently).
-* :func:`transpose4` - a 4 x 4 tile copy ``dst[j, i] = src[i, j]`` through four vector
-  loads, eight shuffles and four vector stores (the textbook two-stage unpack
-  transpose, e.g. Intel's optimisation manual, "matrix transposition" with
-  ``unpcklpd``/``shufpd``); numba's scalar element loop moves one value per load/store
-  pair.  Pure data movement: the values are copied bit for bit.
 * :func:`copy8` - eight consecutive values copied as one vector (the modulation bank's
   input gather).
 * ``bits_to_f32``, ``bits_to_f64``, ``f64_to_bits`` - reinterpret an IEEE-754 bit pattern
@@ -24,10 +19,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["copy8", "fma", "transpose4", "bits_to_f32", "bits_to_f64", "f64_to_bits"]
+__all__ = ["copy8", "fma", "bits_to_f32", "bits_to_f64", "f64_to_bits"]
 
-_I32 = ir.IntType(32)
-_I64 = ir.IntType(64)
 
 
 @intrinsic
@@ -44,52 +37,6 @@ def fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return a(a, a, a), codegen
-
-
-def _mask(*idx):
-    return ir.Constant(ir.VectorType(_I32, len(idx)), [ir.Constant(_I32, i) for i in idx])
-
-
-@intrinsic
-def transpose4(typingctx, src, soff, sstride, dst, doff, dstride):
-    """``dst[doff + j*dstride + i] = src[soff + i*sstride + j]`` for ``i, j < 4``.
-
-    ``src``/``dst``: 1-D C-contiguous arrays of one float dtype (flat views of 2-D
-    arrays); offsets and row strides in elements.  No bounds check: the caller keeps
-    every touched element inside both arrays.
-    """
-    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
-            and src.ndim == dst.ndim == 1 and src.layout == dst.layout == "C"
-            and src.dtype == dst.dtype and isinstance(src.dtype, types.Float)):
-        return None
-    sig = types.void(src, types.intp, types.intp, dst, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        s, so, ss, d, do, ds = args
-        sa = context.make_array(signature.args[0])(context, builder, s)
-        da = context.make_array(signature.args[3])(context, builder, d)
-        et = context.get_data_type(signature.args[0].dtype)
-        vp = ir.VectorType(et, 4).as_pointer()
-        align = signature.args[0].dtype.bitwidth // 8
-        rows = []
-        for i in range(4):
-            p = builder.gep(sa.data, [builder.add(so, builder.mul(ss, ir.Constant(_I64, i)))])
-            rows.append(builder.load(builder.bitcast(p, vp), align=align))
-        # rows r_i = (a_i0, a_i1, a_i2, a_i3); stage 1 pairs rows, stage 2 pairs halves
-        t0 = builder.shuffle_vector(rows[0], rows[1], _mask(0, 4, 2, 6))  # a00 a10 a02 a12
-        t1 = builder.shuffle_vector(rows[0], rows[1], _mask(1, 5, 3, 7))  # a01 a11 a03 a13
-        t2 = builder.shuffle_vector(rows[2], rows[3], _mask(0, 4, 2, 6))  # a20 a30 a22 a32
-        t3 = builder.shuffle_vector(rows[2], rows[3], _mask(1, 5, 3, 7))  # a21 a31 a23 a33
-        cols = (builder.shuffle_vector(t0, t2, _mask(0, 1, 4, 5)),
-                builder.shuffle_vector(t1, t3, _mask(0, 1, 4, 5)),
-                builder.shuffle_vector(t0, t2, _mask(2, 3, 6, 7)),
-                builder.shuffle_vector(t1, t3, _mask(2, 3, 6, 7)))
-        for j, col in enumerate(cols):
-            p = builder.gep(da.data, [builder.add(do, builder.mul(ds, ir.Constant(_I64, j)))])
-            builder.store(col, builder.bitcast(p, vp), align=align)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @intrinsic

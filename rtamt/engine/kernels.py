@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .fastexp import exp_f64_short
-from .intrinsics import copy8, fma, transpose4
+from .intrinsics import copy8, fma
 from .jit import JIT as _JIT
 
 
@@ -432,36 +432,6 @@ def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
                     y[b, t, yoff + f] = scale[f] * o_r
                 else:
                     y[b, t, yoff + f] = scale[f] * math.sqrt(o_r * o_r + o_i * o_i)
-
-
-@njit(**_JIT)
-def transpose_tm(y, out):
-    """``out[b, f, t] = y[b, t, f]``: time-major ``(B, T, F)`` to time-last ``(B, F, T)``.
-
-    Both arrays C-contiguous.  4 x 4 tiles (:func:`rtamt.engine.intrinsics.transpose4`:
-    four vector loads, eight shuffles, four vector stores), filter-major so that a
-    tile's four short rows of ``y`` and of ``out`` stay in cache for any block length;
-    the edges that do not fill a tile are copied element by element.  Pure data
-    movement, bit for bit.  (1, 256, 275) float64 on the 2-vCPU EPYC: 14 us, 21 us
-    with the scalar element loop.
-    """
-    B, T, F = y.shape
-    T4 = T - T % 4
-    F4 = F - F % 4
-    for b in range(B):
-        yb = y[b]
-        ob = out[b]
-        yf = yb.reshape(T * F)
-        of = ob.reshape(F * T)
-        for f0 in range(0, F4, 4):
-            for t0 in range(0, T4, 4):
-                transpose4(yf, t0 * F + f0, F, of, f0 * T + t0, T)
-        for f in range(F4, F):
-            for t in range(T4):
-                ob[f, t] = yb[t, f]
-        for t in range(T4, T):
-            for f in range(F):
-                ob[f, t] = yb[t, f]
 
 
 @njit(**_JIT)
