@@ -35,34 +35,33 @@ entirely (0.0038 of real time at 48 kHz, 0.0013 with 32 channels)."""
 
 
 @njit(**_JIT)
-def gammatone4(pr, pi, gain, sr, si, x, y):
+def gammatone4(lanes, sr, si, x, y):
     """Cascade of four identical complex one-pole sections per channel.
 
     Implements ``y = gain * Re( x filtered by 1 / (1 - p z^-1)^4 )`` (the AMT
     all-pole gammatone, Hohmann 2002 / Lyon 1997 form, see
     :mod:`rtamt.filterbank.gammatone`).
 
-    pr, pi, gain : (C,)     pole real/imag part, real output gain (includes the 2 of 2·Re).
-    sr, si       : (B, 4, C) section states (real, imag), advanced in place.
-    x            : (B, T)   input, one signal per batch item.
-    y            : (B, T, C) output, C-contiguous.
+    lanes : (3, L)    rows: pole real part, pole imaginary part, real output gain (includes
+                      the 2 of 2·Re), on L = C rounded up to :data:`LANES` lanes with zeros
+                      past C (``GammatoneCoeffs.lanes``, padded once at design time).
+    sr, si : (B, 4, C) section states (real, imag), advanced in place.
+    x      : (B, T)    input, one signal per batch item.
+    y      : (B, T, C) output, C-contiguous.
 
-    The recursion runs on ``L`` = C rounded up to :data:`LANES` lanes (a per-call copy of
-    the state; the extra lanes have pole and gain 0 and stay 0).  Each sample's ``L``
-    outputs are written straight into the flat output, the lanes past ``C`` landing in
-    the following rows, which are written afterwards; only where that would run past
-    the end of ``y`` they go through a scratch row.  The states are stored per sample
+    The recursion runs on the ``L`` lanes (a per-call copy of the state; the extra lanes
+    have pole and gain 0 and stay 0).  Each sample's ``L`` outputs are written straight
+    into the flat output, the lanes past ``C`` landing in the following rows, which are
+    written afterwards; only where that would run past the end of ``y`` they go through
+    a scratch row.  The states are stored per sample
     in their own dtype exactly as before, so the result is unchanged to the bit.
     """
     B, T = x.shape
-    C = pr.shape[0]
-    L = (C + LANES - 1) // LANES * LANES
-    ppr = np.zeros(L)
-    ppi = np.zeros(L)
-    pg = np.zeros(L)
-    ppr[:C] = pr
-    ppi[:C] = pi
-    pg[:C] = gain
+    C = sr.shape[2]
+    L = lanes.shape[1]
+    ppr = lanes[0]
+    ppi = lanes[1]
+    pg = lanes[2]
     wr = np.zeros((4, L), sr.dtype)
     wi = np.zeros((4, L), si.dtype)
     row = np.empty(L, y.dtype)

@@ -308,12 +308,11 @@ class Stage:
         Fortran order rather than copying.)
         """
         y = yt.transpose(0, 2, 1)
-        if self.in_kind == "signal":
-            shape = lead + y.shape[1:]
-        else:
-            shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]
-            if not lead:  # 1-D input, one channel
-                shape = y.shape[1:] if y.shape[1] != 1 else y.shape[2:]
+        if self.in_kind == "signal":  # lead () or (batch,)
+            return y if lead else y[0]
+        shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]
+        if not lead:  # 1-D input, one channel
+            shape = y.shape[1:] if y.shape[1] != 1 else y.shape[2:]
         return y.reshape(shape)
 
     def reset(self) -> None:
@@ -418,24 +417,27 @@ class Chain:
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
             self._init_states(lead, arr.dtype)
-        outs = {}
         y = xt
-        bufs = self._bufs
-        last = len(self.stages) - 1
-        for i, s in enumerate(self.stages):
-            # the inner stages' work buffers are reused across blocks (no large allocation
-            # per block; work_buffer() in each stage takes one only on an exact shape/dtype
-            # match).  What is handed out - the last stage's output, every output of
-            # process_all - is a new array, returned as a time-last view (_to_public).
-            fresh = keep_all or i == last
-            y = s.process_tm(s.coeffs, s._state, y, None if fresh else bufs[i])
-            if not fresh:
-                bufs[i] = y
-            s._block += 1
-            if keep_all:
-                outs[s.name] = y
+        stages = self.stages
         if keep_all:
+            outs = {}
+            for st in stages:
+                y = st.process_tm(st.coeffs, st._state, y)  # new arrays: all handed out
+                st._block += 1
+                outs[st.name] = y
             return {k: back(first._to_public(v, lead)) for k, v in outs.items()}
+        # the inner stages' work buffers are reused across blocks (no large allocation per
+        # block; work_buffer() in each stage takes one only on an exact shape/dtype match).
+        # The last stage's output is handed out: a new array, returned as a time-last view
+        # (_to_public).
+        bufs = self._bufs
+        for i in range(len(stages) - 1):
+            st = stages[i]
+            y = bufs[i] = st.process_tm(st.coeffs, st._state, y, bufs[i])
+            st._block += 1
+        st = stages[-1]
+        y = st.process_tm(st.coeffs, st._state, y)
+        st._block += 1
         return back(first._to_public(y, lead))
 
     def _init_states(self, lead, dtype):

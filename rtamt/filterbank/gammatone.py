@@ -57,7 +57,9 @@ class GammatoneParams:
 @dataclass(frozen=True)
 class GammatoneCoeffs:
     """Designed coefficients: ``fc`` (C,) Hz, ``beta`` (C,) Hz, pole ``pr``/``pi`` (C,),
-    output ``gain`` (C,) = 2 g (the 2 of 2 Re)."""
+    output ``gain`` (C,) = 2 g (the 2 of 2 Re); ``lanes`` (3, L) rows ``pr, pi, gain`` on
+    ``L`` = C rounded up to :data:`rtamt.engine.kernels.LANES` lanes, zero past C (what
+    the kernel runs on, padded once here rather than per call)."""
 
     fs: float
     fc: np.ndarray
@@ -65,6 +67,7 @@ class GammatoneCoeffs:
     pr: np.ndarray
     pi: np.ndarray
     gain: np.ndarray
+    lanes: np.ndarray
 
 
 def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
@@ -83,8 +86,11 @@ def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
     r = np.exp(-2 * np.pi * beta / params.fs)
     pole = r * np.exp(-1j * 2 * np.pi * fc / params.fs)
     gain = 2.0 * (1.0 - r) ** n
+    C = fc.size
+    lanes = np.zeros((3, -(-C // K.LANES) * K.LANES))
+    lanes[0, :C], lanes[1, :C], lanes[2, :C] = pole.real, pole.imag, gain
     return GammatoneCoeffs(params.fs, fc, beta, np.ascontiguousarray(pole.real),
-                           np.ascontiguousarray(pole.imag), gain)
+                           np.ascontiguousarray(pole.imag), gain, lanes)
 
 
 class Gammatone(Stage):
@@ -113,5 +119,5 @@ class Gammatone(Stage):
         B, T = x.shape
         C = coeffs.fc.size
         y = work_buffer(out, (B, T, C), x.dtype)  # C-contiguous: the kernel writes it flat
-        K.gammatone4(coeffs.pr, coeffs.pi, coeffs.gain, state["sr"], state["si"], x, y)
+        K.gammatone4(coeffs.lanes, state["sr"], state["si"], x, y)
         return y

@@ -288,7 +288,9 @@ class ModFilterbank(PackedFilterbank):
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
         B, T, C = x.shape
-        x = cls._prefilter(coeffs, state, np.ascontiguousarray(x))  # kernels copy rows as vectors
+        if not x.flags.c_contiguous:  # the kernels copy rows as vectors
+            x = np.ascontiguousarray(x)
+        x = cls._prefilter(coeffs, state, x)
         y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype)
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
