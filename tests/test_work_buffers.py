@@ -55,6 +55,30 @@ def test_outputs_are_time_last_views_of_fresh_time_major_memory(lib):
     assert len({id(b) for b in bases}) == len(bases)
 
 
+@pytest.mark.parametrize("as_chain", [False, True])
+def test_signal_stage_outputs_are_not_overwritten_by_later_blocks(as_chain):
+    """A signal stage's own (…, T) output (ear filters, alone or as a chain of signal
+    stages) is returned as a view of new memory too: later blocks leave it alone."""
+    from rtamt.ear import HeadphoneFilter, MiddleEarFilter
+
+    fs = 16000.0
+    x = np.random.default_rng(8).standard_normal((2, 3 * 64)) * 0.1
+
+    def make():
+        if as_chain:
+            return rtamt.Chain([HeadphoneFilter(fs=fs, order=64), MiddleEarFilter(fs=fs, order=64)])
+        return HeadphoneFilter(fs=fs, order=64)
+
+    m = make()
+    outs = [m(x[:, i:i + 64]) for i in range(0, x.shape[1], 64)]
+    kept = [o.copy() for o in outs]
+    m(x[:, :64] * 5)
+    for o, k in zip(outs, kept):
+        assert o.shape == (2, 64)
+        np.testing.assert_array_equal(o, k)
+    np.testing.assert_array_equal(np.concatenate(outs, axis=-1), make()(x))
+
+
 def test_batch_change_via_load_state_dict_uses_fresh_buffers():
     rng = np.random.default_rng(6)
     a = rtamt.Dau1997(16000.0)

@@ -257,6 +257,6 @@ class FIRSignalStage(Stage):
         return self.coeffs
 
     def _to_public(self, yt, lead):
-        if yt.ndim == 2:  # this stage's own (B, T) output -> lead + (T,)
-            return yt.copy().reshape(tuple(lead) + (yt.shape[-1],))
+        if yt.ndim == 2:  # this stage's own (B, T) output -> lead + (T,), a view (yt is new)
+            return yt.reshape(tuple(lead) + (yt.shape[-1],))
         return super()._to_public(yt, lead)

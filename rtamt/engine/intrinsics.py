@@ -22,7 +22,6 @@ from numba.extending import intrinsic
 __all__ = ["copy8", "fma", "bits_to_f32", "bits_to_f64", "f64_to_bits"]
 
 
-
 @intrinsic
 def fma(typingctx, a, b, c):
     """``a * b + c`` rounded once (float32 or float64, all three the same type)."""

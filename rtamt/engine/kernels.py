@@ -53,8 +53,8 @@ def gammatone4(lanes, sr, si, x, y):
     have pole and gain 0 and stay 0).  Each sample's ``L`` outputs are written straight
     into the flat output, the lanes past ``C`` landing in the following rows, which are
     written afterwards; only where that would run past the end of ``y`` they go through
-    a scratch row.  The states are stored per sample
-    in their own dtype exactly as before, so the result is unchanged to the bit.
+    a scratch row.  The states are stored per sample in their own dtype, so the
+    padding changes no bit of the result.
     """
     B, T = x.shape
     C = sr.shape[2]
