@@ -11,8 +11,10 @@ check the acceptance criteria of the real-time runtime:
   after the slowdown ends, for both policies;
 * digital silence after loud input does not make blocks slower (the processing thread
   flushes subnormals; the same run without FTZ is measured in a subprocess and printed);
-* soak: no memory growth, no slowdown (the soaked chain against a fresh one, measured
-  interleaved after the run) and the same outputs (same phase of the looped
+* soak: no memory growth (RSS, and nothing inside the chain object grew), no slowdown
+  (the soaked state against a fresh one, each in 5 chain objects so that where their
+  arrays landed in memory averages out, measured round-robin after the run) and the
+  same outputs (same phase of the looped
   demo signal; equal to 1e-9 of each row's peak, see the test for why not bit-identical)
   between the first and the last minute, no drops.  The soak length is
   ``RTAMT_SOAK_MINUTES`` minutes of audio (default 5, processed as fast as possible;
@@ -298,33 +300,72 @@ def test_denormals_silence_after_loud(monkeypatch):
 
 
 # ============================================================================ soak
-def _interleaved_block_times(chain, pos: int, n_blocks: int = int(20 * FS) // B):
-    """Per-block times of ``chain`` (continuing its stream at sample ``pos`` of the looped
-    demo signal) and of a fresh Dau1997, processing the same blocks alternately in this
-    thread; returns the smallest median over 2 s sub-windows of each (s)."""
+def _footprint(obj, path="chain", seen=None) -> list:
+    """Every array (path, shape, dtype) and every container length (path, len) reachable
+    from a chain through its attributes: what could grow inside the chain object."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return [(path, obj.shape, str(obj.dtype))]
+    if isinstance(obj, dict):
+        out = [(path, len(obj))]
+        for k in sorted(obj, key=str):
+            out += _footprint(obj[k], f"{path}[{k!r}]", seen)
+        return out
+    if isinstance(obj, (list, tuple)):
+        out = [(path, len(obj))]
+        for i, v in enumerate(obj):
+            out += _footprint(v, f"{path}[{i}]", seen)
+        return out
+    if type(obj).__module__.startswith("rtamt") and hasattr(obj, "__dict__"):
+        return _footprint(vars(obj), path, seen)
+    return []
+
+
+def _placement_block_times(chain, pos: int, copies: int = 4, n_blocks: int = int(10 * FS) // B):
+    """Per-block times of the soaked ``chain`` and of fresh Dau1997 chains, each over several
+    memory placements, processing the same blocks round-robin in this thread.
+
+    One chain object's speed depends on where its buffers and states landed: on this VM
+    two chains with bit-identical states differ by up to ~7 % (and rarely ~15 %) for as
+    long as they live, while moving a soaked state into a new chain and a fresh state
+    into another shows no difference (median -0.1 to -0.4 %).  So the soaked group is
+    ``chain`` plus ``copies`` new chains loaded with its state, the fresh group is a fresh
+    chain (warmed up 2 s) plus ``copies`` chains loaded with that state, created
+    alternately.  Continues the looped demo signal at sample ``pos``.  Returns the
+    undisturbed per-block time (smallest median over 2 s sub-windows, s) of every chain
+    of each group."""
     x = demo_signal(FS, 2.0, 100.0).astype(np.float32).astype(np.float64)  # as via the ring
     loop = x.size
     fresh = Dau1997(FS)
     for i in range(int(2 * FS) // B):                  # warm the fresh chain up (2 s)
         fresh(x[i * B:(i + 1) * B])
+    sd_soaked, sd_fresh = chain.state_dict(), fresh.state_dict()
+    soaked_group, fresh_group = [chain], [fresh]
+    for _ in range(copies):
+        for group, sd in ((soaked_group, sd_soaked), (fresh_group, sd_fresh)):
+            c = Dau1997(FS)
+            c.load_state_dict(sd)
+            group.append(c)
+    chains = [c for pair in zip(soaked_group, fresh_group) for c in pair]
     ensure_ftz()
-    ta = np.empty(n_blocks)
-    tb = np.empty(n_blocks)
+    t = np.empty((len(chains), n_blocks))
     for i in range(n_blocks):
         s = (pos + i * B) % loop
         blk = x[s:s + B]
-        t0 = _perf()
-        chain(blk)
-        t1 = _perf()
-        fresh(blk)
-        ta[i] = t1 - t0
-        tb[i] = _perf() - t1
+        for j, c in enumerate(chains):
+            t0 = _perf()
+            c(blk)
+            t[j, i] = _perf() - t0
     sw = int(2 * FS) // B
 
     def undisturbed(p):
         return min(float(np.median(p[i:i + sw])) for i in range(0, p.size - sw + 1, sw))
 
-    return undisturbed(ta), undisturbed(tb)
+    und = [undisturbed(p) for p in t]
+    return und[0::2], und[1::2]
 
 
 @pytest.mark.timeout(3 * 3600)
@@ -451,17 +492,33 @@ def test_soak():
           f"{box['neq_blocks']} not bit-identical ({box['neq_elems']} elements), max |diff| "
           f"{box['maxabs']:.3g}, max |diff| / row peak {box['maxrel']:.3g}")
     assert growth < 10 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB"
+    # --- nothing inside the chain object grew: the same arrays (shapes, dtypes) and the
+    # same container lengths as a chain that ran 2 s.  Deterministic, unlike a timing.
+    short = Dau1997(FS)
+    rt2 = Runtime(short, FS, block=B, policy="drop-newest", history=4)
+    rt2.start()
+    try:
+        DemoSource(FS, B, realtime=False, seconds=2.0).run(rt2)
+    finally:
+        rt2.stop("drain", timeout=60.0)
+    assert rt2.stats().blocks == int(2 * FS) // B
+    assert _footprint(chain) == _footprint(short)
     # --- no slowdown.  First vs last minute are ~10 s of wall time apart, and on a shared
     # VM the machine's own speed can drift by more than 10 % in that time (seen once in
     # CI: +11 % for a chain whose code had not changed).  So the asserted comparison is
-    # made at one time: the soaked chain (its state after all minutes) and a fresh chain
-    # process the same looped demo blocks interleaved, block by block, and their
-    # undisturbed per-block times are compared.  A state that makes blocks slower
-    # (denormals, growing buffers) shows here; machine drift hits both alike.
-    soaked, fresh = _interleaved_block_times(chain, total)
-    print(f"[soak] interleaved now: soaked chain {soaked * 1e6:.1f} us, fresh chain "
-          f"{fresh * 1e6:.1f} us per block, change {(soaked / fresh - 1) * 100:+.1f} %")
-    assert soaked <= 1.10 * fresh, (soaked, fresh, und1, undN, med1, medN)
+    # made at one time: the soaked chain and fresh chains process the same looped demo
+    # blocks round-robin after the run.  One pair of chain objects is not enough: where
+    # a chain's arrays landed in memory moved one pair by +15 % in CI with equal code and
+    # state-independent speed (see _placement_block_times), so each side is the median
+    # over 5 placements.  A state that makes blocks slower (denormals) shows here;
+    # machine drift hits both alike; growth inside the chain is checked above.
+    soaked, fresh = _placement_block_times(chain, total)
+    ms, mf = float(np.median(soaked)), float(np.median(fresh))
+    print(f"[soak] round-robin now, per block (5 placements each): soaked state "
+          f"{[round(v * 1e6, 1) for v in soaked]} us (the soaked chain object first), fresh "
+          f"{[round(v * 1e6, 1) for v in fresh]} us; medians {ms * 1e6:.1f} / {mf * 1e6:.1f} us, "
+          f"change {(ms / mf - 1) * 100:+.1f} %")
+    assert ms <= 1.10 * mf, (soaked, fresh, und1, undN, med1, medN)
     # Not bit-identical with Dau1997: the modulation filterbank's 2.5 Hz Butterworth
     # low-pass (poles ~2e-4 from z=1 at 48 kHz) never settles to an exactly periodic
     # state; its outputs differ between loops by rounding noise of ~4e-11 of the
