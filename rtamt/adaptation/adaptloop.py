@@ -108,8 +108,7 @@ def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
     corr = minlvl ** (1.0 / 2.0 ** Kn)
     mult = 100.0 / (1.0 - corr)
     rows = np.concatenate([minlvl[None], corr[None], mult[None], factor, expfac, offset, s0])
-    L = -(-C // K.LANES) * K.LANES
-    lanes = np.ascontiguousarray(rows[:, np.r_[np.arange(C), np.zeros(L - C, np.intp)]])
+    lanes = K.pad_lanes(rows, repeat_first=True)
     return AdaptLoopCoeffs(params.fs, tau, limit, a, b, minlvl, np.ascontiguousarray(s0),
                            factor, expfac, offset, corr, mult, limit > 1.0, lanes)
 

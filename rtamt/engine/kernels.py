@@ -34,6 +34,20 @@ and runs whatever is left in scalar code, so 30 gammatone channels took the scal
 entirely (0.0038 of real time at 48 kHz, 0.0013 with 32 channels)."""
 
 
+def pad_lanes(rows: np.ndarray, repeat_first: bool) -> np.ndarray:
+    """Per-channel constants ``rows`` (R, C) laid out for a lane kernel: (R, L) float64,
+    C-contiguous, L = C rounded up to :data:`LANES`; the padding lanes are 0
+    (``repeat_first=False``) or copies of channel 0.  Done once per design (Coeffs)."""
+    rows = np.asarray(rows, np.float64)
+    C = rows.shape[1]
+    L = -(-C // LANES) * LANES
+    if repeat_first:
+        return np.ascontiguousarray(rows[:, np.r_[np.arange(C), np.zeros(L - C, np.intp)]])
+    out = np.zeros((rows.shape[0], L))
+    out[:, :C] = rows
+    return out
+
+
 @njit(**_JIT)
 def gammatone4(lanes, sr, si, x, y):
     """Cascade of four identical complex one-pole sections per channel.

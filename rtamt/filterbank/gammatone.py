@@ -86,9 +86,7 @@ def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
     r = np.exp(-2 * np.pi * beta / params.fs)
     pole = r * np.exp(-1j * 2 * np.pi * fc / params.fs)
     gain = 2.0 * (1.0 - r) ** n
-    C = fc.size
-    lanes = np.zeros((3, -(-C // K.LANES) * K.LANES))
-    lanes[0, :C], lanes[1, :C], lanes[2, :C] = pole.real, pole.imag, gain
+    lanes = K.pad_lanes(np.stack([pole.real, pole.imag, gain]), repeat_first=False)
     return GammatoneCoeffs(params.fs, fc, beta, np.ascontiguousarray(pole.real),
                            np.ascontiguousarray(pole.imag), gain, lanes)
 
