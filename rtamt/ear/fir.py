@@ -17,14 +17,12 @@
   base of :class:`~rtamt.ear.HeadphoneFilter`, :class:`~rtamt.ear.MiddleEarFilter` and
   :class:`~rtamt.ear.OuterMiddleEarFilter`.
 
-Why a compiled kernel and not ``scipy.signal.lfilter(b, 1, x, zi=...)`` per block:
-measured at 48 kHz, mono, one thread (shared 2-core AMD EPYC, best of 3), the kernel
-below is 2-4x faster: 513 taps, 512-sample blocks: rtf 0.004 (float64) / 0.002
-(float32) vs 0.010 for lfilter; 32-sample blocks: 0.016-0.024 vs 0.055-0.070; 4097 taps,
-512-sample blocks: 0.030 / 0.016 vs 0.055.  lfilter with a 1-tap denominator is a
-convolution of the block plus the carried-in ``zi``, i.e. the history part of each sum
-is added in a different order for different partitions (not bit-identical; ~1e-16
-relative), whereas this kernel is bit-identical under any partition.  An FFT
+Why a compiled kernel and not ``scipy.signal.lfilter(b, 1, x, zi=...)`` per block: the
+kernel is faster (see docs/performance.md), and it is exact.  lfilter with a 1-tap
+denominator is a convolution of the block plus the carried-in ``zi``, i.e. the history
+part of each sum is added in a different order for different partitions (not
+bit-identical; ~1e-16 relative), whereas this kernel is bit-identical under any
+partition.  An FFT
 (overlap-save) convolution would be faster for very long filters but is neither exact
 under arbitrary partitions nor useful for 1-sample blocks.
 """

@@ -30,8 +30,9 @@ from .jit import JIT as _JIT
 LANES = 32
 """Channel loops run over a lane count rounded up to a multiple of this.  LLVM vectorises
 them 32 float64 lanes per iteration (8 per AVX-512 register, 4 registers interleaved)
-and runs whatever is left in scalar code, so 30 gammatone channels took the scalar path
-entirely (0.0038 of real time at 48 kHz, 0.0013 with 32 channels)."""
+and runs whatever is left in scalar code, so without padding a bank of 30 channels would
+run entirely in the scalar remainder loop.  Padded lanes carry zeros or copies of
+channel 0 and are never written out (see :func:`pad_lanes`)."""
 
 
 def pad_lanes(rows: np.ndarray, repeat_first: bool) -> np.ndarray:
@@ -139,11 +140,10 @@ def adaptloop(a, bcoef, lanes, limit_on, s, x, y):
     The loop over channels is innermost for each loop k, so the divisions of all
     channels vectorise; the limiter pass runs only in loops where some channel needs it
     (on 70 dB noise: loops 3-5, about 20 of the 150 channel-loops per sample), and LLVM
-    turns its ``if`` into AVX-512-masked vector code (measured with perf: about 60 % of
-    this kernel's time).  Its exponential is :func:`rtamt.engine.fastexp.exp_f64_short`
-    inlined (within 2 ulp of libm): a libm call would not vectorise and costs the spills
-    of the live vector registers around it (adaptation 0.014 -> 0.010 of real time,
-    Dau1997 at 48 kHz).
+    turns its ``if`` into AVX-512-masked vector code; the limiter is where most of this
+    kernel's time goes.  Its exponential is :func:`rtamt.engine.fastexp.exp_f64_short`
+    inlined (within 2 ulp of libm): a libm call would not vectorise and would force the
+    live vector registers to be spilled around it.
 
     a, bcoef : (K,)            RC low-pass coefficients per loop.
     lanes    : (3 + 4K, L)     per-channel constants on L lanes (L = C rounded up to
@@ -156,14 +156,12 @@ def adaptloop(a, bcoef, lanes, limit_on, s, x, y):
     x, y     : (B, T, C)
 
     The channel loops run on all L lanes (a per-call copy of the state, in the state's
-    dtype, so a float32 state is rounded every sample as before; the padding lanes start
+    dtype, so a float32 state is rounded to float32 every sample; the padding lanes start
     from ``s0`` and are fed their minimum level, so they stay at the steady state of
     silence, are never written out and cannot reach a real lane: every operation is per
-    lane).  With 30 channels the divisions otherwise ran 28 lanes in 4-wide vectors and
-    2 scalar, the limiter 24 in vectors and 6 scalar with a branch each; the constants
-    are padded at design time so a call copies only the state.  Kernel alone, Dau1997
-    at 48 kHz, 256-sample blocks, alternating in one process: 0.0109 -> 0.0102-0.0106 of
-    real time on 70 dB noise, 0.0134 -> 0.0117 on 90 dB noise.
+    lane).  Without the padding a channel count that is not a multiple of the vector
+    width leaves a scalar remainder (with a branch per channel in the limiter); the
+    constants are padded at design time, so a call copies only the state.
     """
     B, T, C = x.shape
     K = a.shape[0]
@@ -344,8 +342,9 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     Samples are taken four at a time (each filter's state stays in registers over the
     four; the lane loop over filters vectorises), the rest one at a time with the same
     step function, so the result does not depend on where a block starts or ends.
-    The inputs are gathered by 8-wide vector copies (bank 0.0110 -> 0.0102 of real
-    time for Dau1997 at 48 kHz against element loops over the runs).
+    The inputs are gathered by 8-wide vector copies (:func:`rtamt.engine.intrinsics.copy8`)
+    rather than element loops over the runs: numba cannot tell LLVM that source and
+    destination do not overlap, so an element loop is copied one value at a time.
     """
     B, T, C = x.shape
     F = coef.shape[1]

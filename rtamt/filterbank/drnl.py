@@ -486,7 +486,7 @@ def path_responses(coeffs: DRNLCoeffs, f) -> dict:
 #
 # The two memories of every section live in two separate arrays (s1, s2): with both in
 # one array the compiler cannot rule out overlap of the rows it reads and writes and
-# falls back to scalar code (measured 4x slower).
+# falls back to scalar code.
 
 
 @numba.njit(**_INL)
