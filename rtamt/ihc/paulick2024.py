@@ -81,9 +81,11 @@ channels).  With constant ``Gkf = Gks = 19.8 nS`` and the resting MET conductanc
     V_rest = (G(0) EP + Gkf Ekf + Gks Eks) / (G(0) + Gkf + Gks) = -61.664 mV,
 
 which the pre-charge reaches after ~170 membrane time constants (tau = Cm /
-Gtot = 0.29 ms).  rtamt computes the pre-charge exactly as specified (so its state
-is the one the reference code produces) and reports the true value
-(:attr:`IHCPaulick2024Coeffs.v_rest`).
+Gtot = 0.29 ms).  rtamt keeps the published constant-conductance equations and
+constants rather than retuning one of them to make -57.03 mV the rest, which would
+no longer be the published model: it computes the pre-charge exactly as specified (so
+its state is the one the reference code produces) and reports the true value
+(:attr:`IHCPaulick2024Coeffs.v_rest`).  Both values are tested.
 
 Streaming (deviation from the seed, by design)
 ----------------------------------------------

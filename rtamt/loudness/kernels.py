@@ -37,8 +37,8 @@ def lower_skirt(P, lvl, c_slope, a, b, i0, seg, cnt, E):
     ``b_ij = 0.1 |g_ij| log2(e)``: ``t = max(b_ij, a_ij s_j)`` and
     ``W = (1 + t ln 2) 2^{-t}``.
 
-    Precision: weights and products are float32 (16 per AVX-512 instruction, about 3x
-    faster than float64), summed in float32 over at most ``SKIRT_FLUSH`` components and
+    Precision: weights and products are float32 (16 per AVX-512 instruction, twice the
+    float64 lanes), summed in float32 over at most ``SKIRT_FLUSH`` components and
     then added to the float64 ``E``: the relative error of this term is below
     ``(SKIRT_FLUSH + 3) * 2^-24 = 2e-6`` (all terms are positive), far below the model's
     own accuracy; the result is still a fixed function of the frame (block invariant).
