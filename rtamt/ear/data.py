@@ -2,8 +2,8 @@
 
 Provenance of every table: ``rtamt/ear/PROVENANCE.md``.  The ANSI S3.4-2007 /
 Glasberg-Moore outer- and middle-ear tables (both the 1997/2006 and the 2007 middle ear)
-are *not* repeated here: they live in :mod:`rtamt.loudness.ansi` and are used by
-:mod:`rtamt.ear.filters`.
+are *not* repeated here: they live in :mod:`rtamt.data.ansi_s34` (shared with
+:mod:`rtamt.loudness`) and are used by :mod:`rtamt.ear.filters`.
 
 All arrays are ``(N, 2)`` float64: column 0 frequency (Hz, ascending), column 1 value.
 """

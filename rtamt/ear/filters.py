@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..loudness import ansi
+from ..data import ansi_s34
 from . import data as D
 from .fir import FIRSignalStage, check_phase, fir_from_table, make_coeffs
 
@@ -206,15 +206,15 @@ class MiddleEarFilter(FIRSignalStage):
 # =================================================================== outer + middle ear
 def outer_middle_ear_db(f, compensation: str = "tfOuterMiddle1997", field: str = "free"):
     """Outer + middle ear transfer (dB) at ``f`` Hz from the tables of
-    :mod:`rtamt.loudness.ansi` (PCHIP in log frequency, held beyond the table ends).
+    :mod:`rtamt.data.ansi_s34` (PCHIP in log frequency, held beyond the table ends).
 
-    ``tfOuterMiddle1997``: :func:`rtamt.loudness.ansi.ear_gain_db` with ``middle_ear='1997'``
+    ``tfOuterMiddle1997``: :func:`rtamt.data.ansi_s34.ear_gain_db` with ``middle_ear='1997'``
     (Moore et al. 1997, revised 2006); ``tfOuterMiddle2007``: with ``middle_ear='2007'``
     (ANSI S3.4-2007, which differs at 1250, 1500 and 1600 Hz).  ``field``: 'free',
     'diffuse' or 'eardrum' (middle ear only; checked by ``ear_gain_db``)."""
     if compensation not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {compensation!r}; choose from {COMPENSATIONS}")
-    return ansi.ear_gain_db(f, field, "2007" if compensation == "tfOuterMiddle2007" else "1997")
+    return ansi_s34.ear_gain_db(f, field, "2007" if compensation == "tfOuterMiddle2007" else "1997")
 
 
 @dataclass(frozen=True)
@@ -249,8 +249,8 @@ def design_outer_middle_ear(p: OuterMiddleEarParams, n_in=None):
     freq = np.linspace(0.0, nyq, 1 + (1 << int(np.ceil(np.log2(ntaps)))))
     tf = outer_middle_ear_db(np.clip(freq, p.flow, fhigh), p.compensation, p.field)
     gain = 10.0 ** (tf / 20.0)
-    ft = ansi._F_MIDDLE[(ansi._F_MIDDLE >= p.flow) & (ansi._F_MIDDLE <= fhigh)
-                        & (ansi._F_MIDDLE < nyq)]
+    fm = ansi_s34.F_MIDDLE
+    ft = fm[(fm >= p.flow) & (fm <= fhigh) & (fm < nyq)]
     table = np.c_[ft, 10.0 ** (outer_middle_ear_db(ft, p.compensation, p.field) / 20.0)]
     h_min, h_lin = fir_from_table(p.fs, freq, gain, int(p.order))
     return make_coeffs(p.fs, h_min, h_lin, freq, gain, table, 1.0)
@@ -259,7 +259,7 @@ def design_outer_middle_ear(p: OuterMiddleEarParams, n_in=None):
 class OuterMiddleEarFilter(FIRSignalStage):
     """Outer + middle ear (ANSI S3.4-2007 / Moore, Glasberg & Baer 1997), sound field to
     cochlea: ``20 log10 |H(f)|`` follows the dB transfer function (0 dB at 1 kHz for the
-    free field).  Table data imported from :mod:`rtamt.loudness.ansi`."""
+    free field).  Table data imported from :mod:`rtamt.data.ansi_s34`."""
 
     name = "outerear"
     Params = OuterMiddleEarParams
