@@ -25,13 +25,13 @@ import time
 
 import numpy as np
 
-from rtamt import calibration
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
-from rtamt.runtime.feed import SoundLevel
-from rtamt.runtime.inputs import Live, open_input
+
+from .feed import SoundLevel
+from .inputs import Live, add_calibration_arguments, open_input
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
 
@@ -49,7 +49,7 @@ def add_arguments(p):
     p.add_argument("--blocksize", type=int, default=256, help="callback / source block size")
     p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--fast", action="store_true", help="file/demo: as fast as possible")
-    calibration.add_arguments(p)
+    add_calibration_arguments(p)
     p.add_argument("--interval", type=float, default=0.1, help="seconds of audio per update")
     p.add_argument("--json", action="store_true", help="one JSON object per update")
 

@@ -19,7 +19,7 @@ Panels (all fed by the real-time runtime; the GUI thread never runs a model):
 Controls: source (demo / WAV file / input device), loudness model, freeze (the display
 stops, the stream goes on), reset states, calibration (``spl_ref``) display.
 
-The processing thread feeds a :class:`rtamt.runtime.feed.MonitorFeed`; a Qt timer
+The processing thread feeds a :class:`rtamt_apps.feed.MonitorFeed`; a Qt timer
 (``--fps``, 30 by default) copies it into preallocated arrays and updates existing items
 (``setData`` on curves, ``setImage`` on one ``ImageItem`` with a lookup table): no item is
 created per frame.
@@ -40,8 +40,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rtamt import calibration
 from rtamt.calibration import CalibrationError, resolve_spl_ref
+
+from .inputs import add_calibration_arguments
 
 LOUDNESS_MODELS = ("moore2016", "glasberg2002")
 MODULATION_MODELS = ("dau1997", "king2019")
@@ -94,7 +95,7 @@ def add_arguments(p):
     p.add_argument("--max-backlog", type=float, default=0.25,
                    help="seconds of input the processing may fall behind before the oldest is "
                         "skipped (at most 1.9: the input ring holds 2 s)")
-    calibration.add_arguments(p)
+    add_calibration_arguments(p)
     p.add_argument("--fps", type=float, default=30.0, help="GUI refresh rate")
     p.add_argument("--history", type=float, default=10.0, help="seconds of loudness history")
     p.add_argument("--mod-window", type=float, default=1.0,
@@ -119,8 +120,9 @@ def build_pipeline(s: MonitorSettings):
     ``OSError``, ``LookupError`` or ``RuntimeError`` with a message for the user."""
     from rtamt.models import Dau1997, Glasberg2002, King2019, Moore2016
     from rtamt.runtime import Runtime
-    from rtamt.runtime.feed import ModulationPower, MonitorFeed, SoundLevel
-    from rtamt.runtime.inputs import Live, open_input
+
+    from .feed import ModulationPower, MonitorFeed, SoundLevel
+    from .inputs import Live, open_input
 
     inp = open_input(s.input, hostapi=s.hostapi, fs=s.fs, channels=s.channels,
                      blocksize=s.blocksize, realtime=True, seconds=s.seconds,
@@ -183,7 +185,7 @@ def make_window_class():
         """The monitor window; ``start()`` starts the stream, closing the window stops it.
 
         Attributes used by tests and benchmarks: ``live``, ``feed``, ``view`` (the
-        last :class:`~rtamt.runtime.feed.FeedView` shown), ``shown`` (the numbers on the
+        last :class:`~rtamt_apps.feed.FeedView` shown), ``shown`` (the numbers on the
         labels and the ``seq`` of the block they come from), ``panels`` (name -> plot
         item), ``fps()``, ``report()``.
         """

@@ -7,12 +7,13 @@ per second (``--json``: one JSON object per line) and a final summary.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 from rtamt.models import MODELS
-from rtamt.runtime import DemoSource, FileSource, Runtime
+from rtamt.runtime import Runtime
+
+from .inputs import Live, open_input
 
 
 def add_arguments(p):
@@ -22,8 +23,9 @@ def add_arguments(p):
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
     p.add_argument("--config", default=None, help="model configuration")
-    p.add_argument("--fs", type=float, default=48000.0, help="sample rate (demo / device)")
-    p.add_argument("--channels", type=int, default=1, help="device channels")
+    p.add_argument("--fs", type=float, default=None,
+                   help="sample rate for demo / device (default 48000); a WAV file must have it")
+    p.add_argument("--channels", type=int, default=1, help="demo / device channels")
     p.add_argument("--block", type=int, default=256, help="processing block (frames)")
     p.add_argument("--blocksize", type=int, default=256,
                    help="callback / source block size (0 = device decides, may vary)")
@@ -39,21 +41,17 @@ def add_arguments(p):
 def run(args) -> int:
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}
-    src = dev = None
-    if args.input == "demo":
-        fs = args.fs
-        src = DemoSource(fs, blocksize=args.blocksize or 256, realtime=not args.fast,
-                         seconds=args.seconds, channels=args.channels)
-        channels = args.channels
-    elif os.path.isfile(args.input):
-        src = FileSource(args.input, blocksize=args.blocksize or 256, realtime=not args.fast,
-                         seconds=args.seconds)
-        fs, channels = src.fs, src.channels
-    else:
-        fs, channels = args.fs, args.channels
-    model = MODELS[args.model](fs, **kw)
-    rt = Runtime(model, fs, channels=channels, block=args.block, policy=policy,
+    try:
+        inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
+                         blocksize=args.blocksize or 256, realtime=not args.fast,
+                         seconds=args.seconds, max_channels=None, default_fs=48000.0)
+    except (LookupError, OSError, RuntimeError, ValueError) as e:
+        print(f"rtamt stream: {e}", file=sys.stderr)
+        return 2
+    model = MODELS[args.model](inp.fs, **kw)
+    rt = Runtime(model, inp.fs, channels=inp.channels, block=args.block, policy=policy,
                  max_backlog_s=args.max_backlog)
+    live = Live(inp, rt, blocksize=args.blocksize)
 
     def show(final=False):
         st = rt.stats()
@@ -64,34 +62,21 @@ def run(args) -> int:
         else:
             print(("final: " if final else "") + st.line(), flush=True)
 
-    t0 = time.monotonic()
     try:
-        if src is not None:
-            rt.start()
-            src.start(rt)
-            while not src.done:
-                src.join(1.0)
-                if not src.done:
-                    show()
-            rt.stop("drain")
+        live.start()
+        if inp.source is not None:
+            while not live.join(1.0):
+                show()
         else:
-            from rtamt.runtime.stream import AudioInput
-            dev = None if args.input == "default" else \
-                int(args.input) if args.input.isdigit() else args.input
-            ai = AudioInput(rt, dev, args.hostapi, blocksize=args.blocksize)
-            ai.start()
             t0 = time.monotonic()      # count from the stream start (after warm-up)
-            try:
-                while time.monotonic() - t0 < args.seconds:
-                    time.sleep(min(1.0, max(0.0, args.seconds - (time.monotonic() - t0))))
-                    show()
-            finally:
-                ai.stop("drain")
+            while time.monotonic() - t0 < args.seconds:
+                time.sleep(min(1.0, max(0.0, args.seconds - (time.monotonic() - t0))))
+                show()
+        live.stop("drain")
     except KeyboardInterrupt:
-        if src is not None:
-            src.stop()
-        rt.stop("discard")
+        live.stop("discard")
     except (LookupError, RuntimeError, ValueError) as e:
+        live.stop("discard")
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
     show(final=True)

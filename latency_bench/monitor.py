@@ -40,9 +40,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ.setdefault(var, str(a.threads))
-    from apps import monitor
     from latency_bench.__main__ import _cpu_name
-    from rtamt.cli import main as cli
+    from rtamt_apps import monitor
+    from rtamt_apps.cli import main as cli
 
     args = ["monitor", "--input", "demo", "--model", a.model, "--fs", str(a.fs), "--block",
             str(a.block), "--seconds", str(a.seconds), "--fps", str(a.fps), "--size", a.size,

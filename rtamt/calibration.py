@@ -163,13 +163,3 @@ def resolve_spl_ref(spl_ref: float | None, path=None) -> tuple[float, str]:
         return c.spl_ref, f"calibration {p}"
     return 100.0, "default (RMS 1.0 = 100 dB SPL, uncalibrated)"
 
-
-def add_arguments(p) -> None:
-    """The calibration options every live app shares (argparse): ``--spl-ref``,
-    ``--calibration`` (resolved by :func:`resolve_spl_ref`) and ``--field`` (the loudness
-    models' outer-ear transfer)."""
-    p.add_argument("--spl-ref", type=float, default=None,
-                   help="dB SPL of a digital RMS of 1.0 (overrides the calibration file)")
-    p.add_argument("--calibration", default=None, help="calibration file (rtamt calibrate)")
-    p.add_argument("--field", default="free", choices=["free", "diffuse", "eardrum"],
-                   help="sound field of the loudness model's outer-ear transfer")

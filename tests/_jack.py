@@ -544,7 +544,7 @@ def run_app_on_tone(sd, server, args: list[str], tmp_path, tag: str, *, dbfs: fl
         disconnect_system([src])          # the tone goes to the app only
         before_app = list_ports()
         with open(out_path, "w") as fo, open(err_path, "w") as fe:
-            proc = subprocess.Popen([sys.executable, "-m", "rtamt", *args],
+            proc = subprocess.Popen([sys.executable, "-m", "rtamt_apps", *args],
                                     stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
                                     env=env if env is not None else dict(os.environ))
         dst = wait_for_input_port(proc, before_app, server, time.monotonic() + port_timeout,

@@ -1,5 +1,6 @@
 """`rtamt process` / `rtamt models` on real WAV files, and latency_bench's JSON."""
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ from scipy.io import wavfile
 from _helpers import entry_point
 
 import rtamt
-from rtamt.cli import main
+from rtamt_apps.cli import main
 from rtamt.modulation import to_padded
 
 FS = 16000
@@ -25,8 +26,8 @@ def _signal(n=6000, ch=1, seed=0):
 
 
 def _reference(x, spl_ref=100.0, dtype=np.float64):
-    m = rtamt.Dau1997(FS)
-    xin = (x * 10 ** ((spl_ref - 100) / 20)).astype(dtype)
+    m = rtamt.Dau1997(FS, spl_ref=spl_ref)      # the model applies spl_ref itself
+    xin = x.astype(dtype)
     out = m.process_all(xin[0] if xin.shape[0] == 1 else xin)
     out["modfb"] = to_padded(out["modfb"], m["modfb"].coeffs)
     return m, out
@@ -119,3 +120,51 @@ def test_latency_bench_json():
     assert abs(res["budget_us"] - 64 / 48000 * 1e6) < 1e-6
     assert 0 < res["p50_us"] <= res["p99_us"] <= res["max_us"]
     assert 0 <= res["misses"] <= res["n_blocks"]
+
+
+# ----------------------------------------------------------------- library / apps line
+_LIB_IMPORTS_NO_APPS = (
+    "import sys, rtamt, rtamt.runtime, rtamt.calibration, rtamt.models, rtamt.loudness.ansi, "
+    "rtamt.ear\n"
+    "bad = [m for m in sys.modules if m == 'apps' or m.startswith('apps.') "
+    "or m.startswith('rtamt_apps')]\n"
+    "assert not bad, bad\n")
+
+
+def test_library_imports_no_apps(tmp_path):
+    """The library loads none of the apps (run outside the repository, as a user would)."""
+    r = subprocess.run([sys.executable, "-c", _LIB_IMPORTS_NO_APPS], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+def test_apps_installed_as_rtamt_apps_only(tmp_path):
+    """Outside the repository `rtamt_apps` (with `python -m rtamt_apps`) is importable and
+    no top-level `apps` package exists; the library has no `__main__`."""
+    code = ("import importlib.util as u, rtamt_apps.cli\n"
+            "assert u.find_spec('apps') is None, u.find_spec('apps')\n"
+            "assert u.find_spec('rtamt.__main__') is None\n"
+            "assert u.find_spec('rtamt.cli') is None\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "rtamt_apps", "--help"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage: rtamt" in r.stdout, r.stderr
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml lists packages by hand (because of the apps/ -> rtamt_apps mapping):
+    every package folder must be there, and nothing installs as `apps`."""
+    tomllib = pytest.importorskip("tomllib")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert cfg["package-dir"] == {"rtamt_apps": "apps"}
+    listed = set(cfg["packages"])
+    found = {".".join(p.parent.relative_to(root).parts)
+             for top in ("rtamt", "latency_bench") for p in (root / top).rglob("__init__.py")}
+    found |= {"rtamt_apps." + ".".join(p.parent.relative_to(root / "apps").parts)
+              for p in (root / "apps").rglob("__init__.py")}
+    found = {f.rstrip(".") for f in found}
+    assert listed == found
+    assert not any(p == "apps" or p.startswith("apps.") for p in listed)

@@ -163,7 +163,7 @@ def test_cli_stream_from_jack_device():
     (auto-connected to the dummy capture port) and reports zero drops."""
     skip_unless_jack()
     with jack_server(fs=FS, period=PERIOD):
-        p = subprocess.run([sys.executable, "-m", "rtamt", "stream", "--input", "default",
+        p = subprocess.run([sys.executable, "-m", "rtamt_apps", "stream", "--input", "default",
                             "--hostapi", "JACK", "--seconds", "2", "--blocksize", "0"],
                            capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from apps.process import block_sizes
+from rtamt_apps.process import block_sizes
 from rtamt.engine.stage import RtamtInputError
 from rtamt.loudness.ansi import SpecificLoudnessCoeffs, specific_loudness_ref
 from rtamt.loudness.excitation import design_excitation, excitation, excitation_ref

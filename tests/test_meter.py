@@ -1,7 +1,7 @@
 """`rtamt meter` and `rtamt calibrate` (apps/meter.py, apps/calibrate.py, rtamt/calibration.py).
 
 * the demo through the installed entry point, paced in real time (one test; the rest uses
-  ``--fast`` or in-process calls of :func:`rtamt.cli.main` to save time);
+  ``--fast`` or in-process calls of :func:`rtamt_apps.cli.main` to save time);
 * WAV files of a 1 kHz tone at a known level: dB SPL, phon and LUFS of the meter's updates;
 * ``rtamt calibrate`` -> calibration file -> meter (``--calibration`` and ``$RTAMT_CALIBRATION``);
 * every documented error: exit code 2, one clear line on stderr, no calibration file written;
@@ -26,7 +26,7 @@ from _helpers import entry_point
 
 from rtamt import calibration as cal
 from rtamt.calibration import CalibrationError
-from rtamt.cli import main
+from rtamt_apps.cli import main
 
 FS = 48000
 

@@ -1,6 +1,6 @@
 """The live monitor: its data feed (no Qt) and its window (real Qt, offscreen, pytest-qt).
 
-Feed tests check that what a GUI reads (:class:`rtamt.runtime.feed.MonitorFeed`) is exactly
+Feed tests check that what a GUI reads (:class:`rtamt_apps.feed.MonitorFeed`) is exactly
 what the runtime produced.  Window tests run the real window on the real-time demo source
 (and a WAV file): panels filled within 1 s of the stream start, labels equal to the
 runtime's values, controls (freeze, reset, model, source), clean shutdown.  The screenshot
@@ -23,8 +23,8 @@ from scipy.io import wavfile
 from _helpers import random_partition
 from rtamt.models import Dau1997, Moore2016
 from rtamt.runtime import ArraySource, Runtime
-from rtamt.runtime.feed import ModulationPower, MonitorFeed, SoundLevel, _put, _unroll
 from rtamt.signals import demo_signal, rms_for_spl
+from rtamt_apps.feed import ModulationPower, MonitorFeed, SoundLevel, _put, _unroll
 
 pytestmark = pytest.mark.timeout(300)
 FS = 16000.0
@@ -172,7 +172,7 @@ def _threads():
 
 @pytest.fixture
 def make_window(qtbot):
-    from apps.monitor import MonitorSettings, window_class
+    from rtamt_apps.monitor import MonitorSettings, window_class
 
     made = []
 
@@ -375,8 +375,8 @@ def test_screenshot_command_populates_every_panel(make_window, qtbot, tmp_path):
     out = tmp_path / "monitor.png"
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY",
                                                               "WAYLAND_DISPLAY")}
-    r = subprocess.run([sys.executable, "-m", "rtamt", "monitor", "--input", "demo", "--seconds",
-                        "3", "--screenshot", str(out), "--spl-ref", "100"], env=env,
+    r = subprocess.run([sys.executable, "-m", "rtamt_apps", "monitor", "--input", "demo",
+                        "--seconds", "3", "--screenshot", str(out), "--spl-ref", "100"], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stdout and "dropped 0" in r.stdout, r.stdout

@@ -1,4 +1,5 @@
-"""Live-display feed: what a monitor shows, gathered from a running :class:`Runtime`.
+"""Live-display feed: what a monitor shows, gathered from a running
+:class:`~rtamt.runtime.Runtime` (used by ``rtamt monitor`` and ``rtamt meter``).
 
 ::
 
@@ -27,7 +28,7 @@ import threading
 
 import numpy as np
 
-from ..engine.stage import Stateless
+from rtamt.engine.stage import Stateless
 
 
 class SoundLevel(Stateless):
@@ -36,6 +37,7 @@ class SoundLevel(Stateless):
     dB SPL = ``10 log10(ms) + spl_ref``."""
 
     name = "level"
+    outputs = ("level",)
 
     def __call__(self, x):
         a = np.asarray(x, dtype=np.float64)
@@ -50,11 +52,13 @@ class ModulationPower:
     over input channels).  The model's full output is not kept (a 30-channel Dau1997
     block of 512 samples is ~1 MB).
 
-    The input is scaled by ``model.calibrate`` (the model's ``spl_ref`` convention).
-    Mean power over a window = sum of ``p`` / sum of ``T``.
+    The model applies its own ``spl_ref``.  Mean power over a window = sum of ``p`` / sum
+    of ``T``.  Follows the streaming contract by delegating the state to ``model``.
     """
 
     name = "modulation"
+    outputs = ("power",)
+    batchable = False
 
     def __init__(self, model):
         self.model = model
@@ -66,13 +70,22 @@ class ModulationPower:
         self.n_filters = int(self.filter_channel.size)
 
     def __call__(self, x):
-        y = np.asarray(self.model(self.model.calibrate(x)))
+        y = np.asarray(self.model(x))
         T = y.shape[-1]
         y = y.reshape(-1, self.n_filters, T)
         p = np.einsum("bft,bft->f", y, y, dtype=np.float64)
         if y.shape[0] > 1:
             p /= y.shape[0]
         return p, T
+
+    def process_all(self, x):
+        return {"power": self(x)}
+
+    def design_identity(self):
+        return self.model.design_identity()
+
+    def output_info(self):
+        return {"power": {"rate": None, "channels": self.n_filters}}
 
     def reset(self):
         self.model.reset()

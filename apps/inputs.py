@@ -1,17 +1,20 @@
 """Choosing and running a live input: built-in demo, WAV file, or a sound device.
 
-Shared by the live apps (``rtamt meter``, ``rtamt monitor``): :func:`open_input` turns
-the user's ``--input`` string into an :class:`Input` (sample rate, channels, and either
-a source thread or a device), :class:`Live` connects an input to a :class:`Runtime`
-and starts / stops both in the right order.
+Shared by the live apps (``rtamt stream``, ``rtamt meter``, ``rtamt monitor``):
+:func:`open_input` turns the user's ``--input`` string into an :class:`Input` (sample
+rate, channels, and either a source thread or a device), :class:`Live` connects an input
+to a :class:`~rtamt.runtime.Runtime` and starts / stops both in the right order, and
+:func:`add_calibration_arguments` adds the level options (``--spl-ref``,
+``--calibration``, ``--field``) of the apps that report absolute levels.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .runtime import Runtime
-from .sources import ArraySource, DemoSource, FileSource
+if TYPE_CHECKING:  # the runtime is imported when an input is opened, not with the CLI
+    from rtamt.runtime import ArraySource, Runtime
 
 #: sample rate of the built-in demo in the live apps (Hz)
 DEMO_FS = 32000.0
@@ -53,38 +56,58 @@ class Input:
 def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None = None,
                channels: int | None = None, blocksize=256, realtime: bool = True,
                seconds: float | None = None, spl_ref: float = 100.0, loop: bool = False,
-               max_channels: int = 2) -> Input:
-    """Resolve ``inp``: ``'demo'`` (looped demo signal at ``fs`` or :data:`DEMO_FS`,
-    ``spl_ref`` calibrated), an existing WAV path, ``'default'`` or ``None`` (the
-    default input device, or the demo when there is none), or a device name substring /
-    index (of ``hostapi`` if given).  ``seconds`` bounds a demo/file source (``None``:
-    the file once, the demo forever).  Raises ``ValueError`` / ``OSError`` /
+               max_channels: int | None = 2, default_fs: float | None = None) -> Input:
+    """Resolve ``inp``: ``'demo'`` (looped demo signal, ``spl_ref`` calibrated, on
+    ``channels`` identical channels, 1 if not given), an existing WAV path, ``'default'``
+    or ``None`` (the default input device, or the demo when there is none), or a device
+    name substring / index (of ``hostapi`` if given).
+
+    ``fs``: the demo's or device's sample rate; for a file, the rate it must have (else
+    ``ValueError``).  Without ``fs`` the demo runs at ``default_fs`` or :data:`DEMO_FS`,
+    a device at ``default_fs`` or its own default rate.  ``seconds`` bounds a demo/file
+    source (``None``: the file once, the demo forever).  ``max_channels``: the most
+    channels the app takes (``None``: no limit).  Raises ``ValueError`` / ``OSError`` /
     ``LookupError`` / ``RuntimeError`` with a message for the user."""
+    from rtamt.runtime import DemoSource, FileSource
+
     if inp is None:
         inp = "default" if has_default_input() else "demo"
     if inp == "demo":
-        rate = float(fs or DEMO_FS)
+        rate = float(fs or default_fs or DEMO_FS)
+        ch = int(channels or 1)
         src = DemoSource(rate, blocksize=blocksize, realtime=realtime, seconds=seconds,
-                         spl_ref=spl_ref)
-        res = Input("demo", "demo", rate, 1, source=src)
+                         channels=ch, spl_ref=spl_ref)
+        res = Input("demo", "demo", rate, ch, source=src)
     elif os.path.isfile(inp):
         src = FileSource(inp, blocksize=blocksize, realtime=realtime, seconds=seconds, fs=fs,
                          loop=loop)
         res = Input("file", str(inp), src.fs, src.channels, source=src)
     else:
-        from .stream import _sd, find_input_device
+        from rtamt.runtime.stream import _sd, find_input_device
 
         dev = None if inp == "default" else int(inp) if str(inp).isdigit() else inp
         idx = find_input_device(dev, hostapi)
         info = _sd().query_devices(idx)
-        rate = float(fs or info["default_samplerate"])
-        ch = int(channels or min(max_channels, int(info["max_input_channels"])))
+        rate = float(fs or default_fs or info["default_samplerate"])
+        have = int(info["max_input_channels"])
+        ch = int(channels or (have if max_channels is None else min(max_channels, have)))
         res = Input("device", str(info["name"]), rate, ch, device=idx, hostapi=hostapi)
-    if res.channels > max_channels:
+    if max_channels is not None and res.channels > max_channels:
         n = "1 or 2" if max_channels == 2 else f"1 to {max_channels}"
         raise ValueError(f"{res.label}: this app takes {n} channels, the input has "
                          f"{res.channels} (choose --channels)")
     return res
+
+
+def add_calibration_arguments(p) -> None:
+    """The level options every live app shares (argparse): ``--spl-ref``,
+    ``--calibration`` (resolved by :func:`rtamt.calibration.resolve_spl_ref`) and
+    ``--field`` (the loudness models' outer-ear transfer)."""
+    p.add_argument("--spl-ref", type=float, default=None,
+                   help="dB SPL of a digital RMS of 1.0 (overrides the calibration file)")
+    p.add_argument("--calibration", default=None, help="calibration file (rtamt calibrate)")
+    p.add_argument("--field", default="free", choices=["free", "diffuse", "eardrum"],
+                   help="sound field of the loudness model's outer-ear transfer")
 
 
 class Live:
@@ -107,7 +130,7 @@ class Live:
             self.runtime.start()
             self.input.source.start(self.runtime)
         else:
-            from .stream import AudioInput
+            from rtamt.runtime.stream import AudioInput
 
             self.audio = AudioInput(self.runtime, self.input.device, None,
                                     blocksize=self.blocksize).start()

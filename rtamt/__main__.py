@@ -1,6 +1,0 @@
-"""python -m rtamt"""
-import sys
-
-from .cli import main
-
-sys.exit(main())
