@@ -216,7 +216,7 @@ def test_mfc_lists_follow_amt_rule():
 
 
 def test_seed_config_has_eight_filters_up_to_128hz_everywhere():
-    m = rtamt.Dau1997(48000.0, "seed")
+    m = rtamt.Dau1997(48000.0, "torch_amt")
     mfc = m.mfc
     assert mfc.shape == (m.fc.size, 8)
     assert not np.any(np.isnan(mfc))

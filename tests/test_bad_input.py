@@ -26,7 +26,7 @@ FC4 = (500.0, 1000.0, 2000.0, 4000.0)
 # name -> (factory, input kind, lead shape of a valid block)
 TARGETS = {
     "dau1997": (lambda: rtamt.Dau1997(FS), "signal", (2,)),
-    "dau1997-mono": (lambda: rtamt.Dau1997(FS, "seed"), "signal", ()),
+    "dau1997-mono": (lambda: rtamt.Dau1997(FS, "torch_amt"), "signal", ()),
     "gammatone": (lambda: Gammatone(fs=FS, basef=1000.0), "signal", ()),
     "ihc": (lambda: IHCEnvelope(fs=FS), "channels", (4,)),
     "adaptloop": (lambda: AdaptLoop(fs=FS), "channels", (4,)),
@@ -53,7 +53,7 @@ def _good(kind, lead, T, seed, dtype=np.float64):
 def _state_arrays(proc):
     sd = proc.state_dict()
     if isinstance(proc, rtamt.Chain):
-        return {f"{s}.{k}": v for s, d in sd["stages"].items() for k, v in d["arrays"].items()}
+        return {f"{s}.{k}": v for s, d in sd["children"].items() for k, v in d["arrays"].items()}
     return dict(sd["arrays"])
 
 

@@ -347,7 +347,7 @@ def test_chain_bad_input_names_chain(signals):
     with pytest.raises(RtamtInputError, match=r"chain: block 1: non-finite value inf at "
                                               r"sample 5"):
         ch(blk)
-    for name, s in sd["stages"].items():
+    for name, s in sd["children"].items():
         now = ch[name].state_dict()
         for k, v in s["arrays"].items():
             assert np.array_equal(now["arrays"][k], v)

@@ -90,7 +90,7 @@ CASES = {
     "paulick2024-batch-ratio3": (lambda s: rtamt.Paulick2024(FS, n_channels=12,
                                                               resample_factor=3), "batch", True),
     "dau1997-amt0910": (lambda s: rtamt.Dau1997(FS, "amt0910"), "signal", True),
-    "dau1997-seed": (lambda s: rtamt.Dau1997(FS, "seed"), "signal", True),
+    "dau1997-torch_amt": (lambda s: rtamt.Dau1997(FS, "torch_amt"), "signal", True),
     "dau1997-batch": (lambda s: rtamt.Dau1997(FS), "batch", True),
 }
 

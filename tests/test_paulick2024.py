@@ -22,8 +22,9 @@ def _tone(f, db, seconds, spl_ref=100.0):
 def test_calibration_rates_and_lengths():
     m = rtamt.Paulick2024(FS, spl_ref=94.0)
     x = _tone(1000.0, 94.0, 0.05, spl_ref=94.0)     # digital RMS 1 = 94 dB SPL = 1.0024 Pa
-    p = m.calibrate(x)
-    np.testing.assert_allclose(p, x * 1.0023744672545452, rtol=1e-12)
+    # the model turns digital units into Pa itself: 94 dB SPL re 20 uPa = 1.0024 Pa
+    assert m.input_gain == pytest.approx(1.0023744672545452, rel=1e-12)
+    p = x
     assert m.fc.size == 50 and m.fc[0] == pytest.approx(250.0) and m.fc[-1] == pytest.approx(8000.0)
     assert m.fs_mod == FS / 4 and m["modfb"].coeffs.fs == FS / 4
     lengths = []
@@ -53,7 +54,7 @@ def test_silence_rests_and_a_tone_excites_its_place():
     assert np.abs(sil["ihc"]).max() < 1e-12                 # pre-charged: at rest
     assert np.abs(sil["adaptloop"]).max() < 1e-6
     m.reset()
-    out = m.process_all(m.calibrate(_tone(2000.0, 60.0, 0.6)))
+    out = m.process_all(_tone(2000.0, 60.0, 0.6))
     late = out["adaptloop"][:, -int(0.2 * FS):].mean(axis=1)
     c = int(np.argmax(late))
     assert abs(m.fc[c] - 2000.0) / 2000.0 < 0.15, m.fc[c]
@@ -68,7 +69,7 @@ def test_drnl_compresses_the_on_frequency_growth():
     the mid-level range (the DRNL's broken stick), but about 40 dB off frequency."""
     def bm_db(f, db):
         m = rtamt.Paulick2024(FS)
-        y = m.process_all(m.calibrate(_tone(f, db, 0.15)))["drnl"]
+        y = m.process_all(_tone(f, db, 0.15))["drnl"]
         c = int(np.argmin(np.abs(m.fc - 4000.0)))
         return 20 * np.log10(np.sqrt(np.mean(y[c, -int(0.05 * FS):] ** 2)))
     on = bm_db(4000.0, 80.0) - bm_db(4000.0, 40.0)

@@ -40,7 +40,7 @@ def _stream(kind, n=4000, dtype=np.float64):
 
 MAKERS = {
     "dau1997": (lambda: rtamt.Dau1997(FS), "chain"),
-    "dau1997-seed-batch": (lambda: rtamt.Dau1997(FS, "seed"), "chain-batch"),
+    "dau1997-torch_amt-batch": (lambda: rtamt.Dau1997(FS, "torch_amt"), "chain-batch"),
     "adaptloop": (lambda: AdaptLoop(fs=FS), "stage"),
     "adaptloop-paulick-minspl": (
         lambda: AdaptLoop(fs=FS, preset="paulick2024", minspl=tuple(np.linspace(0, 30, 30))),
@@ -83,7 +83,7 @@ def test_state_dict_continuation_is_bit_exact(name, dtype):
     # and it differs from the now-advanced state (so the comparison above is not vacuous)
     later = orig.state_dict()
     arrays = (lambda d: d["arrays"]) if kind == "stage" else \
-        (lambda d: {f"{s}.{k}": v for s, dd in d["stages"].items() for k, v in dd["arrays"].items()})
+        (lambda d: {f"{s}.{k}": v for s, dd in d["children"].items() for k, v in dd["arrays"].items()})
     assert any(not np.array_equal(arrays(sd)[k], arrays(later)[k]) for k in arrays(sd))
 
 
@@ -98,7 +98,7 @@ def test_state_dict_is_decoupled_both_ways(name):
     twin.load_state_dict(sd)
     # mutating the snapshot after load must not reach the stage that loaded it, nor the
     # stage it was taken from
-    arrays = [sd["arrays"]] if kind == "stage" else [d["arrays"] for d in sd["stages"].values()]
+    arrays = [sd["arrays"]] if kind == "stage" else [d["arrays"] for d in sd["children"].values()]
     for arrs in arrays:
         for v in arrs.values():
             v[...] = 123.0
@@ -160,7 +160,7 @@ def _wrong_shape_sd(sd, kind):
         bad["arrays"]["s"] = bad["arrays"]["s"][..., :-1].copy()
     else:
         # gammatone fine, modfb (last stage) broken: checks rollback of earlier stages
-        arr = bad["stages"]["modfb"]["arrays"]
+        arr = bad["children"]["modfb"]["arrays"]
         k = sorted(arr)[0]
         arr[k] = arr[k][..., :-1].copy()
     return bad
@@ -183,7 +183,7 @@ def test_load_state_dict_rejects_bad_snapshot_and_keeps_state(name, how):
         bad = _wrong_shape_sd(sd, kind)
     else:
         bad = copy.deepcopy(sd)
-        target = bad if kind == "stage" else bad["stages"]["modfb"]
+        target = bad if kind == "stage" else bad["children"]["modfb"]
         arrs = target["arrays"]
         k = sorted(arrs)[0]
         if how == "dtype":
@@ -193,7 +193,7 @@ def test_load_state_dict_rejects_bad_snapshot_and_keeps_state(name, how):
         elif how == "extra":
             arrs["bogus"] = np.zeros(3)
         else:  # snapshot of another stage type
-            target["stage"] = "gammatone"
+            target["kind"] = "Gammatone"
     with pytest.raises(RtamtInputError):
         st.load_state_dict(bad)
     _sd_equal(st.state_dict(), before)
@@ -205,12 +205,12 @@ def test_chain_state_dict_rejects_other_chain():
     a(make_signal(2000)[:500])
     sd = a.state_dict()
     sd2 = copy.deepcopy(sd)
-    sd2["chain"] = "other"
+    sd2["kind"] = "Osses2021"
     b = rtamt.Dau1997(FS)
     with pytest.raises(RtamtInputError):
         b.load_state_dict(sd2)
     sd3 = copy.deepcopy(sd)
-    del sd3["stages"]["ihc"]
+    del sd3["children"]["ihc"]
     with pytest.raises(RtamtInputError):
         b.load_state_dict(sd3)
     assert all(s.state is None for s in b.stages)
@@ -228,7 +228,7 @@ def test_load_state_dict_modfb_channel_count_mismatch():
 def test_state_dict_before_first_block_roundtrip():
     a = AdaptLoop(fs=FS)
     sd = a.state_dict()
-    assert sd["arrays"] is None and sd["meta"] is None
+    assert sd["arrays"] is None and sd["stream"] is None
     b = AdaptLoop(fs=FS)
     x = _input("stage")[:, :300]
     b(x)
@@ -254,8 +254,7 @@ def test_load_state_dict_rejects_inconsistent_meta():
     a = AdaptLoop(fs=FS)
     a(np.full((4, 50), 0.01))
     sd = copy.deepcopy(a.state_dict())
-    lead, n_in, dt = sd["meta"]
-    sd["meta"] = ((5,), n_in, dt)  # lead says 5 channels, arrays/n_in say 4
+    sd["stream"]["lead"] = [5]  # lead says 5 channels, arrays/n_in say 4
     b = AdaptLoop(fs=FS)
     with pytest.raises(RtamtInputError):
         b.load_state_dict(sd)

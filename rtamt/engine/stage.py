@@ -36,21 +36,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import contract as _C
 from . import kernels as K
+from .contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
 from .denormal import ensure_ftz
 
 __all__ = ["RtamtInputError", "Stage", "SharedSOSStage", "Chain", "Stateless", "as_numpy_block"]
 
 
-class RtamtInputError(ValueError):
-    """A block was rejected before it touched any state.
-
-    The message names the stage, the block index in the stream, and where
-    applicable the batch row / channel / sample of the offending value.
-    """
-
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = _C.FLOATS
 
 
 def _is_torch(x: Any) -> bool:
@@ -88,37 +82,47 @@ def _identity(y):
     return y
 
 
-def checked_state_copy(who: str, arrays: dict, ref: dict) -> dict:
-    """Validate snapshot ``arrays`` against a freshly initialised state ``ref`` (same keys,
-    shapes and dtypes) and return deep copies; raises :class:`RtamtInputError` naming
-    ``who`` and the first mismatch.  Nothing is modified."""
-    if set(arrays) != set(ref):
-        raise RtamtInputError(f"{who}: state arrays {sorted(arrays)} != {sorted(ref)}")
-    for k, v in ref.items():
-        a = np.asarray(arrays[k])
-        if a.shape != v.shape or a.dtype != v.dtype:
-            raise RtamtInputError(
-                f"{who}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
-                f"{v.shape} {v.dtype}")
-    return {k: np.array(arrays[k], copy=True) for k in ref}
-
-
 class Stateless:
-    """Base of chains without state (a block's output depends on that block only):
-    ``reset()`` does nothing, ``state_dict()`` is empty, so any block partition and any
-    snapshot/restore are trivially exact.  Subclasses define ``name`` and ``__call__``."""
+    """Base of processors without state (a block's output depends on that block only):
+    ``reset()`` does nothing and the state holds no arrays, so any block partition and
+    any snapshot/restore are trivially exact.  Subclasses define ``name``, ``outputs``
+    and ``__call__``; ``process_all(x)`` is ``{outputs[0]: self(x)}``."""
 
     name = "stateless"
+    outputs: tuple = ("out",)
+    batchable = True
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
+
+    def process_all(self, x) -> dict:
+        return {self.outputs[0]: self(x)}
 
     def reset(self) -> None:
         pass
 
+    def design_identity(self) -> dict:
+        return {"name": self.name, "fingerprint": _C.fingerprint(type(self).__name__)}
+
+    def output_info(self) -> dict:
+        return {k: {"rate": None, "channels": None} for k in self.outputs}
+
     def state_dict(self) -> dict:
-        return {}
+        return _C.header(self, 0, None, arrays={})
 
     def load_state_dict(self, sd: dict) -> None:
-        if sd:
-            raise RtamtInputError(f"{self.name}: has no state, got a snapshot with {sorted(sd)}")
+        _C.check_identity(self.name, sd, self)
+        if sd.get("arrays"):
+            raise RtamtInputError(f"{self.name}: has no state, got arrays {sorted(sd['arrays'])}")
+
+    @classmethod
+    def stack_state_dicts(cls, states):
+        return _C.deep(states[0])
+
+    @classmethod
+    def split_state_dict(cls, state, i):
+        return _C.deep(state)
 
 
 def work_buffer(out, shape, dtype) -> np.ndarray:
@@ -130,11 +134,6 @@ def work_buffer(out, shape, dtype) -> np.ndarray:
             and out.flags.c_contiguous):
         return out
     return np.empty(shape, dtype)
-
-
-def _first_bad(x: np.ndarray) -> tuple[int, ...]:
-    idx = np.argwhere(~np.isfinite(x))[0]
-    return tuple(int(i) for i in idx)
 
 
 class Stage:
@@ -193,7 +192,7 @@ class Stage:
         elif kwargs:
             params = dataclasses.replace(params, **kwargs)
         self.params = params
-        self.coeffs = self.design(params)
+        self.coeffs = self._coeffs0 = self.design(params)
         self._state: dict | None = None
         self._meta: tuple | None = None  # (lead shape, n_in, dtype)
         self._block = 0
@@ -222,9 +221,7 @@ class Stage:
         block index and the position of the problem.  Nothing is modified.
         """
         if x.dtype not in _FLOATS:
-            raise RtamtInputError(
-                f"{self._label(who)}: dtype {x.dtype} is not supported; expected float32 or "
-                "float64 (convert integer PCM with x / 2**(bits-1))")
+            check_float_dtype(x, self._label(who))
         if self.in_kind == "signal":
             if x.ndim not in (1, 2):
                 raise RtamtInputError(
@@ -252,16 +249,7 @@ class Stage:
                 raise RtamtInputError(
                     f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
                     "(call reset() to change dtype)")
-        if not K.all_finite(x):
-            bad = _first_bad(x)
-            names = (("batch",) if len(bad) == 2 else ()) if self.in_kind == "signal" else \
-                (("batch", "channel") if len(bad) == 3 else ("channel",) if len(bad) == 2 else ())
-            loc = ", ".join(f"{n} {i}" for n, i in zip(names, bad[:-1]))
-            val = x[bad]
-            raise RtamtInputError(
-                f"{self._label(who)}: non-finite value {val} at "
-                f"{loc + ', ' if loc else ''}sample {bad[-1]}; "
-                "block rejected, state unchanged")
+        reject_nonfinite(x, self._label(who), self._where)
         # to (B, T, C) or (B, T)
         if self.in_kind == "signal":
             xt = x[None] if x.ndim == 1 else x
@@ -270,6 +258,14 @@ class Stage:
             return xt, lead, n_in
         x3 = x.reshape(-1, n_in, x.shape[-1])
         return np.ascontiguousarray(x3.transpose(0, 2, 1)), lead, n_in
+
+    def _where(self, bad: tuple) -> str:
+        """Name the position ``bad`` (an index into a public block) in an error message."""
+        if self.in_kind == "signal":
+            names = ("batch",) if len(bad) == 2 else ()
+        else:
+            names = ("batch", "channel") if len(bad) == 3 else ("channel",) if len(bad) == 2 else ()
+        return ", ".join([f"{n} {i}" for n, i in zip(names, bad[:-1])] + [f"sample {bad[-1]}"])
 
     def _batch_of(self, lead: tuple) -> int:
         rows = lead if self.in_kind == "signal" else lead[:-1]
@@ -322,44 +318,116 @@ class Stage:
         self._meta = None
         self._block = 0
 
-    def state_dict(self) -> dict:
-        """Deep copy of the state: ``{'block', 'meta', 'arrays'}``."""
-        return {
-            "stage": self.name,
-            "block": self._block,
-            "meta": None if self._meta is None else
-            (tuple(self._meta[0]), int(self._meta[1]), str(np.dtype(self._meta[2]))),
-            "arrays": None if self._state is None else {k: v.copy() for k, v in self._state.items()},
-        }
+    # -- the streaming contract ------------------------------------------------------
+    #: state keys whose batch axis is not 0 (``{key: axis}``); keys shared by all streams
+    batch_axes: dict = {}
+    shared_state: tuple = ()
+    batchable = True
 
-    def load_state_dict(self, sd: dict) -> None:
-        """Restore a snapshot from :meth:`state_dict` (validated before anything changes)."""
-        if sd.get("stage") != self.name:
-            raise RtamtInputError(f"{self.name}: state_dict is for stage {sd.get('stage')!r}")
-        if sd["meta"] is None:
-            self._state, self._meta, self._block = None, None, int(sd["block"])
-            return
-        lead, n_in, dt = sd["meta"]
-        lead, n_in = tuple(int(v) for v in lead), int(n_in)
-        ok = n_in == 1 if self.in_kind == "signal" else \
-            (lead[-1] == n_in if lead else n_in == 1)
-        if not ok or any(v < 1 for v in lead):
-            raise RtamtInputError(
-                f"{self.name}: inconsistent snapshot meta: leading shape {lead} with {n_in} "
-                "input channels")
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
+
+    @property
+    def outputs(self) -> tuple:
+        return (self.name,)
+
+    def process_all(self, x) -> dict:
+        """``{self.name: self(x)}`` (the contract's every-output form)."""
+        return {self.name: self(x)}
+
+    def output_rate(self, rate_in: float) -> float:
+        """Sample rate (Hz) of the output for input at ``rate_in`` Hz (resamplers change it)."""
+        fs_out = getattr(self.coeffs, "fs_out", None)
+        return float(fs_out) if fs_out is not None else float(rate_in)
+
+    def output_info(self) -> dict:
+        """``{name: {'rate': Hz, 'channels': per input channel}}`` of this stage alone."""
+        fs = float(getattr(self.params, "fs", getattr(self.params, "fs_in", 0.0)) or 0.0)
+        return {self.name: {"rate": self.output_rate(fs),
+                            "channels": int(self.n_out(self.coeffs, 1))}}
+
+    def design_identity(self, coeffs=None) -> dict:
+        """``{'name', 'fs', 'fingerprint'}``: the stage's name, sample rate (Hz, if its
+        params have one) and a fingerprint of its params and designed coefficients."""
+        c = self.coeffs if coeffs is None else coeffs
+        key = id(c)
+        cache = self.__dict__.setdefault("_fp_cache", {})
+        if key not in cache:
+            cache.clear()
+            cache[key] = (c, _C.fingerprint(self.params, c))
+        ident = {"name": self.name}
+        fs = getattr(self.params, "fs", None)
+        if fs is not None:
+            ident["fs"] = float(fs)
+        ident["fingerprint"] = cache[key][1]
+        return ident
+
+    def _stream_meta(self):
+        if self._meta is None:
+            return None
+        lead, n_in, dt = self._meta
+        nb = 1 if self.in_kind == "signal" else 2       # leading dims with a batch axis
+        batched = len(lead) == nb
+        return _C.stream_meta(lead[0] if batched else None, lead[1:] if batched else lead,
+                              dt, n_in=int(n_in))
+
+    def state_dict(self) -> dict:
+        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`)."""
+        if self._state is None:   # identity of the design before any channel count is known
+            sd = _C.header(self, self._block, None, arrays=None)
+            sd["design"] = self.design_identity(self._coeffs0)
+            return sd
+        return _C.header(self, self._block, self._stream_meta(),
+                         arrays={k: v.copy() for k, v in self._state.items()})
+
+    def _meta_from(self, st: dict) -> tuple:
+        """Internal (lead, n_in, dtype) from a snapshot's ``stream`` entry (validated)."""
         try:
-            dtype = np.dtype(dt)
-        except TypeError:
-            raise RtamtInputError(f"{self.name}: snapshot dtype {dt!r} is not a dtype") from None
+            lead = tuple(int(v) for v in st["lead"])
+            n_in = int(st["n_in"])
+            dtype = np.dtype(st["dtype"])
+            batch = st["batch"]
+        except (KeyError, TypeError, ValueError):
+            raise RtamtInputError(f"{self.name}: malformed stream entry {st!r}") from None
         if dtype not in _FLOATS:
             raise RtamtInputError(f"{self.name}: snapshot dtype {dtype} is not float32/float64")
+        if batch is not None:
+            lead = (int(batch),) + lead
+        ok = n_in == 1 if self.in_kind == "signal" else (lead[-1] == n_in if lead else n_in == 1)
+        if not ok or any(v < 1 for v in lead) or len(lead) > (1 if self.in_kind == "signal" else 2):
+            raise RtamtInputError(
+                f"{self.name}: inconsistent snapshot layout: leading shape {lead} with {n_in} "
+                "input channels")
+        return lead, n_in, dtype
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a snapshot from :meth:`state_dict`: checked (kind, design identity,
+        layout, array shapes and dtypes, finite values) before anything changes."""
+        _C.check_state_header(self.name, sd)
+        if sd.get("stream") is None:
+            _C.check_identity(self.name, sd, self, self.design_identity(self._coeffs0))
+            self._state, self._meta, self._block = None, None, int(sd["block"])
+            return
+        lead, n_in, dtype = self._meta_from(sd["stream"])
         coeffs = self._coeffs_for(n_in)
-        ref = self.init_state(coeffs, self._batch_of(tuple(lead)), n_in, dtype)
-        state = checked_state_copy(self.name, sd["arrays"], ref)
+        _C.check_identity(self.name, sd, self, self.design_identity(coeffs))
+        ref = self.init_state(coeffs, self._batch_of(lead), n_in, dtype)
+        state = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
         self.coeffs = coeffs
         self._state = state
-        self._meta = (tuple(lead), int(n_in), dtype)
+        self._meta = (lead, n_in, dtype)
         self._block = int(sd["block"])
+
+    @classmethod
+    def stack_state_dicts(cls, states: list) -> dict:
+        """Batched state of several streams (see :func:`rtamt.engine.contract.stack_states`)."""
+        return _C.stack_leaves(cls.__name__, states, cls.batch_axes, cls.shared_state)
+
+    @classmethod
+    def split_state_dict(cls, state: dict, i: int) -> dict:
+        """Stream ``i`` of a batched state (see :func:`rtamt.engine.contract.split_state`)."""
+        return _C.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state)
 
 
 class SharedSOSStage(Stage):
@@ -381,14 +449,26 @@ class SharedSOSStage(Stage):
 
 
 class Chain:
-    """A model: stages run in sequence on one stream, with the Stage interface.
+    """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
     ``{stage name: output}`` for every stage (time-last).  Validation happens once
     at the chain's input; between stages the arrays stay time-major.
+
+    ``input_gain`` (set by a model from its ``spl_ref``) multiplies every input block
+    before the first stage, in the block's dtype: the model's own calibration.
+    The state is the stages' states (``children``), stacked and split stage by stage.
     """
 
     name = "chain"
+    input_gain = 1.0
+    batchable = True
+    #: attributes that identify a model's design besides its stages (checked on load)
+    identity_fields: tuple = ()
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
 
     def __init__(self, stages: list[Stage]):
         if not stages or stages[0].in_kind != "signal":
@@ -409,11 +489,43 @@ class Chain:
     def output_names(self) -> list[str]:
         return [s.name for s in self.stages]
 
+    @property
+    def outputs(self) -> tuple:
+        """Names of the outputs of :meth:`process_all` (one per stage, in order)."""
+        return tuple(self.output_names)
+
+    def output_info(self) -> dict:
+        """``{output name: {'rate': Hz, 'channels': C'}}`` for one mono input stream, in
+        stage order (``channels``: rows of the output per stream, before time)."""
+        p = self.stages[0].params
+        rate, n, out = float(getattr(p, "fs", 0.0)), 1, {}
+        for st in self.stages:
+            c = st._coeffs_for(n)
+            n, rate = st.n_out(c, n), st.output_rate(rate)
+            out[st.name] = {"rate": rate, "channels": int(n)}
+        return out
+
+    def design_identity(self) -> dict:
+        """``{'name', <identity_fields>, 'fingerprint'}``; the fingerprint covers the input
+        gain and every stage's coefficients at the channel counts the chain feeds it."""
+        fp = self.__dict__.get("_fp")
+        if fp is None:
+            parts, n = [float(self.input_gain)], 1
+            for st in self.stages:
+                c = st._coeffs_for(n)
+                parts.append(st.design_identity(c)["fingerprint"])
+                n = st.n_out(c, n)
+            fp = self._fp = _C.fingerprint(*parts)
+        return _C.identity(self, self.identity_fields, fp)
+
     def _run(self, x, keep_all: bool):
         ensure_ftz()
         arr, back = as_numpy_block(x)
         first = self.stages[0]
         xt, lead, _ = first._check(arr, who=self.name)
+        g = self.input_gain
+        if g != 1.0:
+            xt = xt * xt.dtype.type(g)   # new array: the caller's block is never written
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
             self._init_states(lead, arr.dtype)
@@ -445,7 +557,10 @@ class Chain:
         try:
             n = 1
             for i, s in enumerate(self.stages):
-                s._ensure_state(tuple(lead) if i == 0 else tuple(lead) + (n,), n, dtype)
+                # a signal stage's leading shape is the stream's batch; a channel
+                # stage's adds the channel count
+                s._ensure_state(tuple(lead) if s.in_kind == "signal" else tuple(lead) + (n,),
+                                n, dtype)
                 n = s.n_out(s.coeffs, n)
         except Exception:
             for s in self.stages:
@@ -466,17 +581,51 @@ class Chain:
         self._bufs = [None] * len(self.stages)
 
     def state_dict(self) -> dict:
-        return {"chain": self.name, "stages": {s.name: s.state_dict() for s in self.stages}}
+        """Deep copy of every stage's state, in the contract's schema (``children``)."""
+        first = self.stages[0]
+        return _C.header(self, first._block, first._stream_meta(),
+                         children={s.name: s.state_dict() for s in self.stages})
 
     def load_state_dict(self, sd: dict) -> None:
-        if sd.get("chain") != self.name or set(sd["stages"]) != {s.name for s in self.stages}:
-            raise RtamtInputError(f"{self.name}: state_dict does not match this chain")
-        self._bufs = [None] * len(self.stages)
+        """Restore a snapshot from :meth:`state_dict`: all stages or none (each checked
+        as in :meth:`Stage.load_state_dict`, plus the chain's own identity)."""
+        _C.check_identity(self.name, sd, self)
+        ch = sd.get("children")
+        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
+            raise RtamtInputError(
+                f"{self.name}: the state's stages {sorted(ch) if isinstance(ch, dict) else ch} "
+                f"differ from this chain's {[s.name for s in self.stages]}")
         backup = [s.state_dict() for s in self.stages]
         try:
             for s in self.stages:
-                s.load_state_dict(copy.deepcopy(sd["stages"][s.name]))
+                s.load_state_dict(ch[s.name])
         except Exception:
             for s, b in zip(self.stages, backup):
                 s.load_state_dict(b)
             raise
+        self._bufs = [None] * len(self.stages)
+
+    @classmethod
+    def stack_state_dicts(cls, states: list) -> dict:
+        """Batched state of several streams: each stage's states stacked."""
+        s0 = states[0]
+        for i, s in enumerate(states):
+            if s.get("design") != s0.get("design"):
+                raise RtamtInputError(
+                    f"{cls.__name__}: state {i} has another design than state 0 "
+                    f"({s.get('design')} vs {s0.get('design')})")
+        out = {k: _C.deep(v) for k, v in s0.items() if k != "children"}
+        out["children"] = {name: _C.stack_states([s["children"][name] for s in states])
+                           for name in s0["children"]}
+        first = next(iter(out["children"].values()))
+        out["stream"], out["block"] = _C.deep(first["stream"]), first["block"]
+        return out
+
+    @classmethod
+    def split_state_dict(cls, state: dict, i: int) -> dict:
+        """Stream ``i`` of a batched chain state."""
+        out = {k: _C.deep(v) for k, v in state.items() if k != "children"}
+        out["children"] = {name: _C.split_state(c, i) for name, c in state["children"].items()}
+        first = next(iter(out["children"].values()))
+        out["stream"] = _C.deep(first["stream"])
+        return out

@@ -75,8 +75,9 @@ from typing import Any
 import numpy as np
 from scipy.signal import sosfilt
 
+from ..engine import contract as _C
+from ..engine.contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import RtamtInputError
 
 __all__ = [
     "Params", "Coeffs", "LoudnessMeter", "LoudnessResult", "LoudnessInputError",
@@ -309,6 +310,7 @@ class LoudnessResult:
 
 
 # ---------------------------------------------------------------- the meter
+@register_kind
 class LoudnessMeter:
     """Streaming BS.1770-4 / EBU R128 loudness meter.
 
@@ -370,38 +372,77 @@ class LoudnessMeter:
         self._gate = np.zeros(64)  # capacity buffer behind state["gate_e"]
         self._n_gate = 0
 
+    # -- the streaming contract ---------------------------------------------------------
+    batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
+    outputs = ("momentary", "short_term", "integrated")
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
+
+    def process_all(self, x) -> dict:
+        """``{'momentary', 'short_term', 'integrated'}`` (LUFS or ``None``) after the block."""
+        r = self(x)
+        return {"momentary": r.momentary, "short_term": r.short_term,
+                "integrated": r.integrated}
+
+    def output_info(self) -> dict:
+        """Loudness values (LUFS) updated every 100 ms sub-block (EBU Tech 3341)."""
+        return {k: {"rate": 10.0, "channels": None} for k in self.outputs}
+
+    def design_identity(self) -> dict:
+        """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and K-weighting design)."""
+        fp = self.__dict__.get("_fp")
+        if fp is None:
+            fp = self._fp = _C.fingerprint(self.params, self.coeffs)
+        return {"name": self.name, "fs": float(self.params.fs),
+                "channels": int(self.coeffs.channels), "fingerprint": fp}
+
     def state_dict(self) -> dict:
-        """Deep copy of the meter's state: ``{'meter', 'params', 'state'}``."""
+        """Deep copy of the meter's state in the contract's schema; ``arrays`` holds the
+        state listed in the class docstring (counters as 0-d values)."""
         s = dict(self._s)
         s["gate_e"] = self._gate[:self._n_gate]
-        return {"meter": self.name, "params": dataclasses.asdict(self.params),
-                "state": copy.deepcopy(s)}
+        return _C.header(self, self._s["block"],
+                         _C.stream_meta(None, [self.coeffs.channels], np.float64),
+                         arrays=copy.deepcopy(s))
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict` (checked before anything changes)."""
-        if sd.get("meter") != self.name:
-            raise LoudnessInputError(f"{self.name}: state_dict is for {sd.get('meter')!r}")
-        p = sd.get("params", {})
-        if Params(**p) != self.params:
-            raise LoudnessInputError(
-                f"{self.name}: snapshot params {p} differ from this meter's {self.params}")
+        try:
+            _C.check_identity(self.name, sd, self)
+        except RtamtInputError as e:
+            raise LoudnessInputError(str(e)) from None
         ref = self._initial_state()
-        st = sd["state"]
-        if set(st) != set(ref) | {"gate_e"}:
+        st = sd.get("arrays")
+        if not isinstance(st, dict) or set(st) != set(ref) | {"gate_e"}:
             raise LoudnessInputError(
-                f"{self.name}: state keys {sorted(st)} != {sorted(set(ref) | {'gate_e'})}")
+                f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} != "
+                f"{sorted(set(ref) | {'gate_e'})}")
         for k, v in ref.items():
-            if isinstance(v, np.ndarray):
-                a = np.asarray(st[k])
-                if a.shape != v.shape or a.dtype != v.dtype:
-                    raise LoudnessInputError(
-                        f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, "
-                        f"expected {v.shape} {v.dtype}")
+            a = np.asarray(st[k])
+            if isinstance(v, np.ndarray) and (a.shape != v.shape or a.dtype != v.dtype):
+                raise LoudnessInputError(
+                    f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, "
+                    f"expected {v.shape} {v.dtype}")
+            if k in ("zi", "buf", "ring_e") and not np.isfinite(a).all():
+                raise LoudnessInputError(f"{self.name}: state array {k!r} holds a non-finite "
+                                         "value; refused")
         gate = np.array(st["gate_e"], dtype=np.float64, copy=True).ravel()
         self._s = copy.deepcopy({k: v for k, v in st.items() if k != "gate_e"})
         self._n_gate = gate.size
         self._gate = np.zeros(max(64, 2 * gate.size))
         self._gate[:gate.size] = gate
+
+    @classmethod
+    def stack_state_dicts(cls, states):
+        raise RtamtInputError(
+            f"{cls.__name__}: meter states do not stack (one programme per meter; its "
+            "channels are one loudness); run one meter per programme")
+
+    @classmethod
+    def split_state_dict(cls, state, i):
+        raise RtamtInputError(f"{cls.__name__}: meter states hold one programme, no batch")
 
     @property
     def blocks_processed(self) -> int:
@@ -435,10 +476,7 @@ class LoudnessMeter:
         where = f"{self.name}: block {self._s['block']}"
         if not isinstance(x, np.ndarray):
             raise LoudnessInputError(f"{where}: expected a numpy array, got {type(x).__name__}")
-        if x.dtype not in (np.float32, np.float64):
-            raise LoudnessInputError(
-                f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
-                "(convert integer PCM with x / 2**(bits-1))")
+        check_float_dtype(x, where, LoudnessInputError)
         if x.ndim == 1 and C == 1:
             x = x[None, :]
         elif x.ndim != 2:
@@ -450,12 +488,8 @@ class LoudnessMeter:
                 f"{where}: got {x.shape[0]} channels (shape {x.shape}), the meter measures {C}")
         if x.shape[1] == 0:
             raise LoudnessInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
-        finite = np.isfinite(x)
-        if not finite.all():
-            ch, n = (int(i) for i in np.argwhere(~finite)[0])
-            raise LoudnessInputError(
-                f"{where}: non-finite value {x[ch, n]} at channel {ch}, sample {n}; "
-                "block rejected, state unchanged")
+        reject_nonfinite(np.ascontiguousarray(x), where,
+                         lambda b: f"channel {b[0]}, sample {b[1]}", LoudnessInputError)
         return x
 
     # -- processing ---------------------------------------------------------------------

@@ -26,13 +26,15 @@ import dataclasses
 import numpy as np
 
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import RtamtInputError, _first_bad, as_numpy_block, checked_state_copy
+from ..engine import contract as _C
+from ..engine.contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
+from ..engine.stage import as_numpy_block
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import design_excitation, excitation
 from .kernels import specific_loudness
 from .spectrum import SpectrumParams, design_spectrum, frame_powers, new_rings
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = _C.FLOATS
 
 
 @dataclasses.dataclass
@@ -53,6 +55,12 @@ class TimeVaryingLoudness:
     outputs: tuple = ()
     C = 0.046871
     config = "paper"
+    batchable = True
+    identity_fields = ("fs", "config", "spl_ref")
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
                  comp_cam: float = 0.1, middle_ear: str = "2007"):
@@ -82,10 +90,6 @@ class TimeVaryingLoudness:
         """Delay of a frame's centre behind its newest input sample (s)."""
         return self.coeffs.spec.nmax / 2 / self.fs
 
-    def calibrate(self, x):
-        """Identity: ``spl_ref`` is applied inside the spectrum (see :mod:`.spectrum`)."""
-        return x
-
     # ------------------------------------------------------------------ input
     def _layout(self, x: np.ndarray, where: str):  # pragma: no cover - abstract
         """-> (rows (R, T) view, lead shape, mode)"""
@@ -93,9 +97,7 @@ class TimeVaryingLoudness:
 
     def _check(self, x: np.ndarray):
         where = f"{self.name}: block {self._block}"
-        if x.dtype not in _FLOATS:
-            raise RtamtInputError(f"{where}: dtype {x.dtype} is not supported; expected float32 "
-                                  "or float64 (convert integer PCM with x / 2**(bits-1))")
+        check_float_dtype(x, where)
         rows, lead, mode = self._layout(x, where)
         if rows.shape[-1] == 0:
             raise RtamtInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
@@ -103,11 +105,7 @@ class TimeVaryingLoudness:
             raise RtamtInputError(
                 f"{where}: shape {x.shape} / dtype {x.dtype} differs from the stream's "
                 f"(lead {self._meta[0]}, {self._meta[1]}, {self._meta[2]}); call reset() first")
-        if not np.isfinite(rows).all():
-            r, t = _first_bad(rows)
-            raise RtamtInputError(
-                f"{where}: non-finite value {rows[r, t]} at {self._row_name(r, mode)}, sample {t}; "
-                "block rejected, state unchanged")
+        reject_nonfinite(rows, where, lambda b: f"{self._row_name(b[0], mode)}, sample {b[1]}")
         return rows, lead, mode
 
     def _row_name(self, r: int, mode) -> str:
@@ -133,26 +131,96 @@ class TimeVaryingLoudness:
     def state(self):
         return self._state
 
+    # ------------------------------------------------------------------ contract
+    #: state keys shared by all streams of a batch (the frame clock)
+    shared_state = ("n",)
+
+    def design_identity(self) -> dict:
+        """``{'name', 'fs', 'config', 'spl_ref', 'fingerprint'}``; the fingerprint covers
+        the designed coefficients and every public parameter of the model."""
+        fp = self.__dict__.get("_fp")
+        if fp is None:
+            pub = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+            fp = self._fp = _C.fingerprint(type(self).__name__, pub)
+        return _C.identity(self, self.identity_fields, fp)
+
+    def output_info(self) -> dict:
+        """``{output name: {'rate': frame rate (Hz), 'channels': excitation channels or
+        None}}``; ``frame_time`` is each frame's centre time (s)."""
+        K = int(self.fc.size)
+        return {k: {"rate": self.frame_rate,
+                    "channels": K if k in ("specific_loudness", "excitation") else None}
+                for k in self.outputs}
+
+    #: no modulation analysis (the attribute exists on every model)
+    mfc = None
+
+    def _batch_dims(self, mode) -> int:
+        """How many leading dims of a block a stream of ``mode`` has without a batch axis."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _stream_meta(self):
+        if self._meta is None:
+            return None
+        lead, mode, dt = self._meta
+        batched = len(lead) > self._batch_dims(mode)
+        return _C.stream_meta(lead[0] if batched else None, lead[1:] if batched else lead,
+                              dt, mode=mode)
+
     def state_dict(self) -> dict:
-        return {"model": self.name, "block": self._block,
-                "meta": None if self._meta is None else
-                (tuple(self._meta[0]), self._meta[1], str(self._meta[2])),
-                "arrays": None if self._state is None else
-                {k: v.copy() for k, v in self._state.items()}}
+        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`);
+        arrays as listed in the module docstring."""
+        return _C.header(self, self._block, self._stream_meta(),
+                         arrays=None if self._state is None else
+                         {k: v.copy() for k, v in self._state.items()})
 
     def load_state_dict(self, sd: dict) -> None:
-        if sd.get("model") != self.name:
-            raise RtamtInputError(f"{self.name}: state_dict is for {sd.get('model')!r}")
-        if sd["meta"] is None:
+        """Restore a snapshot (checked: kind, design identity, layout, arrays, finite)."""
+        _C.check_identity(self.name, sd, self)
+        st = sd.get("stream")
+        if st is None:
             self.reset()
             self._block = int(sd["block"])
             return
-        lead, mode, dt = sd["meta"]
-        R = self._rows_for(tuple(lead), mode)
-        ref = self._init_state(R, mode)
-        self._state = checked_state_copy(self.name, sd["arrays"], ref)
-        self._meta = (tuple(lead), mode, np.dtype(dt))
+        try:
+            lead = tuple(int(v) for v in st["lead"])
+            if st["batch"] is not None:
+                lead = (int(st["batch"]),) + lead
+            mode, dt = st["mode"], np.dtype(st["dtype"])
+        except (KeyError, TypeError, ValueError):
+            raise RtamtInputError(f"{self.name}: malformed stream entry {st!r}") from None
+        if dt not in _FLOATS or mode not in self._modes:
+            raise RtamtInputError(f"{self.name}: snapshot layout {st!r} is not one of this "
+                                  f"model's (modes {self._modes}, float32/float64)")
+        ref = self._init_state(self._rows_for(lead, mode), mode)
+        self._state = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
+        self._meta = (lead, mode, dt)
         self._block = int(sd["block"])
+
+    @classmethod
+    def stack_state_dicts(cls, states: list) -> dict:
+        """Batched state of several streams (rows stacked; the frame clock ``n`` must be
+        equal: frames of a batch fall due together)."""
+        for i, s in enumerate(states):
+            if s.get("stream") is not None and not cls._mode_batches(s["stream"]["mode"]):
+                raise RtamtInputError(
+                    f"{cls.__name__}: state {i} is a {s['stream']['mode']} stream, which does "
+                    "not batch (see the class docstring)")
+        return _C.stack_leaves(cls.__name__, states, {}, cls.shared_state)
+
+    @classmethod
+    def split_state_dict(cls, state: dict, i: int) -> dict:
+        st = state.get("stream") or {}
+        rows = cls._rows_per_stream(st.get("mode"))
+        return _C.split_leaf(cls.__name__, state, i, {}, cls.shared_state, rows)
+
+    @classmethod
+    def _mode_batches(cls, mode) -> bool:
+        return True
+
+    @classmethod
+    def _rows_per_stream(cls, mode) -> int:
+        return 1
 
     def _rows_for(self, lead, mode) -> int:  # pragma: no cover - abstract
         raise NotImplementedError

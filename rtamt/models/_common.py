@@ -9,13 +9,25 @@ class ModulationModel(Chain):
     """A :class:`Chain` ending in a modulation filterbank stage named ``modfb``.
 
     ``fc_stage`` names the stage whose coefficients hold the auditory centre frequencies.
-    :meth:`calibrate` maps digital samples (RMS 1 = ``self.spl_ref`` dB SPL) to the AMT
-    convention of the adaptation loops (RMS 1 = 100 dB SPL, AMT ``dboffset``):
-    ``x * 10^((spl_ref - 100)/20)``; models with other input units override it.
+
+    Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0.  The model scales every
+    input block by :attr:`input_gain` before its first stage, so that the stages see the
+    AMT convention of the adaptation loops (RMS 1 = 100 dB SPL, AMT ``dboffset``):
+    ``input_gain = 10^((spl_ref - 100)/20)`` (models with other internal units override
+    :meth:`_calibration_gain`).  Hence ``M(spl_ref=s)(x)`` equals
+    ``M(spl_ref=100)(x * 10^((s - 100)/20))``.
     """
 
     fc_stage = "gammatone"
     spl_ref = 100.0
+    identity_fields = ("fs", "config", "spl_ref")
+
+    def __init__(self, stages):
+        super().__init__(stages)
+        self.input_gain = self._calibration_gain()
+
+    def _calibration_gain(self) -> float:
+        return 10.0 ** ((self.spl_ref - 100.0) / 20.0)
 
     @property
     def fc(self):
@@ -26,7 +38,3 @@ class ModulationModel(Chain):
     def mfc(self):
         """Modulation centre frequencies, (C, M) NaN-padded, Hz."""
         return self["modfb"].coeffs.mfc_padded
-
-    def calibrate(self, x):
-        g = 10.0 ** ((self.spl_ref - 100.0) / 20.0)
-        return x if g == 1.0 else x * g

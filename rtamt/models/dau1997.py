@@ -18,7 +18,8 @@ Configurations (``config=``):
   150 Hz pre-filter, no attenuation.  Default because it is the behaviour that
   has ground truth (the AMT reference outputs, reproduced to ~1e-7 in
   ``tests/test_amt_reference.py``).
-* ``'seed'``: the seed's documented preset - modulation preset ``dau1997``
+* ``'torch_amt'`` (formerly ``'seed'``, still accepted with a ``DeprecationWarning``):
+  torch_amt's documented preset - modulation preset ``dau1997``
   (fixed 150 Hz upper limit, the same 8 filters in every channel) on the same
   1-ERB grid.  The seed's code used 31 channels 1.0137 ERB apart without a
   1 kHz channel and real-only modulation filters; those are known defects and
@@ -29,6 +30,8 @@ Every sub-parameter can be overridden (``flow``, ``fhigh``, ``spacing``, ``basef
 """
 from __future__ import annotations
 
+import warnings
+
 from ..adaptation import AdaptLoop, AdaptLoopParams
 from ._common import ModulationModel
 from ..filterbank import Gammatone, GammatoneParams
@@ -37,8 +40,10 @@ from ..modulation import ModFilterbank, ModFilterbankParams
 
 CONFIGS = {
     "amt0910": dict(modfb=dict(preset="amt0910")),
-    "seed": dict(modfb=dict(preset="dau1997")),
+    "torch_amt": dict(modfb=dict(preset="dau1997")),
 }
+#: old configuration names -> current ones
+ALIASES = {"seed": "torch_amt"}
 
 
 class Dau1997(ModulationModel):
@@ -51,6 +56,10 @@ class Dau1997(ModulationModel):
                  fhigh: float = 8000.0, spacing: float = 1.0, basef: float | None = 1000.0,
                  fc=None, spl_ref: float = 100.0, ihc: dict | None = None,
                  adapt: dict | None = None, modfb: dict | None = None):
+        if config in ALIASES:
+            warnings.warn(f"Dau1997 config {config!r} is renamed {ALIASES[config]!r}",
+                          DeprecationWarning, stacklevel=2)
+            config = ALIASES[config]
         if config not in CONFIGS:
             raise ValueError(f"unknown Dau1997 config {config!r}; choose from {sorted(CONFIGS)}")
         self.fs = float(fs)

@@ -76,6 +76,11 @@ class Glasberg2002(TimeVaryingLoudness):
     def _row_name(self, r, mode):
         return f"batch {r}"
 
+    _modes = ("mono",)
+
+    def _batch_dims(self, mode):
+        return 0
+
     def _rows_for(self, lead, mode):
         return int(np.prod(lead)) if lead else 1
 

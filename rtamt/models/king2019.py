@@ -16,8 +16,9 @@ Chain (time-last outputs, input ``(T,)`` or ``(batch, T)``):
    2-150 Hz, Q = 1 (5 filters: 2, 5.24, 13.7, 35.9, 94.0 Hz), optional 150 Hz low-pass
    before them (:mod:`rtamt.modulation.king2019`).
 
-Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0; the compression knee is in
-dB SPL (the seed's ``dboffset``).
+Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0; the model scales its input
+to RMS 1 = 100 dB SPL (:class:`~rtamt.models._common.ModulationModel`), and the compression
+knee is in dB SPL on that scale (the seed's ``dboffset``).
 
 Deviations from the seed's documented behaviour (torch_amt ``King2019``):
 
@@ -68,7 +69,9 @@ class King2019(ModulationModel):
             flow, fhigh = float(erb_to_hz(e - 2.0)), float(erb_to_hz(e + 2.0))
         gt = Gammatone(GammatoneParams(fs=self.fs, flow=flow, fhigh=fhigh, spacing=1.0,
                                        basef=basef, fc=None if fc is None else tuple(fc)))
-        cp = CompressionParams(knee_db=knee_db, exponent=exponent, spl_ref=self.spl_ref)
+        # the chain's input gain maps spl_ref to the 100 dB convention (ModulationModel), so
+        # the stages see RMS 1 = 100 dB SPL and the knee is placed for that
+        cp = CompressionParams(knee_db=knee_db, exponent=exponent, spl_ref=100.0)
         if compression == "brokenstick":
             comp = BrokenStick(cp)
         elif compression == "power":
@@ -82,8 +85,3 @@ class King2019(ModulationModel):
             fs=self.fs, fc=tuple(gt.coeffs.fc), mflow=mflow, mfhigh=mfhigh, qfactor=qfactor,
             nmod=nmod, lp150=lp150))
         super().__init__([gt, comp, ih, ad, mf])
-
-    def calibrate(self, x):
-        """Identity: the compression knee already uses ``spl_ref`` (kept for the common
-        model interface)."""
-        return x

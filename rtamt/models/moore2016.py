@@ -113,6 +113,19 @@ class Moore2016(TimeVaryingLoudness):
     def _rows_for(self, lead, mode):
         return 1 if mode == "diotic" else int(np.prod(lead))
 
+    _modes = ("diotic", "stereo")
+
+    def _batch_dims(self, mode):
+        return 0 if mode == "diotic" else 1
+
+    @classmethod
+    def _mode_batches(cls, mode) -> bool:
+        return mode == "stereo"      # a diotic (T,) block has no batch form
+
+    @classmethod
+    def _rows_per_stream(cls, mode) -> int:
+        return 1 if mode == "diotic" else 2
+
     def _init_model_state(self, R, mode):
         return {"st": np.zeros((R, 150)), "lt": np.zeros(R)}
 

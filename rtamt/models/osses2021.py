@@ -20,8 +20,8 @@ Chain (time-last outputs, input ``(T,)`` or ``(batch, T)``):
    1st-order pre-filter, upper limit min(fc/4, 150 Hz), 1/sqrt(2) attenuation above 10 Hz;
    see :mod:`rtamt.modulation.modfb`).
 
-Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0 (:meth:`calibrate` scales to
-the adaptation loops' 100 dB convention, as for Dau1997).
+Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0; the model scales its input
+to the adaptation loops' 100 dB convention itself, as Dau1997 does.
 
 Deviations from the seed's documented behaviour (torch_amt ``Osses2021``):
 

@@ -4,8 +4,8 @@ Paulick L, Relaño-Iborra H, Dau T (2024). "The Computational Auditory Signal Pr
 Perception Model (CASP): A Revised Version", bioRxiv (AMT 1.6 ``paulick2024``); the 2008
 version is Jepsen, Ewert & Dau (2008), JASA 124, 422-438.
 
-Chain (time-last outputs, input ``(T,)`` or ``(batch, T)`` digital samples; :meth:`calibrate`
-turns them into pressure in Pa):
+Chain (time-last outputs, input ``(T,)`` or ``(batch, T)`` digital samples, RMS 1 =
+``spl_ref`` dB SPL; the model turns them into pressure in Pa before the first stage):
 
 1. ``headphone`` ``(…, T)``: headphone + outer-ear FIR, Pralong & Carlile (1996);
 2. ``middleear`` ``(…, T)``: middle-ear FIR, Lopez-Poveda & Meddis (2001): Pa in, stapes
@@ -115,7 +115,7 @@ class Paulick2024(ModulationModel):
                                                **({"preset": "paulick2024"} | (modfb or {}))))
         super().__init__([hp, me, dr, ih, ad, rs, mf])
 
-    def calibrate(self, x):
-        """Digital samples (RMS 1 = ``spl_ref`` dB SPL) -> sound pressure in Pa:
-        ``x * 20e-6 * 10^(spl_ref/20)``."""
-        return x * (20e-6 * 10.0 ** (self.spl_ref / 20.0))
+    def _calibration_gain(self) -> float:
+        """Digital samples (RMS 1 = ``spl_ref`` dB SPL) -> sound pressure in Pa (the DRNL's
+        input unit): ``20e-6 * 10^(spl_ref/20)`` Pa per digital unit."""
+        return 20e-6 * 10.0 ** (self.spl_ref / 20.0)

@@ -110,6 +110,7 @@ class KingModFilterbank(PackedFilterbank):
 
     Params = KingModFilterbankParams
     design = staticmethod(design)
+    batch_axes = {"bp": 1}          # (M, batch, 1, 2, C): the batch is axis 1
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):

@@ -304,6 +304,8 @@ class Resampler(Stage):
     see :class:`ResamplerParams` and the module docstring (delay, lengths, response).
     """
 
+    shared_state = ("offset",)      # the polyphase phase: one per stream position
+
     name = "resample"
     in_kind = "channels"
     Params = ResamplerParams

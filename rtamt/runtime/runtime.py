@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import RtamtInputError, _first_bad
+from ..engine.contract import RtamtInputError, Streaming, reject_nonfinite
 from .ring import InputRing
 
 _perf = time.perf_counter
@@ -146,9 +146,8 @@ def _pct(a: np.ndarray, n: int, q: float) -> float:
 class Runtime:
     """Connects an input stream to one or more chains (see module docstring).
 
-    chains        : a chain (anything callable on a block with ``reset()``,
-                    ``state_dict()``, ``load_state_dict()``), a list of them, or a dict
-                    ``{name: chain}``.  Each receives the same input: ``(T,)`` for one
+    chains        : a streaming object (:class:`rtamt.Streaming`: a model, chain, stage
+                    or meter), a list of them, or a dict ``{name: chain}``.  Each receives the same input: ``(T,)`` for one
                     channel, ``(channels, T)`` otherwise (channels as batch).
     fs            : sample rate, Hz.
     channels      : input channels.
@@ -183,6 +182,10 @@ class Runtime:
                 self.chains[k] = c
         if not self.chains:
             raise ValueError("Runtime needs at least one chain")
+        for k, c in self.chains.items():
+            if not isinstance(c, Streaming):
+                raise TypeError(f"Runtime: chain {k!r} ({type(c).__name__}) does not follow "
+                                "the streaming contract (rtamt.Streaming)")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if on_error not in ("skip", "stop"):
@@ -438,7 +441,12 @@ class Runtime:
     def restore(self, snap: dict) -> None:
         """Load a :meth:`snapshot`.  Before :meth:`start` this also sets the stream
         position (the next pushed frame continues the snapshot's stream); while
-        running it replaces the model state and the stream continues."""
+        running it replaces the model state and the stream continues.  Every chain's
+        state is checked by its own ``load_state_dict`` (the contract's checks); nothing
+        changes unless all of them load."""
+        if not isinstance(snap, dict) or not isinstance(snap.get("chains"), dict):
+            raise RtamtInputError(
+                f"restore: expected a snapshot() dict, got {type(snap).__name__}")
         for key, want in (("fs", self.fs), ("channels", self.channels), ("block", self.block),
                           ("dtype", str(self.dtype))):
             if snap.get(key) != want:
@@ -449,6 +457,8 @@ class Runtime:
         pend = np.asarray(snap["pending"])
         if pend.ndim != 2 or pend.shape[1] != self.channels or pend.shape[0] >= self.block:
             raise RtamtInputError(f"restore: pending block has shape {pend.shape}")
+        reject_nonfinite(np.ascontiguousarray(pend, dtype=np.float64), "restore: pending block",
+                         lambda b: f"frame {b[0]}, channel {b[1]}")
         was_running = self.running
 
         def _do():
@@ -563,12 +573,10 @@ class Runtime:
         try:
             # validated once here, before any chain runs, so that a bad block leaves
             # every chain's state unchanged (not only the chains after the first one)
-            if not np.isfinite(x).all():
-                f, c = _first_bad(x)
-                raise RtamtInputError(
-                    f"runtime: block {self._seq} (stream sample {self._blk_start + f}): "
-                    f"non-finite value {x[f, c]} at channel {c}, sample {f}; block rejected, "
-                    "every chain's state unchanged")
+            reject_nonfinite(
+                x, f"runtime: block {self._seq}",
+                lambda b: f"channel {b[1]}, sample {b[0]} (stream sample "
+                          f"{self._blk_start + b[0]}); every chain's state unchanged")
             for name, ch in self.chains.items():
                 outs[name] = ch(xin)
         except RtamtInputError as e:

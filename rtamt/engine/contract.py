@@ -1,0 +1,366 @@
+"""The streaming contract: what every object that processes a stream offers.
+
+Stages, chains (models), the time-varying loudness models and the BS.1770 meter all
+satisfy :class:`Streaming`, as a pedalboard ``Pedalboard`` is itself a ``Plugin``:
+
+* ``obj(x)`` processes one block and carries the state to the next one;
+  ``obj.process_all(x)`` returns every output by name (``obj.outputs``);
+* ``reset()`` forgets the stream;
+* ``state_dict()`` / ``load_state_dict(sd)`` snapshot and restore it (deep copies,
+  bit-exact continuation);
+* ``output_info()`` describes each output: ``{name: {'rate': Hz, 'channels': ...}}``;
+* ``design_identity()`` names what a state belongs to (kind, configuration, sample rate
+  and a fingerprint of the designed coefficients);
+* ``batchable`` says whether states of several streams stack into one batched state
+  (:func:`stack_states`, :func:`split_state`).
+
+**State schema** (one for every kind; ``version`` :data:`STATE_VERSION`)::
+
+    {"schema": "rtamt.state", "version": 1,
+     "kind": "<class name>",              # e.g. "Dau1997", "Gammatone", "LoudnessMeter"
+     "design": {...},                     # design_identity() of the object that made it
+     "block": int,                        # blocks processed (used in error messages)
+     "stream": None | {...},              # layout of the stream; None before the first block
+     "arrays": {name: ndarray} | None,    # leaf objects: the state arrays
+     "children": {name: state}}           # chains: one state per stage
+
+``stream["batch"]`` is ``None`` for one stream given without a batch axis, or the number
+of streams ``B`` stacked on the batch axis; ``stream["lead"]`` is the leading shape of
+one stream's block (e.g. ``[]`` for a mono signal, ``[C]`` for ``C`` channels, ``[2]`` for
+a stereo pair).  Loading checks the schema, the kind, every identity field and the
+fingerprint, every array's key, shape and dtype, and that every value is finite; a
+mismatch raises :class:`RtamtInputError` naming it, and nothing changes.
+
+Input checks have one home too: :func:`check_float_dtype` and :func:`reject_nonfinite`
+are used by every streaming class.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from . import kernels as K
+
+__all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
+           "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
+           "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind"]
+
+SCHEMA = "rtamt.state"
+STATE_VERSION = 1
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class RtamtInputError(ValueError):
+    """A block or a snapshot was rejected before it touched any state.
+
+    The message names the object, the block index in the stream, and where applicable
+    the batch row / channel / sample of the offending value, or the mismatching field
+    of a snapshot.
+    """
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """What every streaming object offers (see the module docstring)."""
+
+    name: str
+    outputs: tuple
+    batchable: bool
+
+    def __call__(self, x) -> Any: ...
+
+    def process_all(self, x) -> dict: ...
+
+    def reset(self) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, sd: dict) -> None: ...
+
+    def design_identity(self) -> dict: ...
+
+    def output_info(self) -> dict: ...
+
+
+# ------------------------------------------------------------------ registry of kinds
+_KINDS: dict[str, type] = {}
+
+
+def register_kind(cls: type) -> type:
+    """Record ``cls`` under its class name, so that :func:`stack_states` and
+    :func:`split_state` find the class that knows how a state of that kind stacks."""
+    _KINDS[cls.__name__] = cls
+    return cls
+
+
+def _kind_class(state) -> type:
+    check_state_header("stack_states/split_state", state)
+    cls = _KINDS.get(state["kind"])
+    if cls is None:
+        raise RtamtInputError(f"unknown state kind {state['kind']!r}")
+    return cls
+
+
+def stack_states(states) -> dict:
+    """Stack the states of several streams of the same design into one batched state.
+
+    ``states``: a list of :meth:`state_dict` results (each one stream, or itself a batch);
+    the result has ``stream["batch"] == sum of the inputs' stream counts``, in order.
+    Processing the stacked batch gives each stream bit-for-bit what it gets alone.
+    Raises :class:`RtamtInputError` naming the first state that does not fit (other
+    design, dtype, layout, a stream that has not started, or a kind that does not batch).
+    """
+    states = list(states)
+    if not states:
+        raise RtamtInputError("stack_states: no states given")
+    cls = _kind_class(states[0])
+    for i, s in enumerate(states[1:], 1):
+        if _kind_class(s) is not cls:
+            raise RtamtInputError(
+                f"stack_states: state {i} is a {s['kind']}, state 0 a {states[0]['kind']}")
+    return cls.stack_state_dicts(states)
+
+
+def split_state(state: dict, i: int) -> dict:
+    """Stream ``i`` of a batched state, as the state of one stream without a batch axis
+    (a deep copy; ``split_state(stack_states(ss), i)`` equals ``ss[i]`` when ``ss[i]`` was
+    one stream)."""
+    return _kind_class(state).split_state_dict(state, int(i))
+
+
+# ------------------------------------------------------------------ identity
+def _feed(h, obj) -> None:
+    """Feed a canonical byte form of ``obj`` (arrays, dataclasses, containers, scalars)."""
+    if isinstance(obj, np.ndarray):
+        h.update(b"A" + obj.dtype.str.encode() + repr(obj.shape).encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        h.update(b"D" + type(obj).__name__.encode())
+        for f in dataclasses.fields(obj):
+            h.update(f.name.encode())
+            _feed(h, getattr(obj, f.name))
+    elif isinstance(obj, dict):
+        h.update(b"M")
+        for k in sorted(obj, key=repr):
+            h.update(repr(k).encode())
+            _feed(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"L" + str(len(obj)).encode())
+        for v in obj:
+            _feed(h, v)
+    elif isinstance(obj, (np.generic, float, int, str, bool, type(None))):
+        h.update(b"S" + repr(obj.item() if isinstance(obj, np.generic) else obj).encode())
+    elif hasattr(obj, "__dict__") and not callable(obj):   # plain coefficient objects
+        h.update(b"P" + type(obj).__name__.encode())
+        _feed(h, {k: v for k, v in vars(obj).items() if not k.startswith("_")})
+    else:  # functions and other opaque values: their type only (a repr may hold an address)
+        h.update(b"O" + type(obj).__name__.encode())
+
+
+def identity(obj, fields: tuple, fp: str) -> dict:
+    """``{'name': obj.name, <field>: getattr(obj, field) ..., 'fingerprint': fp}``
+    (numbers as float, so that an int and a float sample rate compare equal)."""
+    ident = {"name": obj.name}
+    for f in fields:
+        v = getattr(obj, f)
+        ident[f] = float(v) if isinstance(v, (int, float, np.floating)) else v
+    ident["fingerprint"] = fp
+    return ident
+
+
+def fingerprint(*parts) -> str:
+    """SHA-256 (first 16 hex digits) of a canonical byte form of ``parts``: identical
+    designs give identical fingerprints, any coefficient difference another one."""
+    h = hashlib.sha256()
+    for p in parts:
+        _feed(h, p)
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ input checks
+def check_float_dtype(x: np.ndarray, where: str, err: type = RtamtInputError) -> None:
+    """Raise ``err`` (an :class:`RtamtInputError`) unless ``x`` is float32 or float64."""
+    if x.dtype not in FLOATS:
+        raise err(
+            f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
+            "(convert integer PCM with x / 2**(bits-1))")
+
+
+def first_nonfinite(x: np.ndarray) -> tuple[int, ...]:
+    """Index of the first non-finite value of ``x`` (C order)."""
+    return tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+
+
+def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInputError) -> None:
+    """Raise ``err`` (an :class:`RtamtInputError`) if ``x`` holds NaN or Inf.
+    ``describe(index)`` names the position of the first one (e.g. ``'batch 1, channel 3,
+    sample 17'``)."""
+    if not K.all_finite(x):
+        bad = first_nonfinite(x)
+        raise err(
+            f"{where}: non-finite value {x[bad]} at {describe(bad)}; "
+            "block rejected, state unchanged")
+
+
+# ------------------------------------------------------------------ snapshot checks
+def check_state_header(who: str, sd) -> None:
+    """The parts of the schema every snapshot has: a dict with ``schema``, ``version``
+    and ``kind``."""
+    if not isinstance(sd, dict):
+        raise RtamtInputError(
+            f"{who}: expected a state dict from state_dict(), got {type(sd).__name__}")
+    if sd.get("schema") != SCHEMA or "version" not in sd:
+        raise RtamtInputError(
+            f"{who}: not an rtamt state (no schema/version; snapshots made before the "
+            f"versioned schema cannot be loaded; keys: {sorted(sd)[:6]})")
+    if sd["version"] != STATE_VERSION:
+        raise RtamtInputError(
+            f"{who}: state schema version {sd['version']!r}, this rtamt reads version "
+            f"{STATE_VERSION}")
+    if "kind" not in sd:
+        raise RtamtInputError(f"{who}: state has no 'kind'")
+
+
+_FIELD_NAMES = {"fs": "sample rate", "config": "configuration", "spl_ref": "spl_ref",
+                "name": "name", "channels": "channel count", "fingerprint": "coefficients"}
+
+
+def check_identity(who: str, sd: dict, obj, identity: dict | None = None) -> None:
+    """Check that snapshot ``sd`` was made by an object of ``obj``'s kind and design
+    (``identity``: the design identity to compare with, default
+    ``obj.design_identity()``)."""
+    check_state_header(who, sd)
+    kind = type(obj).__name__
+    if sd["kind"] != kind:
+        raise RtamtInputError(f"{who}: the state is of a {sd['kind']}, this is a {kind}")
+    mine = obj.design_identity() if identity is None else identity
+    theirs = sd.get("design")
+    if not isinstance(theirs, dict):
+        raise RtamtInputError(f"{who}: state has no design identity")
+    for k, v in mine.items():
+        if k == "fingerprint":
+            continue
+        if k not in theirs or theirs[k] != v:
+            raise RtamtInputError(
+                f"{who}: the state was made with {_FIELD_NAMES.get(k, k)} "
+                f"{theirs.get(k)!r}, this {kind} has {v!r}")
+    if theirs.get("fingerprint") != mine.get("fingerprint"):
+        raise RtamtInputError(
+            f"{who}: the state was made by a {kind} with other coefficients (design "
+            f"fingerprint {theirs.get('fingerprint')} != {mine.get('fingerprint')}): "
+            "other parameters")
+
+
+def check_state_arrays(who: str, arrays, ref: dict) -> dict:
+    """Validate snapshot ``arrays`` against a freshly initialised state ``ref`` (same keys,
+    shapes and dtypes; finite values) and return deep copies.  Raises
+    :class:`RtamtInputError` naming ``who`` and the first mismatch; nothing is modified."""
+    if not isinstance(arrays, dict):
+        raise RtamtInputError(f"{who}: state arrays missing (got {type(arrays).__name__})")
+    if set(arrays) != set(ref):
+        raise RtamtInputError(f"{who}: state arrays {sorted(arrays)} != {sorted(ref)}")
+    out = {}
+    for k, v in ref.items():
+        a = np.asarray(arrays[k])
+        if a.shape != v.shape or a.dtype != v.dtype:
+            raise RtamtInputError(
+                f"{who}: state array {k!r} has shape {a.shape} {a.dtype}, expected "
+                f"{v.shape} {v.dtype} (other channel count, batch or dtype?)")
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise RtamtInputError(
+                f"{who}: state array {k!r} holds a non-finite value at "
+                f"{first_nonfinite(a)}; refused")
+        out[k] = np.array(a, copy=True)
+    return out
+
+
+def stream_meta(batch, lead, dtype, **extra) -> dict:
+    return {"batch": None if batch is None else int(batch), "lead": [int(v) for v in lead],
+            "dtype": str(np.dtype(dtype)), **extra}
+
+
+def stack_leaf_arrays(who: str, states: list, axes: dict, shared: tuple) -> tuple[dict, int]:
+    """Concatenate the ``arrays`` of leaf states along their batch axis (``axes[key]``,
+    default 0); keys in ``shared`` must be equal in every state and are kept once.
+    Returns (arrays, total stream count).  Checks design, stream layout and start."""
+    s0 = states[0]
+    for i, s in enumerate(states):
+        if s.get("design") != s0.get("design"):
+            raise RtamtInputError(f"{who}: state {i} has another design than state 0")
+        if s.get("stream") is None or s.get("arrays") is None:
+            raise RtamtInputError(
+                f"{who}: state {i} has not processed a block yet; start every stream first")
+        a, b = dict(s["stream"]), dict(s0["stream"])
+        a.pop("batch"), b.pop("batch")
+        if a != b:
+            raise RtamtInputError(f"{who}: state {i} has stream layout {a}, state 0 has {b}")
+    out = {}
+    for k in s0["arrays"]:
+        if k in shared:
+            v0 = s0["arrays"][k]
+            for i, s in enumerate(states):
+                if not np.array_equal(s["arrays"][k], v0):
+                    raise RtamtInputError(
+                        f"{who}: state {i} is at another position ({k} = "
+                        f"{np.asarray(s['arrays'][k]).tolist()} vs "
+                        f"{np.asarray(v0).tolist()}); such streams cannot share a call")
+            out[k] = np.array(v0, copy=True)
+        else:
+            out[k] = np.concatenate([s["arrays"][k] for s in states], axis=axes.get(k, 0))
+    n = sum(1 if s["stream"]["batch"] is None else s["stream"]["batch"] for s in states)
+    return out, n
+
+
+def split_leaf_arrays(who: str, state: dict, i: int, axes: dict, shared: tuple,
+                      rows: int = 1) -> dict:
+    """Stream ``i``'s arrays of a leaf state (``rows`` rows per stream on the batch axis)."""
+    st = state.get("stream")
+    if st is None or state.get("arrays") is None:
+        raise RtamtInputError(f"{who}: the state has not processed a block yet")
+    n = 1 if st["batch"] is None else st["batch"]
+    if not 0 <= i < n:
+        raise RtamtInputError(f"{who}: stream {i} out of range (the state holds {n})")
+    out = {}
+    for k, v in state["arrays"].items():
+        if k in shared:
+            out[k] = np.array(v, copy=True)
+        else:
+            ax = axes.get(k, 0)
+            sl = [slice(None)] * v.ndim
+            sl[ax] = slice(i * rows, (i + 1) * rows)
+            out[k] = np.array(v[tuple(sl)], copy=True)
+    return out
+
+
+def stack_leaves(who: str, states: list, axes: dict, shared: tuple) -> dict:
+    """Batched state of leaf states (arrays, no children): arrays stacked by
+    :func:`stack_leaf_arrays`, ``stream['batch']`` the total, ``block`` the largest."""
+    arrays, n = stack_leaf_arrays(who, states, axes, shared)
+    out = deep({k: v for k, v in states[0].items() if k != "arrays"})
+    out["stream"]["batch"] = n
+    out["block"] = max(int(s["block"]) for s in states)
+    out["arrays"] = arrays
+    return out
+
+
+def split_leaf(who: str, state: dict, i: int, axes: dict, shared: tuple, rows: int = 1) -> dict:
+    """Stream ``i`` of a batched leaf state, without a batch axis."""
+    arrays = split_leaf_arrays(who, state, i, axes, shared, rows)
+    out = deep({k: v for k, v in state.items() if k != "arrays"})
+    out["stream"]["batch"] = None
+    out["arrays"] = arrays
+    return out
+
+
+def header(obj, block: int, stream, **body) -> dict:
+    """A state dict of the schema for ``obj`` (see the module docstring)."""
+    return {"schema": SCHEMA, "version": STATE_VERSION, "kind": type(obj).__name__,
+            "design": obj.design_identity(), "block": int(block), "stream": stream, **body}
+
+
+def deep(sd: dict) -> dict:
+    return copy.deepcopy(sd)
