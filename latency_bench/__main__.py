@@ -84,10 +84,6 @@ def main(argv=None) -> int:
     kw = {} if args.config is None else {"config": args.config}
     t0 = time.perf_counter()
     model = MODELS[args.model](fs, **kw)
-    if hasattr(model, "calibrate"):
-        # digital samples (RMS 1 = 100 dB SPL) -> the model's input units (Pa for CASP);
-        # outside the timed region, as a calibrated front end would be
-        blocks = [np.ascontiguousarray(model.calibrate(b_), dtype=args.dtype) for b_ in blocks]
     ensure_ftz()
     t1 = time.perf_counter()
     model(blocks[0])  # JIT compile / cache load + state allocation

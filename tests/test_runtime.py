@@ -215,7 +215,23 @@ def test_bad_input_rejected_state_untouched(sig):
         assert np.isfinite(r.outputs["dau1997"][~np.isnan(r.outputs["dau1997"])]).all()
 
 
-class Counter:
+class _Contract:
+    """The streaming contract's descriptive part, for the test chains below."""
+
+    outputs = ("out",)
+    batchable = False
+
+    def process_all(self, x):
+        return {"out": self(x)}
+
+    def design_identity(self):
+        return {"name": self.name}
+
+    def output_info(self):
+        return {"out": {"rate": None, "channels": None}}
+
+
+class Counter(_Contract):
     """A stateful chain that accepts anything: counts the samples it was given."""
 
     name = "count"
@@ -380,7 +396,7 @@ def test_warmup_keeps_restored_state(sig):
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "rtamt", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rtamt_apps", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -410,7 +426,7 @@ def test_cli_stream_unknown_device_clear_error():
     assert "no-such-device-xyz" in p.stderr or "PortAudio" in p.stderr
 
 
-class _StuckChain:
+class _StuckChain(_Contract):
     """A chain whose processing call blocks until released: the processing thread is
     busy (holding whatever it holds) for as long as the test wants."""
 
