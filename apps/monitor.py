@@ -165,29 +165,494 @@ def _hz_label(f: float) -> str:
     return f"{f / 1000:g}k" if f >= 1000 else f"{f:g}"
 
 
+def _qt_message_filter(mode, context, message):
+    # the offscreen platform says this on every label resize; it means nothing here
+    if "propagateSizeHints" not in message:
+        sys.stderr.write(message + "\n")
+
+
+def _dash_pen(color, width):
+    import pyqtgraph as pg
+    from pyqtgraph.Qt import QtCore
+
+    return pg.mkPen(color, width=width, style=QtCore.Qt.PenStyle.DashLine)
+
+
+def _history_plot(gl, row, col, title, ylabel, history_s):
+    """A fixed plot of the last ``history_s`` seconds (time axis -history_s .. 0)."""
+    p = gl.addPlot(row=row, col=col, title=title)
+    p.setLabel("bottom", "time (s)")
+    p.setLabel("left", ylabel)
+    p.setXRange(-history_s, 0, padding=0)
+    p.setMouseEnabled(x=False, y=False)
+    return p
+
+
+# ------------------------------------------------------------------------------- panels
+# One class per panel: ``__init__`` builds its items into the GraphicsLayout, ``configure``
+# sizes them for a new pipeline, ``update`` sets the newest data (existing items only).
+
+class ExcitationPanel:
+    """Panel 1: excitation pattern (dB, per ear) on the ERB-number axis with the threshold
+    in quiet, and specific loudness (sone/Cam) on a second y axis (own view box)."""
+
+    def __init__(self, gl):
+        import pyqtgraph as pg
+
+        pe = self.plot = gl.addPlot(row=0, col=0, colspan=2, title="Excitation pattern")
+        pe.setLabel("bottom", "frequency (Hz, ERB-number scale)")
+        pe.setLabel("left", "excitation (dB)")
+        pe.setYRange(-10, 110, padding=0)
+        pe.setMouseEnabled(x=False, y=False)
+        pe.addLegend(offset=(-10, 10))
+        self.c_thr = pe.plot(pen=_dash_pen((150, 150, 150), 1), name="threshold (E_THRQ)")
+        self.c_exc = [pe.plot(pen=pg.mkPen((255, 210, 0), width=2), name="left / mono"),
+                      pe.plot(pen=pg.mkPen((0, 200, 255), width=2), name="right")]
+        pe.showAxis("right")
+        pe.setLabel("right", "specific loudness (sone/Cam)")
+        pe.getAxis("right").enableAutoSIPrefix(False)
+        self.vb_spec = pg.ViewBox()
+        pe.scene().addItem(self.vb_spec)
+        pe.getAxis("right").linkToView(self.vb_spec)
+        self.vb_spec.setXLink(pe)
+        self.vb_spec.setMouseEnabled(x=False, y=False)
+        self.vb_spec.enableAutoRange(axis="y")       # once: it stays on (no mouse)
+        self.c_spec = [pg.PlotDataItem(pen=pg.mkPen((255, 120, 0), width=1)),
+                       pg.PlotDataItem(pen=pg.mkPen((0, 120, 255), width=1))]
+        for c in self.c_spec:
+            self.vb_spec.addItem(c)
+        pe.vb.sigResized.connect(self._sync_spec_view)
+        self.cam = None
+
+    def _sync_spec_view(self):
+        pe = self.plot
+        self.vb_spec.setGeometry(pe.vb.sceneBoundingRect())
+        self.vb_spec.linkedViewChanged(pe.vb, self.vb_spec.XAxis)
+
+    def configure(self, fc):
+        """Channel centre frequencies ``fc`` (Hz) of the loudness model."""
+        from rtamt.loudness.ansi import hz_to_cam, threshold_excitation_db
+
+        fc = np.asarray(fc, dtype=np.float64)
+        self.cam = hz_to_cam(fc)
+        self.c_thr.setData(self.cam, threshold_excitation_db(fc))
+        self.plot.setXRange(self.cam[0], self.cam[-1], padding=0.01)
+        self.plot.getAxis("bottom").setTicks([[(float(hz_to_cam(f)), _hz_label(f))
+                                               for f in _HZ_TICKS if fc[0] <= f <= fc[-1]]])
+
+    def update(self, v, two: bool):
+        self.c_exc[0].setData(self.cam, v.exc[0], skipFiniteCheck=True)
+        self.c_spec[0].setData(self.cam, v.spec[0], skipFiniteCheck=True)
+        self.c_exc[1].setVisible(two)
+        self.c_spec[1].setVisible(two)
+        if two:
+            self.c_exc[1].setData(self.cam, v.exc[1], skipFiniteCheck=True)
+            self.c_spec[1].setData(self.cam, v.spec[1], skipFiniteCheck=True)
+
+
+class LoudnessPanel:
+    """Panel 2: the last ``history_s`` seconds of STL and LTL (sone), per-ear STL for a
+    stereo input."""
+
+    def __init__(self, gl, history_s: float):
+        import pyqtgraph as pg
+        from pyqtgraph.Qt import QtCore
+
+        pl = self.plot = _history_plot(gl, 0, 2, "Loudness", "loudness (sone)", history_s)
+        pl.enableAutoRange(axis="y")
+        pl.setAutoVisible(y=True)
+        pl.setDownsampling(auto=True, mode="peak")
+        pl.setClipToView(True)
+        pl.addLegend(offset=(10, 10))
+        self.c_stl = pl.plot(pen=pg.mkPen((255, 255, 255), width=1), name="STL")
+        self.c_ltl = pl.plot(pen=pg.mkPen((255, 80, 80), width=2), name="LTL")
+        dot = QtCore.Qt.PenStyle.DotLine
+        self.c_ears = [pl.plot(pen=pg.mkPen((255, 210, 0), width=1, style=dot), name="STL left"),
+                       pl.plot(pen=pg.mkPen((0, 200, 255), width=1, style=dot),
+                               name="STL right")]
+        self._x = None
+
+    def configure(self, view):
+        self._x = np.zeros_like(view.t)
+
+    def update(self, v, vals):
+        n = v.n_loud
+        x = self._x
+        np.subtract(v.t, vals["t"], out=x)
+        self.c_stl.setData(x[-n:], v.stl[-n:], skipFiniteCheck=True)
+        self.c_ltl.setData(x[-n:], v.ltl[-n:], skipFiniteCheck=True)
+        for i, c in enumerate(self.c_ears):
+            if vals["ears"]:
+                c.setData(x[-n:], v.stl_ears[i, -n:], skipFiniteCheck=True)
+            c.setVisible(bool(vals["ears"]))
+
+
+class ModulationPanel:
+    """Panel 3: auditory channel x modulation filter power (dB) as an image with a colour
+    bar whose 40 dB range follows the maximum (re-levelled at most once a second)."""
+
+    def __init__(self, gl):
+        import pyqtgraph as pg
+
+        pm = self.plot = gl.addPlot(row=1, col=0, title="Modulation spectrum (Dau1997)")
+        pm.setLabel("bottom", "modulation frequency (Hz)")
+        pm.setLabel("left", "auditory channel (Hz)")
+        pm.setMouseEnabled(x=False, y=False)
+        self.img = pg.ImageItem(axisOrder="row-major")
+        pm.addItem(self.img)
+        self.cbar = pg.ColorBarItem(values=(0.0, 40.0), colorMap=pg.colormap.get("viridis"),
+                                    label="power (dB)", interactive=False)
+        self.cbar.setImageItem(self.img)
+        gl.addItem(self.cbar, row=1, col=1)
+        self._levels_t = 0.0
+
+    def configure(self, view, mod, model_name: str):
+        """``mod``: the :class:`~rtamt_apps.feed.ModulationPower` chain, or None (off)."""
+        from pyqtgraph.Qt import QtCore
+
+        pm = self.plot
+        pm.setTitle(f"Modulation spectrum ({model_name})" if mod is not None
+                    else "Modulation spectrum (off)")
+        if mod is None:
+            return
+        C, M = view.mod_db.shape
+        self.img.setImage(view.mod_db, autoLevels=False)
+        self.img.setRect(QtCore.QRectF(0, 0, M, C))
+        mfc = np.nanmax(mod.mfc_padded, axis=0)
+        pm.getAxis("bottom").setTicks([[(j + 0.5, f"{m:.3g}") for j, m in enumerate(mfc)]])
+        step = max(1, C // 8)
+        pm.getAxis("left").setTicks([[(c + 0.5, _hz_label(round(mod.fc[c], -1)))
+                                      for c in range(0, C, step)]])
+        pm.setXRange(0, M, padding=0)
+        pm.setYRange(0, C, padding=0)
+
+    def update(self, v):
+        now = time.perf_counter()
+        if now - self._levels_t > 1.0:
+            hi = float(np.nanmax(v.mod_db))
+            if math.isfinite(hi):
+                hi = 5.0 * math.ceil(hi / 5.0)
+                self.cbar.setLevels((hi - 40.0, hi))
+            self._levels_t = now
+        self.img.setImage(v.mod_db, autoLevels=False)
+
+
+class HealthPanel:
+    """Panel 4: processing time of every block (µs) against the block period, and the
+    runtime's accounting in the title."""
+
+    def __init__(self, gl, history_s: float):
+        import pyqtgraph as pg
+
+        ph = self.plot = _history_plot(gl, 1, 2, "Health", "block processing time (µs)",
+                                       history_s)
+        self.c_proc = ph.plot(pen=pg.mkPen((120, 255, 120), width=1), name="processing")
+        self.budget_line = pg.InfiniteLine(angle=0, pen=_dash_pen((255, 60, 60), 2))
+        ph.addItem(self.budget_line)
+        self._x = None
+
+    def configure(self, view, budget_us: float):
+        self._x = np.zeros_like(view.proc_t)
+        self.budget_line.setValue(budget_us)
+        self.plot.setYRange(0, 1.25 * budget_us, padding=0)
+
+    def update(self, v, t_now: float):
+        n = v.n_proc
+        if n:
+            x = self._x
+            np.subtract(v.proc_t, t_now, out=x)
+            self.c_proc.setData(x[-n:], v.proc_us[-n:], skipFiniteCheck=True)
+
+    def set_text(self, st, fps: float):
+        flags = ",".join(f"{k}={v}" for k, v in st.status.items() if v) or "none"
+        self.plot.setTitle(
+            f"Health: queue {st.queue_frames} fr · dropped {st.dropped_frames} · skipped "
+            f"{st.skipped_frames} · status {flags}<br>rtf {st.rtf:.3f} · proc p99 "
+            f"{st.proc_p99_us / 1e3:.2f} ms of {st.budget_us / 1e3:.1f} ms · "
+            f"GUI {fps:.0f} fps", size="9pt")
+
+
+class Readouts:
+    """The large numbers above the plots: STL, LTL, phon, SPL / peak, per-ear values."""
+
+    KEYS = ("stl", "ltl", "phon", "spl", "ears")
+
+    def __init__(self, layout):
+        from pyqtgraph.Qt import QtGui, QtWidgets
+
+        big = QtGui.QFont()
+        big.setPointSize(18)
+        big.setBold(True)
+        self.labels = {}
+        for key in self.KEYS:
+            lab = QtWidgets.QLabel("–")
+            lab.setFont(big if key != "ears" else QtGui.QFont())
+            lab.setObjectName(key)
+            layout.addWidget(lab, 0 if key == "ears" else 1)
+            self.labels[key] = lab
+
+    def clear(self):
+        for lab in self.labels.values():
+            lab.setText("–")
+
+    def update(self, vals, model) -> dict:
+        """Show the newest values; returns what is shown (without ``seq``)."""
+        stl, ltl = vals["stl"], vals["ltl"]
+        phon = float(model.phon(ltl)) if math.isfinite(ltl) else math.nan
+        stl_phon = float(model.phon(stl)) if math.isfinite(stl) else math.nan
+        lab = self.labels
+        lab["stl"].setText(f"STL {_fmt(stl, '.2f', ' sone')}")
+        lab["ltl"].setText(f"LTL {_fmt(ltl, '.2f', ' sone')}")
+        lab["phon"].setText(f"{_fmt(phon, '.1f', ' phon')} (STL {_fmt(stl_phon, '.1f')})")
+        lab["spl"].setText(f"SPL {_fmt(vals['spl_db'], '.1f', ' dB')}  peak "
+                           f"{_fmt(vals['peak_db'], '.1f', ' dB')}")
+        if vals["ears"]:
+            lab["ears"].setText(
+                f"L {_fmt(vals['stl_left'], '.2f')} / R {_fmt(vals['stl_right'], '.2f')} "
+                f"sone STL\nL {_fmt(vals['ltl_left'], '.2f')} / R "
+                f"{_fmt(vals['ltl_right'], '.2f')} sone LTL")
+        else:
+            lab["ears"].setText("")
+        return dict(t=vals["t"], stl=stl, ltl=ltl, phon=phon, stl_phon=stl_phon,
+                    spl_db=vals["spl_db"], peak_db=vals["peak_db"],
+                    mod_seconds=vals["mod_seconds"])
+
+
+def _frame_report(paint_times, t_start, refresh_s) -> dict:
+    """GUI figures of a run: frames, mean and worst-second frame rate, refresh times."""
+    pt = np.array(paint_times)
+    t_run = (pt[-1] - t_start) if pt.size else 0.0
+    per_s = []
+    if pt.size and t_run >= 1.0:
+        edges = np.arange(t_start, pt[-1] + 1e-9, 1.0)
+        per_s = np.histogram(pt, bins=edges)[0][1:]     # whole seconds, first skipped
+    rs = np.array(refresh_s) * 1e3
+    return dict(
+        seconds=round(t_run, 3), frames=int(pt.size),
+        fps_mean=round(pt.size / t_run, 2) if t_run > 0 else 0.0,
+        fps_min_1s=int(min(per_s)) if len(per_s) else None,
+        refresh_p50_ms=round(float(np.percentile(rs, 50)), 3) if rs.size else None,
+        refresh_p99_ms=round(float(np.percentile(rs, 99)), 3) if rs.size else None)
+
+
+# ------------------------------------------------------------------------------- window
+class _MonitorControl:
+    """What the monitor window does apart from building its widgets: the pipeline (build,
+    start, switch, stop), the timer's refresh and the reports.  Mixed into the Qt window
+    class by :func:`make_window_class`, which provides the widgets and panels it uses."""
+
+    # --------------------------------------------------------------- pipeline
+    def _configure_for_pipeline(self):
+        """(Re)size display arrays and static items for the current pipeline."""
+        s = self.settings
+        self.view = self.feed.view()
+        self.excitation.configure(self.model.fc)
+        self.loudness.configure(self.view)
+        self.budget_us = 1e6 * s.block / self.feed.fs
+        self.health.configure(self.view, self.budget_us)
+        self.modulation.configure(self.view, self.mod, s.modulation_model)
+        self.readouts.clear()
+        self.cal_label.setText(f"Calibration: digital RMS 1.0 = {s.spl_ref:.2f} dB SPL · "
+                               f"{s.spl_source}")
+        self._fill_source_box()
+
+    def _fill_source_box(self):
+        box = self.source_box
+        box.blockSignals(True)
+        box.clear()
+        box.addItem("demo", "demo")
+        inp = self.live.input
+        if inp.kind == "file":
+            box.addItem(os.path.basename(inp.label), inp.label)
+        try:
+            from rtamt.runtime.stream import list_input_devices
+
+            for d in list_input_devices():
+                box.addItem(f"{d['name']} [{d['hostapi']}]", str(d["index"]))
+        except Exception:
+            pass
+        box.addItem("Open WAV file…", "__open__")
+        want = "demo" if inp.kind == "demo" else inp.label if inp.kind == "file" \
+            else str(inp.device)
+        i = box.findData(want)
+        box.setCurrentIndex(max(i, 0))
+        box.blockSignals(False)
+        self.model_box.blockSignals(True)
+        self.model_box.setCurrentText(self.settings.model)
+        self.model_box.blockSignals(False)
+
+    def _source_chosen(self, i):
+        data = self.source_box.itemData(i)
+        if data == "__open__":
+            from pyqtgraph.Qt import QtWidgets
+
+            path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "WAV file", "",
+                                                            "WAV files (*.wav)")
+            if not path:
+                self._fill_source_box()
+                return
+            data = path
+        self.set_source(data)
+
+    def prepare(self):
+        """Build the pipeline for the current settings and size the display for it
+        (nothing runs yet)."""
+        self.live, self.feed, self.model, self.mod = build_pipeline(self.settings)
+        self._finishing = False
+        self._configure_for_pipeline()
+        self._prepared = True
+        return self
+
+    def start(self):
+        """Build (unless :meth:`prepare` did) and start the pipeline, start the timer.
+
+        The GUI and the processing thread share the GIL: the switch interval is
+        lowered to 1 ms so that a block waits at most about that long for the
+        interpreter while the GUI draws (measured: fewer budget misses)."""
+        if not self._prepared:
+            self.prepare()
+        self._prepared = False
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self.live.start()
+        self._t_start = time.perf_counter()
+        self.timer.start()
+        return self
+
+    def _restart(self, **changes):
+        old = self.settings
+        self.stop_stream()
+        self.settings = replace(old, **changes)
+        try:
+            self.start()
+        except (OSError, ValueError, LookupError, RuntimeError) as e:
+            # not a modal dialog: the previous input keeps running, the reason is shown
+            self.error = str(e)
+            self.statusBar().showMessage(f"could not switch: {e}")
+            self.settings = old
+            self.start()
+        else:
+            self.error = None
+            self.statusBar().clearMessage()
+
+    def set_source(self, inp: str):
+        """Switch input (``'demo'``, a WAV path, or a device index / name)."""
+        ch = None if inp in ("demo",) or os.path.isfile(str(inp)) else self.settings.channels
+        self._restart(input=inp, fs=None if inp != self.settings.input else self.settings.fs,
+                      channels=ch)
+
+    def set_model(self, name: str):
+        if name != self.settings.model:
+            self._restart(model=name)
+
+    def set_paused(self, on: bool):
+        """Freeze the display (the stream and the health panel keep running)."""
+        self.paused = bool(on)
+        self.pause_btn.setChecked(self.paused)
+
+    def reset_states(self):
+        """Reset every chain to its initial state (between two blocks) and clear the
+        display history from that block on; returns the block's ``seq``."""
+        if self.live is not None:
+            seq = self.live.runtime.reset()
+            self.feed.clear(from_seq=seq)
+            return seq
+
+    def stop_stream(self):
+        self.timer.stop()
+        if self.live is not None:
+            self.live.stop("discard")
+
+    # ---------------------------------------------------------------- refresh
+    def refresh(self):
+        """Timer slot: copy the feed into the view, update the items."""
+        t0 = time.perf_counter()
+        if t0 - self._stats_t > 0.2 or self._stats is None:
+            self._stats = self.live.runtime.stats()
+            self._stats_t = t0
+            self._update_health_text()
+        v = self.feed.read(self.view)
+        vals = v.values
+        self.health.update(v, vals["t"])
+        if not self.paused and v.seq >= 0:
+            self._update_data(v, vals)
+        self._refresh_s.append(time.perf_counter() - t0)
+        if len(self._refresh_s) > 100000:
+            del self._refresh_s[:50000]
+        self._dirty = True
+        if self.live.done:
+            self.finish_stream()
+
+    def finish_stream(self):
+        """End of the stream (finite source done, or ``--seconds`` of a device): stop
+        the input, drain the runtime, show the final state, emit ``finished``."""
+        if self._finishing:
+            return
+        self._finishing = True
+        self.timer.stop()
+        self.live.stop("drain")
+        v = self.feed.read(self.view)
+        if not self.paused and v.seq >= 0:
+            self._update_data(v, v.values)
+        self._stats = self.live.runtime.stats()
+        self._update_health_text()
+        self.finished.emit()
+
+    def _update_data(self, v, vals):
+        if v.n_loud:
+            self.loudness.update(v, vals)
+            self.excitation.update(v, bool(vals["ears"]))
+        if self.mod is not None and vals["mod_seconds"] > 0:
+            self.modulation.update(v)
+        self.shown = dict(seq=v.seq, **self.readouts.update(vals, self.model))
+
+    def _update_health_text(self):
+        self.health.set_text(self._stats, self.fps())
+
+    # ---------------------------------------------------------------- reports
+    def fps(self, window_s: float = 1.0) -> float:
+        """Frames painted per second over the last ``window_s`` seconds."""
+        pt = self._paint_times
+        if len(pt) < 2:
+            return 0.0
+        now = time.perf_counter()
+        k = len(pt)
+        while k > 0 and now - pt[k - 1] <= window_s:
+            k -= 1
+        n = len(pt) - k
+        return n / window_s if n else 0.0
+
+    def report(self) -> dict:
+        """Frame-rate and runtime figures for the whole run (JSON-friendly)."""
+        st = self._stats or self.live.runtime.stats()
+        return dict(
+            model=self.settings.model, modulation=self.mod is not None,
+            input=self.live.input.label, fs=self.feed.fs, block=self.settings.block,
+            **_frame_report(self._paint_times, self._t_start, self._refresh_s),
+            blocks=st.blocks, dropped_frames=st.dropped_frames,
+            skipped_frames=st.skipped_frames, rejected_blocks=st.rejected_blocks,
+            status={k: v for k, v in st.status.items() if v}, rtf=round(st.rtf, 4),
+            proc_p99_us=round(st.proc_p99_us, 1), budget_us=round(st.budget_us, 1),
+            misses=st.misses,
+            shown={k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                   for k, v in self.shown.items()})
+
+
 def make_window_class():
     """Build the window class (imports Qt only when the monitor is used)."""
     import pyqtgraph as pg
-    from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
-
-    from rtamt.loudness.ansi import hz_to_cam, threshold_excitation_db
+    from pyqtgraph.Qt import QtCore, QtWidgets
 
     pg.setConfigOptions(antialias=False, useOpenGL=False, background="k", foreground="w")
+    QtCore.qInstallMessageHandler(_qt_message_filter)
 
-    def _qt_messages(mode, context, message):
-        # the offscreen platform says this on every label resize; it means nothing here
-        if "propagateSizeHints" not in message:
-            sys.stderr.write(message + "\n")
-
-    QtCore.qInstallMessageHandler(_qt_messages)
-
-    class MonitorWindow(QtWidgets.QMainWindow):
+    class MonitorWindow(_MonitorControl, QtWidgets.QMainWindow):
         """The monitor window; ``start()`` starts the stream, closing the window stops it.
 
         Attributes used by tests and benchmarks: ``live``, ``feed``, ``view`` (the
         last :class:`~rtamt_apps.feed.FeedView` shown), ``shown`` (the numbers on the
         labels and the ``seq`` of the block they come from), ``panels`` (name -> plot
-        item), ``fps()``, ``report()``.
+        item), ``fps()``, ``report()``; the panels' items ``c_exc``, ``c_stl``, ``img``,
+        ``c_proc`` and the ``labels``.
         """
 
         finished = QtCore.Signal()
@@ -208,7 +673,6 @@ def make_window_class():
             self._prepared = False
             self._stats = None
             self._stats_t = 0.0
-            self._levels_t = 0.0
             self._build_ui()
             self.timer = QtCore.QTimer(self)
             self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
@@ -220,6 +684,30 @@ def make_window_class():
             central = QtWidgets.QWidget()
             vbox = QtWidgets.QVBoxLayout(central)
             vbox.setContentsMargins(6, 6, 6, 6)
+            vbox.addLayout(self._build_controls())
+            row = QtWidgets.QHBoxLayout()
+            self.readouts = Readouts(row)
+            self.labels = self.readouts.labels
+            vbox.addLayout(row)
+            self.glw = gl = pg.GraphicsLayoutWidget()
+            vbox.addWidget(gl, 1)
+            gl.viewport().installEventFilter(self)
+            self.setCentralWidget(central)
+
+            hist = self.settings.history_s
+            self.excitation = ExcitationPanel(gl)
+            self.loudness = LoudnessPanel(gl, hist)
+            self.modulation = ModulationPanel(gl)
+            self.health = HealthPanel(gl, hist)
+            self.panels = {"excitation": self.excitation.plot, "loudness": self.loudness.plot,
+                           "modulation": self.modulation.plot, "health": self.health.plot}
+            self.c_exc, self.c_stl = self.excitation.c_exc, self.loudness.c_stl
+            self.img, self.c_proc = self.modulation.img, self.health.c_proc
+            gl.ci.layout.setColumnStretchFactor(0, 3)
+            gl.ci.layout.setColumnStretchFactor(2, 3)
+
+        def _build_controls(self):
+            """Source and model choosers, freeze, reset, calibration label."""
             ctl = QtWidgets.QHBoxLayout()
             ctl.addWidget(QtWidgets.QLabel("Source"))
             self.source_box = QtWidgets.QComboBox()
@@ -242,241 +730,7 @@ def make_window_class():
             self.cal_label = QtWidgets.QLabel()
             ctl.addWidget(self.cal_label)
             ctl.addStretch(1)
-            vbox.addLayout(ctl)
-
-            big = QtGui.QFont()
-            big.setPointSize(18)
-            big.setBold(True)
-            row = QtWidgets.QHBoxLayout()
-            self.labels = {}
-            for key in ("stl", "ltl", "phon", "spl", "ears"):
-                lab = QtWidgets.QLabel("–")
-                lab.setFont(big if key != "ears" else QtGui.QFont())
-                lab.setObjectName(key)
-                row.addWidget(lab, 0 if key == "ears" else 1)
-                self.labels[key] = lab
-            vbox.addLayout(row)
-
-            self.glw = pg.GraphicsLayoutWidget()
-            vbox.addWidget(self.glw, 1)
-            self.glw.viewport().installEventFilter(self)
-            self.setCentralWidget(central)
-
-            gl = self.glw
-            # 1. excitation pattern
-            pe = gl.addPlot(row=0, col=0, colspan=2, title="Excitation pattern")
-            self.panel_excitation = pe
-            pe.setLabel("bottom", "frequency (Hz, ERB-number scale)")
-            pe.setLabel("left", "excitation (dB)")
-            pe.setYRange(-10, 110, padding=0)
-            pe.setMouseEnabled(x=False, y=False)
-            pe.addLegend(offset=(-10, 10))
-            self.c_thr = pe.plot(pen=pg.mkPen((150, 150, 150), width=1,
-                                              style=QtCore.Qt.PenStyle.DashLine),
-                                 name="threshold (E_THRQ)")
-            self.c_exc = [pe.plot(pen=pg.mkPen((255, 210, 0), width=2), name="left / mono"),
-                          pe.plot(pen=pg.mkPen((0, 200, 255), width=2), name="right")]
-            pe.showAxis("right")
-            pe.setLabel("right", "specific loudness (sone/Cam)")
-            pe.getAxis("right").enableAutoSIPrefix(False)
-            self.vb_spec = pg.ViewBox()
-            pe.scene().addItem(self.vb_spec)
-            pe.getAxis("right").linkToView(self.vb_spec)
-            self.vb_spec.setXLink(pe)
-            self.vb_spec.setMouseEnabled(x=False, y=False)
-            self.vb_spec.enableAutoRange(axis="y")       # once: it stays on (no mouse)
-            self.c_spec = [pg.PlotDataItem(pen=pg.mkPen((255, 120, 0), width=1)),
-                           pg.PlotDataItem(pen=pg.mkPen((0, 120, 255), width=1))]
-            for c in self.c_spec:
-                self.vb_spec.addItem(c)
-            pe.vb.sigResized.connect(self._sync_spec_view)
-            # 2. loudness history
-            pl = gl.addPlot(row=0, col=2, title="Loudness")
-            pl.setLabel("bottom", "time (s)")
-            pl.setLabel("left", "loudness (sone)")
-            pl.setXRange(-self.settings.history_s, 0, padding=0)
-            pl.setMouseEnabled(x=False, y=False)
-            pl.enableAutoRange(axis="y")
-            pl.setAutoVisible(y=True)
-            pl.setDownsampling(auto=True, mode="peak")
-            pl.setClipToView(True)
-            pl.addLegend(offset=(10, 10))
-            self.c_stl = pl.plot(pen=pg.mkPen((255, 255, 255), width=1), name="STL")
-            self.c_ltl = pl.plot(pen=pg.mkPen((255, 80, 80), width=2), name="LTL")
-            self.c_ears = [pl.plot(pen=pg.mkPen((255, 210, 0), width=1,
-                                                style=QtCore.Qt.PenStyle.DotLine), name="STL left"),
-                           pl.plot(pen=pg.mkPen((0, 200, 255), width=1,
-                                                style=QtCore.Qt.PenStyle.DotLine), name="STL right")]
-            # 3. modulation spectrum
-            pm = gl.addPlot(row=1, col=0, title="Modulation spectrum (Dau1997)")
-            pm.setLabel("bottom", "modulation frequency (Hz)")
-            pm.setLabel("left", "auditory channel (Hz)")
-            pm.setMouseEnabled(x=False, y=False)
-            self.img = pg.ImageItem(axisOrder="row-major")
-            pm.addItem(self.img)
-            self.cbar = pg.ColorBarItem(values=(0.0, 40.0), colorMap=pg.colormap.get("viridis"),
-                                        label="power (dB)", interactive=False)
-            self.cbar.setImageItem(self.img)
-            gl.addItem(self.cbar, row=1, col=1)
-            # 4. health
-            ph = gl.addPlot(row=1, col=2, title="Health")
-            ph.setLabel("bottom", "time (s)")
-            ph.setLabel("left", "block processing time (µs)")
-            ph.setXRange(-self.settings.history_s, 0, padding=0)
-            ph.setMouseEnabled(x=False, y=False)
-            self.c_proc = ph.plot(pen=pg.mkPen((120, 255, 120), width=1), name="processing")
-            self.budget_line = pg.InfiniteLine(angle=0, pen=pg.mkPen((255, 60, 60), width=2,
-                                                                     style=QtCore.Qt.PenStyle.DashLine))
-            ph.addItem(self.budget_line)
-            self.panels = {"excitation": pe, "loudness": pl, "modulation": pm, "health": ph}
-            gl.ci.layout.setColumnStretchFactor(0, 3)
-            gl.ci.layout.setColumnStretchFactor(2, 3)
-
-        def _sync_spec_view(self):
-            pe = self.panel_excitation
-            self.vb_spec.setGeometry(pe.vb.sceneBoundingRect())
-            self.vb_spec.linkedViewChanged(pe.vb, self.vb_spec.XAxis)
-
-        # --------------------------------------------------------------- pipeline
-        def _configure_for_pipeline(self):
-            """(Re)size display arrays and static items for the current pipeline."""
-            s = self.settings
-            self.view = self.feed.view()
-            fc = np.asarray(self.model.fc, dtype=np.float64)
-            self.cam = hz_to_cam(fc)
-            self.c_thr.setData(self.cam, threshold_excitation_db(fc))
-            pe = self.panels["excitation"]
-            pe.setXRange(self.cam[0], self.cam[-1], padding=0.01)
-            pe.getAxis("bottom").setTicks([[(float(hz_to_cam(f)), _hz_label(f))
-                                            for f in _HZ_TICKS if fc[0] <= f <= fc[-1]]])
-            self._x_loud = np.zeros_like(self.view.t)
-            self._x_proc = np.zeros_like(self.view.proc_t)
-            self.budget_us = 1e6 * s.block / self.feed.fs
-            self.budget_line.setValue(self.budget_us)
-            self.panels["health"].setYRange(0, 1.25 * self.budget_us, padding=0)
-            pm = self.panels["modulation"]
-            pm.setTitle(f"Modulation spectrum ({s.modulation_model})" if self.mod is not None
-                        else "Modulation spectrum (off)")
-            if self.mod is not None:
-                C, M = self.view.mod_db.shape
-                self.img.setImage(self.view.mod_db, autoLevels=False)
-                self.img.setRect(QtCore.QRectF(0, 0, M, C))
-                mfc = np.nanmax(self.mod.mfc_padded, axis=0)
-                pm.getAxis("bottom").setTicks([[(j + 0.5, f"{m:.3g}") for j, m in enumerate(mfc)]])
-                step = max(1, C // 8)
-                pm.getAxis("left").setTicks([[(c + 0.5, _hz_label(round(self.mod.fc[c], -1)))
-                                              for c in range(0, C, step)]])
-                pm.setXRange(0, M, padding=0)
-                pm.setYRange(0, C, padding=0)
-            for key in self.labels:
-                self.labels[key].setText("–")
-            self.cal_label.setText(f"Calibration: digital RMS 1.0 = {s.spl_ref:.2f} dB SPL · "
-                                   f"{s.spl_source}")
-            self._fill_source_box()
-
-        def _fill_source_box(self):
-            box = self.source_box
-            box.blockSignals(True)
-            box.clear()
-            box.addItem("demo", "demo")
-            inp = self.live.input
-            if inp.kind == "file":
-                box.addItem(os.path.basename(inp.label), inp.label)
-            try:
-                from rtamt.runtime.stream import list_input_devices
-
-                for d in list_input_devices():
-                    box.addItem(f"{d['name']} [{d['hostapi']}]", str(d["index"]))
-            except Exception:
-                pass
-            box.addItem("Open WAV file…", "__open__")
-            want = "demo" if inp.kind == "demo" else inp.label if inp.kind == "file" \
-                else str(inp.device)
-            i = box.findData(want)
-            box.setCurrentIndex(max(i, 0))
-            box.blockSignals(False)
-            self.model_box.blockSignals(True)
-            self.model_box.setCurrentText(self.settings.model)
-            self.model_box.blockSignals(False)
-
-        def _source_chosen(self, i):
-            data = self.source_box.itemData(i)
-            if data == "__open__":
-                path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "WAV file", "",
-                                                                "WAV files (*.wav)")
-                if not path:
-                    self._fill_source_box()
-                    return
-                data = path
-            self.set_source(data)
-
-        def prepare(self):
-            """Build the pipeline for the current settings and size the display for it
-            (nothing runs yet)."""
-            self.live, self.feed, self.model, self.mod = build_pipeline(self.settings)
-            self._finishing = False
-            self._configure_for_pipeline()
-            self._prepared = True
-            return self
-
-        def start(self):
-            """Build (unless :meth:`prepare` did) and start the pipeline, start the timer.
-
-            The GUI and the processing thread share the GIL: the switch interval is
-            lowered to 1 ms so that a block waits at most about that long for the
-            interpreter while the GUI draws (measured: fewer budget misses)."""
-            if not self._prepared:
-                self.prepare()
-            self._prepared = False
-            sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
-            self.live.start()
-            self._t_start = time.perf_counter()
-            self.timer.start()
-            return self
-
-        def _restart(self, **changes):
-            old = self.settings
-            self.stop_stream()
-            self.settings = replace(old, **changes)
-            try:
-                self.start()
-            except (OSError, ValueError, LookupError, RuntimeError) as e:
-                # not a modal dialog: the previous input keeps running, the reason is shown
-                self.error = str(e)
-                self.statusBar().showMessage(f"could not switch: {e}")
-                self.settings = old
-                self.start()
-            else:
-                self.error = None
-                self.statusBar().clearMessage()
-
-        def set_source(self, inp: str):
-            """Switch input (``'demo'``, a WAV path, or a device index / name)."""
-            ch = None if inp in ("demo",) or os.path.isfile(str(inp)) else self.settings.channels
-            self._restart(input=inp, fs=None if inp != self.settings.input else self.settings.fs,
-                          channels=ch)
-
-        def set_model(self, name: str):
-            if name != self.settings.model:
-                self._restart(model=name)
-
-        def set_paused(self, on: bool):
-            """Freeze the display (the stream and the health panel keep running)."""
-            self.paused = bool(on)
-            self.pause_btn.setChecked(self.paused)
-
-        def reset_states(self):
-            """Reset every chain to its initial state (between two blocks) and clear the
-            display history from that block on; returns the block's ``seq``."""
-            if self.live is not None:
-                seq = self.live.runtime.reset()
-                self.feed.clear(from_seq=seq)
-                return seq
-
-        def stop_stream(self):
-            self.timer.stop()
-            if self.live is not None:
-                self.live.stop("discard")
+            return ctl
 
         def closeEvent(self, ev):
             self.stop_stream()
@@ -491,141 +745,6 @@ def make_window_class():
                 if len(self._paint_times) > 100000:
                     del self._paint_times[:50000]
             return False
-
-        # ---------------------------------------------------------------- refresh
-        def refresh(self):
-            """Timer slot: copy the feed into the view, update the items."""
-            t0 = time.perf_counter()
-            if t0 - self._stats_t > 0.2 or self._stats is None:
-                self._stats = self.live.runtime.stats()
-                self._stats_t = t0
-                self._update_health_text()
-            v = self.feed.read(self.view)
-            vals = v.values
-            x = self._x_proc
-            n = v.n_proc
-            if n:
-                np.subtract(v.proc_t, vals["t"], out=x)
-                self.c_proc.setData(x[-n:], v.proc_us[-n:], skipFiniteCheck=True)
-            if not self.paused and v.seq >= 0:
-                self._update_data(v, vals)
-            self._refresh_s.append(time.perf_counter() - t0)
-            if len(self._refresh_s) > 100000:
-                del self._refresh_s[:50000]
-            self._dirty = True
-            if self.live.done:
-                self.finish_stream()
-
-        def finish_stream(self):
-            """End of the stream (finite source done, or ``--seconds`` of a device): stop
-            the input, drain the runtime, show the final state, emit ``finished``."""
-            if self._finishing:
-                return
-            self._finishing = True
-            self.timer.stop()
-            self.live.stop("drain")
-            v = self.feed.read(self.view)
-            if not self.paused and v.seq >= 0:
-                self._update_data(v, v.values)
-            self._stats = self.live.runtime.stats()
-            self._update_health_text()
-            self.finished.emit()
-
-        def _update_data(self, v, vals):
-            n = v.n_loud
-            if n:
-                x = self._x_loud
-                np.subtract(v.t, vals["t"], out=x)
-                self.c_stl.setData(x[-n:], v.stl[-n:], skipFiniteCheck=True)
-                self.c_ltl.setData(x[-n:], v.ltl[-n:], skipFiniteCheck=True)
-                for i, c in enumerate(self.c_ears):
-                    if vals["ears"]:
-                        c.setData(x[-n:], v.stl_ears[i, -n:], skipFiniteCheck=True)
-                    c.setVisible(bool(vals["ears"]))
-                two = bool(vals["ears"])
-                self.c_exc[0].setData(self.cam, v.exc[0], skipFiniteCheck=True)
-                self.c_spec[0].setData(self.cam, v.spec[0], skipFiniteCheck=True)
-                self.c_exc[1].setVisible(two)
-                self.c_spec[1].setVisible(two)
-                if two:
-                    self.c_exc[1].setData(self.cam, v.exc[1], skipFiniteCheck=True)
-                    self.c_spec[1].setData(self.cam, v.spec[1], skipFiniteCheck=True)
-            if self.mod is not None and vals["mod_seconds"] > 0:
-                now = time.perf_counter()
-                if now - self._levels_t > 1.0:
-                    hi = float(np.nanmax(v.mod_db))
-                    if math.isfinite(hi):
-                        hi = 5.0 * math.ceil(hi / 5.0)
-                        self.cbar.setLevels((hi - 40.0, hi))
-                    self._levels_t = now
-                self.img.setImage(v.mod_db, autoLevels=False)
-            stl, ltl = vals["stl"], vals["ltl"]
-            phon = float(self.model.phon(ltl)) if math.isfinite(ltl) else math.nan
-            stl_phon = float(self.model.phon(stl)) if math.isfinite(stl) else math.nan
-            self.labels["stl"].setText(f"STL {_fmt(stl, '.2f', ' sone')}")
-            self.labels["ltl"].setText(f"LTL {_fmt(ltl, '.2f', ' sone')}")
-            self.labels["phon"].setText(f"{_fmt(phon, '.1f', ' phon')} "
-                                        f"(STL {_fmt(stl_phon, '.1f')})")
-            self.labels["spl"].setText(f"SPL {_fmt(vals['spl_db'], '.1f', ' dB')}  peak "
-                                       f"{_fmt(vals['peak_db'], '.1f', ' dB')}")
-            if vals["ears"]:
-                self.labels["ears"].setText(
-                    f"L {_fmt(vals['stl_left'], '.2f')} / R {_fmt(vals['stl_right'], '.2f')} "
-                    f"sone STL\nL {_fmt(vals['ltl_left'], '.2f')} / R "
-                    f"{_fmt(vals['ltl_right'], '.2f')} sone LTL")
-            else:
-                self.labels["ears"].setText("")
-            self.shown = dict(seq=v.seq, t=vals["t"], stl=stl, ltl=ltl, phon=phon,
-                              stl_phon=stl_phon, spl_db=vals["spl_db"],
-                              peak_db=vals["peak_db"], mod_seconds=vals["mod_seconds"])
-
-        def _update_health_text(self):
-            st = self._stats
-            flags = ",".join(f"{k}={v}" for k, v in st.status.items() if v) or "none"
-            self.panels["health"].setTitle(
-                f"Health: queue {st.queue_frames} fr · dropped {st.dropped_frames} · skipped "
-                f"{st.skipped_frames} · status {flags}<br>rtf {st.rtf:.3f} · proc p99 "
-                f"{st.proc_p99_us / 1e3:.2f} ms of {st.budget_us / 1e3:.1f} ms · "
-                f"GUI {self.fps():.0f} fps", size="9pt")
-
-        # ---------------------------------------------------------------- reports
-        def fps(self, window_s: float = 1.0) -> float:
-            """Frames painted per second over the last ``window_s`` seconds."""
-            pt = self._paint_times
-            if len(pt) < 2:
-                return 0.0
-            now = time.perf_counter()
-            k = len(pt)
-            while k > 0 and now - pt[k - 1] <= window_s:
-                k -= 1
-            n = len(pt) - k
-            return n / window_s if n else 0.0
-
-        def report(self) -> dict:
-            """Frame-rate and runtime figures for the whole run (JSON-friendly)."""
-            st = self._stats or self.live.runtime.stats()
-            pt = np.array(self._paint_times)
-            t_run = (pt[-1] - self._t_start) if pt.size else 0.0
-            per_s = []
-            if pt.size and t_run >= 1.0:
-                edges = np.arange(self._t_start, pt[-1] + 1e-9, 1.0)
-                per_s = np.histogram(pt, bins=edges)[0][1:]     # whole seconds, first skipped
-            rs = np.array(self._refresh_s) * 1e3
-            return dict(
-                model=self.settings.model, modulation=self.mod is not None,
-                input=self.live.input.label, fs=self.feed.fs, block=self.settings.block,
-                seconds=round(t_run, 3), frames=int(pt.size),
-                fps_mean=round(pt.size / t_run, 2) if t_run > 0 else 0.0,
-                fps_min_1s=int(min(per_s)) if len(per_s) else None,
-                refresh_p50_ms=round(float(np.percentile(rs, 50)), 3) if rs.size else None,
-                refresh_p99_ms=round(float(np.percentile(rs, 99)), 3) if rs.size else None,
-                blocks=st.blocks, dropped_frames=st.dropped_frames,
-                skipped_frames=st.skipped_frames, rejected_blocks=st.rejected_blocks,
-                status={k: v for k, v in st.status.items() if v}, rtf=round(st.rtf, 4),
-                proc_p99_us=round(st.proc_p99_us, 1), budget_us=round(st.budget_us, 1),
-                misses=st.misses,
-                shown={k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                       for k, v in self.shown.items()})
 
         def save_screenshot(self, path) -> bool:
             return self.grab().save(str(path), "PNG")
