@@ -527,7 +527,7 @@ def wait_for_input_port(proc, before, server, deadline: float, what: str = "clie
 def run_app_on_tone(sd, server, args: list[str], tmp_path, tag: str, *, dbfs: float,
                     period: int, port_timeout: float, run_timeout: float,
                     env: dict | None = None) -> tuple[str, str, TonePlayer]:
-    """Play a 1 kHz tone of RMS ``dbfs`` into JACK and run ``python -m rtamt ARGS`` (an app
+    """Play a 1 kHz tone of RMS ``dbfs`` into JACK and run ``python -m rtamt_apps ARGS`` (an app
     reading one JACK input channel) as its own process; once the app's input port exists
     (auto-connected to ``system:capture_*``) the tone is connected to it instead.  The app's
     output goes to files (a pipe nobody reads could block it).  Returns ``(stdout, stderr,

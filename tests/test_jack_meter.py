@@ -2,7 +2,7 @@
 
 A plain sounddevice OutputStream in the test process plays a steady 1 kHz tone (float32, RMS
 -26 dB re digital RMS 1.0) into JACK.  The meter runs as its own process, exactly as a user
-starts it (``python -m rtamt meter --input system --hostapi JACK --channels 1 --json
+starts it (``python -m rtamt_apps meter --input system --hostapi JACK --channels 1 --json
 --spl-ref 100``); its PortAudio client is a second JACK client (``PortAudio-01``, see
 tests/_jack.py).  Once the meter's input port exists and PortAudio has auto-connected it to
 ``system:capture_1`` (on ``stream.start()``), the test removes that connection and connects the

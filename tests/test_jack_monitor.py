@@ -2,7 +2,7 @@
 
 A sounddevice OutputStream in the test process plays a steady 1 kHz tone (RMS -26 dB re digital
 RMS 1.0, i.e. 74 dB SPL with ``--spl-ref 100``) into JACK.  The monitor runs as its own process,
-as a user starts it (``python -m rtamt monitor --input system --hostapi JACK --channels 1
+as a user starts it (``python -m rtamt_apps monitor --input system --hostapi JACK --channels 1
 --seconds 4 --screenshot out.png --json``; offscreen Qt since there is no display); once its
 input port exists the test connects the tone to it instead of ``system:capture_1``.
 
