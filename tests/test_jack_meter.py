@@ -84,6 +84,7 @@ def _check_loudness(settled):
     assert abs(settled[-1]["phon"] - LEVEL) <= 1.5, settled[-1]   # long-term loudness caught up
 
 
+@pytest.mark.slow
 def test_meter_on_live_jack_stream(tmp_path, record_property):
     skip_unless_jack()
     import sounddevice as sd

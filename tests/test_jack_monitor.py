@@ -48,6 +48,7 @@ def _attempt(sd, server, tmp_path, attempt):
     return rep, player, png
 
 
+@pytest.mark.slow
 def test_monitor_on_live_jack_stream(tmp_path, record_property):
     skip_unless_jack()
     import sounddevice as sd

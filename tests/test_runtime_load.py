@@ -174,6 +174,7 @@ def _check_overload(policy: str, rt: Runtime, rec, t_src, window, offered, q_bou
 
 
 # ============================================================================ overload
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
 def test_overload(policy):
@@ -269,6 +270,7 @@ def _fmt(m: dict) -> str:
             f"{m['subnormal_states']}/{m['states']}; run {m['wall']:.1f} s")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_denormals_silence_after_loud(monkeypatch):
     """1 s of 90 dB SPL noise, then 30 s of digital zeros, as fast as possible through the
@@ -368,6 +370,7 @@ def _placement_block_times(chain, pos: int, copies: int = 4, n_blocks: int = int
     return und[0::2], und[1::2]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3 * 3600)
 def test_soak():
     """``RTAMT_SOAK_MINUTES`` (default 5) minutes of the looped 2 s demo signal, as fast
