@@ -81,6 +81,10 @@ class ModulationPower:
     def process_all(self, x):
         return {"power": self(x)}
 
+    @property
+    def input_limit(self):
+        return self.model.input_limit
+
     def design_identity(self):
         return self.model.design_identity()
 

@@ -220,6 +220,7 @@ class _Contract:
 
     outputs = ("out",)
     batchable = False
+    input_limit = float("inf")
 
     def process_all(self, x):
         return {"out": self(x)}

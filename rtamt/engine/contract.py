@@ -11,6 +11,8 @@ satisfy :class:`Streaming`, as a pedalboard ``Pedalboard`` is itself a ``Plugin`
 * ``output_info()`` describes each output: ``{name: {'rate': Hz, 'channels': ...}}``;
 * ``design_identity()`` names what a state belongs to (kind, configuration, sample rate
   and a fingerprint of the designed coefficients);
+* ``input_limit`` is the largest accepted ``|sample|``: the models reject input beyond
+  ``max_spl`` (default 200 dB SPL) at their calibration like NaN;
 * ``batchable`` says whether states of several streams stack into one batched state
   (:func:`stack_states`, :func:`split_state`).
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import math
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -70,6 +73,7 @@ class Streaming(Protocol):
     name: str
     outputs: tuple
     batchable: bool
+    input_limit: float      # largest accepted |sample| (inf: only finite values are checked)
 
     def __call__(self, x) -> Any: ...
 
@@ -195,15 +199,26 @@ def first_nonfinite(x: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
 
 
-def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInputError) -> None:
-    """Raise ``err`` (an :class:`RtamtInputError`) if ``x`` holds NaN or Inf.
-    ``describe(index)`` names the position of the first one (e.g. ``'batch 1, channel 3,
-    sample 17'``)."""
+def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInputError,
+                     limit: float = math.inf, limit_text: str = "") -> None:
+    """Raise ``err`` (an :class:`RtamtInputError`) if ``x`` holds NaN or Inf, or a value
+    whose magnitude exceeds ``limit`` (a model's physical limit, ``limit_text`` says what it
+    is).  ``describe(index)`` names the position of the first offending value (e.g.
+    ``'batch 1, channel 3, sample 17'``)."""
+    if limit == math.inf:
+        if K.all_finite(x):
+            return
+    elif K.all_within(x, limit):
+        return
     if not K.all_finite(x):
         bad = first_nonfinite(x)
         raise err(
             f"{where}: non-finite value {x[bad]} at {describe(bad)}; "
             "block rejected, state unchanged")
+    bad = tuple(int(i) for i in np.argwhere(np.abs(x) > limit)[0])
+    raise err(
+        f"{where}: value {float(x[bad]):.4g} at {describe(bad)} is beyond the physical limit "
+        f"|x| <= {limit:.4g} ({limit_text}); block rejected, state unchanged")
 
 
 # ------------------------------------------------------------------ snapshot checks
@@ -276,6 +291,16 @@ def check_state_arrays(who: str, arrays, ref: dict) -> dict:
                 f"{first_nonfinite(a)}; refused")
         out[k] = np.array(a, copy=True)
     return out
+
+
+#: default physical limit of a model's input, dB SPL (a sample whose magnitude, taken as an
+#: RMS at the model's ``spl_ref``, would exceed it is rejected); above any real sound
+MAX_SPL = 200.0
+
+
+def spl_limit(max_spl: float, spl_ref: float) -> float:
+    """Largest accepted ``|sample|`` for ``max_spl`` dB SPL when RMS 1 = ``spl_ref`` dB SPL."""
+    return 10.0 ** ((float(max_spl) - float(spl_ref)) / 20.0)
 
 
 def stream_meta(batch, lead, dtype, **extra) -> dict:

@@ -447,6 +447,17 @@ def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
 
 
 @njit(**_JIT)
+def all_within(x, limit):
+    """True if every ``|element| <= limit`` (false for NaN; one vectorised pass, no
+    temporary).  The physical-limit check of a model's input blocks."""
+    a = x.ravel()
+    ok = True
+    for i in range(a.size):
+        ok &= abs(a[i]) <= limit
+    return ok
+
+
+@njit(**_JIT)
 def all_finite(x):
     """True if no element of ``x`` is NaN or +-inf (one vectorised pass, no temporary:
     ``|v| <= DBL_MAX`` is false exactly for those).  The input check of every block."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -91,6 +92,7 @@ class Stateless:
     name = "stateless"
     outputs: tuple = ("out",)
     batchable = True
+    input_limit = math.inf
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -214,7 +216,10 @@ class Stage:
         the check of every block runs on the real-time path)."""
         return f"{who or self.name}: block {self._block}"
 
-    def _check(self, x: np.ndarray, who: str | None = None) -> tuple[np.ndarray, tuple, int]:
+    input_limit = math.inf
+
+    def _check(self, x: np.ndarray, who: str | None = None, limit: float = math.inf,
+               limit_text: str = "") -> tuple[np.ndarray, tuple, int]:
         """Validate a public block; return (time-major array, lead shape, n_in).
 
         Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
@@ -249,7 +254,7 @@ class Stage:
                 raise RtamtInputError(
                     f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
                     "(call reset() to change dtype)")
-        reject_nonfinite(x, self._label(who), self._where)
+        reject_nonfinite(x, self._label(who), self._where, limit=limit, limit_text=limit_text)
         # to (B, T, C) or (B, T)
         if self.in_kind == "signal":
             xt = x[None] if x.ndim == 1 else x
@@ -462,6 +467,8 @@ class Chain:
 
     name = "chain"
     input_gain = 1.0
+    input_limit = math.inf
+    _limit_text = ""
     batchable = True
     #: attributes that identify a model's design besides its stages (checked on load)
     identity_fields: tuple = ()
@@ -522,7 +529,7 @@ class Chain:
         ensure_ftz()
         arr, back = as_numpy_block(x)
         first = self.stages[0]
-        xt, lead, _ = first._check(arr, who=self.name)
+        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
         g = self.input_gain
         if g != 1.0:
             xt = xt * xt.dtype.type(g)   # new array: the caller's block is never written

@@ -374,6 +374,7 @@ class LoudnessMeter:
 
     # -- the streaming contract ---------------------------------------------------------
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
+    input_limit = math.inf
     outputs = ("momentary", "short_term", "integrated")
 
     def __init_subclass__(cls, **kw):

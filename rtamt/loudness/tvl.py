@@ -57,6 +57,13 @@ class TimeVaryingLoudness:
     config = "paper"
     batchable = True
     identity_fields = ("fs", "config", "spl_ref")
+    #: physical limit (dB SPL) of the input, see :class:`rtamt.models._common.ModulationModel`
+    max_spl = _C.MAX_SPL
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
+        return _C.spl_limit(self.max_spl, self.spl_ref)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -105,7 +112,9 @@ class TimeVaryingLoudness:
             raise RtamtInputError(
                 f"{where}: shape {x.shape} / dtype {x.dtype} differs from the stream's "
                 f"(lead {self._meta[0]}, {self._meta[1]}, {self._meta[2]}); call reset() first")
-        reject_nonfinite(rows, where, lambda b: f"{self._row_name(b[0], mode)}, sample {b[1]}")
+        reject_nonfinite(rows, where, lambda b: f"{self._row_name(b[0], mode)}, sample {b[1]}",
+                         limit=self.input_limit,
+                         limit_text=f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}")
         return rows, lead, mode
 
     def _row_name(self, r: int, mode) -> str:

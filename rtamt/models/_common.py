@@ -2,6 +2,7 @@
 share: centre-frequency accessors and the AMT level convention."""
 from __future__ import annotations
 
+from ..engine.contract import MAX_SPL, spl_limit
 from ..engine.stage import Chain
 
 
@@ -9,6 +10,9 @@ class ModulationModel(Chain):
     """A :class:`Chain` ending in a modulation filterbank stage named ``modfb``.
 
     ``fc_stage`` names the stage whose coefficients hold the auditory centre frequencies.
+
+    Input beyond :attr:`max_spl` (default 200 dB SPL) is rejected like NaN
+    (:attr:`input_limit`).
 
     Calibration: ``spl_ref`` is the dB SPL of a digital RMS of 1.0.  The model scales every
     input block by :attr:`input_gain` before its first stage, so that the stages see the
@@ -21,6 +25,18 @@ class ModulationModel(Chain):
     fc_stage = "gammatone"
     spl_ref = 100.0
     identity_fields = ("fs", "config", "spl_ref")
+    #: physical limit (dB SPL): a block with a sample beyond it, taken as an RMS at
+    #: ``spl_ref``, is rejected like NaN (settable per model instance)
+    max_spl = MAX_SPL
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
+        return spl_limit(self.max_spl, self.spl_ref)
+
+    @property
+    def _limit_text(self) -> str:
+        return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
 
     def __init__(self, stages):
         super().__init__(stages)

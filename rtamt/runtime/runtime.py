@@ -186,6 +186,8 @@ class Runtime:
             if not isinstance(c, Streaming):
                 raise TypeError(f"Runtime: chain {k!r} ({type(c).__name__}) does not follow "
                                 "the streaming contract (rtamt.Streaming)")
+        # a block is checked once, against every chain's limit, before any chain runs
+        self._limit = min(float(c.input_limit) for c in self.chains.values())
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if on_error not in ("skip", "stop"):
@@ -576,7 +578,8 @@ class Runtime:
             reject_nonfinite(
                 x, f"runtime: block {self._seq}",
                 lambda b: f"channel {b[1]}, sample {b[0]} (stream sample "
-                          f"{self._blk_start + b[0]}); every chain's state unchanged")
+                          f"{self._blk_start + b[0]}); every chain's state unchanged",
+                limit=self._limit, limit_text="the smallest input_limit of the chains")
             for name, ch in self.chains.items():
                 outs[name] = ch(xin)
         except RtamtInputError as e:
