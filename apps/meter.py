@@ -32,6 +32,7 @@ from rtamt.runtime import Runtime
 
 from .feed import SoundLevel
 from .inputs import Live, add_calibration_arguments, open_input
+from .warm import warm_up
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
 
@@ -155,6 +156,8 @@ def run(args) -> int:
     if not args.json:
         print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
+    for name in ("loudness", "bs1770"):   # kernels loaded (or compiled) before streaming
+        warm_up(chains[name], rt.dtype, () if channels == 1 else (channels,), name)
     n_out = 0
 
     def drain(final=False):

@@ -16,6 +16,8 @@ from rtamt.models import MODELS
 from rtamt.modulation import to_padded
 from rtamt.signals import demo_signal, read_wav
 
+from .warm import warm_up
+
 
 def add_arguments(p):
     p.add_argument("input", nargs="?", help="input WAV (int16/int32/float32, mono or multi-channel)")
@@ -94,7 +96,8 @@ def run(args) -> int:
         x = x[0]
     sizes = block_sizes(x.shape[-1], args.block, args.seed)
     outs = {name: [] for name in model.outputs}
-    t0 = time.perf_counter()
+    warm = warm_up(model, args.dtype, x.shape[:-1], args.model)  # kernels: cache or compile
+    t0 = t1 = time.perf_counter()
     pos = 0
     try:
         for n in sizes:
@@ -102,6 +105,7 @@ def run(args) -> int:
             for k, v in o.items():
                 outs[k].append(v)
             pos += n
+            t1 = time.perf_counter() if pos == sizes[0] else t1   # end of the first block
     except RtamtInputError as e:
         print(f"rtamt process: {e}", file=sys.stderr)
         return 2
@@ -122,10 +126,16 @@ def run(args) -> int:
     print(f"  fs {fs:g} Hz, {x.shape[-1]} samples, {len(sizes)} blocks "
           f"({'random 1..8192' if args.block == 'random' else args.block + ' samples'}), {args.dtype}")
     print(f"  {len(model.fc)} auditory channels {model.fc[0]:.1f}-{model.fc[-1]:.1f} Hz")
-    print(f"  processed in {elapsed:.3f} s (incl. first-call JIT load): {dur / max(elapsed, 1e-9):.1f}x real time")
+    print(f"  {warm.describe()}")
+    # the first block also allocates the stream's state: left out when there are others
+    steady_t, steady_n = ((elapsed, x.shape[-1]) if len(sizes) < 2
+                          else (t0 + elapsed - t1, x.shape[-1] - sizes[0]))
+    rtf = steady_t / (steady_n / fs)
+    pace = f"{1 / rtf:.0f}x faster" if rtf < 1 else f"{rtf:.1f}x slower"
+    print(f"  steady state: {rtf:.3g} of real time ({pace} than real time; "
+          f"{dur:.2f} s of signal in {elapsed:.3f} s, the first block excluded)")
     for k, v in result.items():
-        fin = v[np.isfinite(v)]
-        print(f"  {k:10s} {str(v.shape):18s} min {fin.min():+.4g}  max {fin.max():+.4g}")
+        print(f"  {k:10s} {str(v.shape):18s} min {np.nanmin(v):+.4g}  max {np.nanmax(v):+.4g}")
     if "adaptloop" in result:
         a = result["adaptloop"]
         lvl = a.reshape(-1, *a.shape[-2:]).mean(axis=(0, 2))

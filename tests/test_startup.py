@@ -1,0 +1,116 @@
+"""Start-up: what importing rtamt pulls in, the kernel warm-up (rtamt.engine.jit.warmup)
+and the summary of `rtamt process`, which reports the one-time kernel load/compile apart
+from the steady-state real-time factor.  Behaviour only; wall times are in docs/startup.md."""
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rtamt
+from rtamt.engine.jit import WarmupStep, warmup
+from rtamt_apps.cli import main
+
+FS = 32000.0
+
+
+def _run_py(code, **env):
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, **env), timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_import_rtamt_does_not_import_heavy_or_app_modules():
+    r = _run_py("import sys, rtamt\n"
+                "print(sorted(m for m in ('torch', 'pyqtgraph', 'PySide6', 'sounddevice',"
+                " 'rtamt_apps', 'scipy.io') if m in sys.modules))")
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="FTZ/DAZ through MXCSR is x86 only")
+def test_processing_flushes_denormals_without_importing_torch():
+    r = _run_py("import sys, numpy as np, rtamt\n"
+                "rtamt.Dau1997(16000.0)(np.zeros(64))\n"
+                "print('torch' in sys.modules, np.array([1e-310])[0] * 1.0)")
+    assert r.stdout.split() == ["False", "0.0"]   # DAZ: the subnormal input reads as 0
+
+
+def _blocks(seed=0, n=4000):
+    return np.random.default_rng(seed).standard_normal(n) * 0.02
+
+
+@pytest.mark.parametrize("name", ["dau1997", "moore2016"])
+def test_warmup_leaves_the_model_untouched(name):
+    x = _blocks()
+    ref = rtamt.MODELS[name](FS)
+    ref(x[:1000])
+    m = rtamt.MODELS[name](FS)
+    assert m.state_dict()["stream"] is None
+    warmup(m, "float64")
+    assert m.state_dict()["stream"] is None          # a fresh model stays fresh
+    m(x[:1000])
+    before = m.state_dict()
+    warmup(m, "float64")                             # and a running one is not advanced
+    after = m.state_dict()
+    assert after["block"] == before["block"]
+    for a, b in zip(_leaves(before), _leaves(after)):
+        np.testing.assert_array_equal(a, b)
+    want = ref.process_all(x[1000:])
+    for k, v in m.process_all(x[1000:]).items():
+        np.testing.assert_array_equal(v, want[k])
+
+
+def _leaves(sd):
+    if sd.get("arrays"):
+        for k in sorted(sd["arrays"]):
+            yield sd["arrays"][k]
+    for k in sorted(sd.get("children") or {}):
+        yield from _leaves(sd["children"][k])
+
+
+def test_warmup_reports_every_stage_through_the_callback():
+    m = rtamt.Dau1997(FS)
+    steps = []
+    rep = warmup(m, "float32", progress=steps.append)
+    done = [s for s in steps if s.event == "done"]
+    assert [s.stage for s in done] == m.output_names
+    assert [s.index for s in done] == list(range(1, len(m.stages) + 1))
+    assert all(isinstance(s, WarmupStep) and s.total == len(m.stages) for s in steps)
+    assert all(s.seconds >= 0 and s.loaded >= 0 and s.compiled >= 0 for s in done)
+    assert rep.steps == done
+    assert rep.compiled == sum(s.compiled for s in done) == sum(
+        s.event == "compile" for s in steps)
+    assert rep.describe().startswith("kernels: compiled in" if rep.cold
+                                     else "kernels: loaded from cache in")
+
+
+def test_process_summary_separates_kernel_load_from_steady_state(capsys):
+    assert main(["process", "--demo", "--block", "4096"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln.strip() for ln in out.splitlines()]
+    assert any(ln.startswith("kernels: loaded from cache in") or
+               ln.startswith("kernels: compiled in") for ln in lines), out
+    steady = [ln for ln in lines if ln.startswith("steady state:")]
+    assert len(steady) == 1 and "of real time" in steady[0], out
+    assert float(steady[0].split()[2]) > 0
+    assert "first-call JIT" not in out
+
+
+@pytest.mark.slow
+def test_first_run_announces_the_compile_and_later_runs_do_not(tmp_path):
+    """A cold numba cache (its own NUMBA_CACHE_DIR): the first run says on stderr that it
+    compiles, with [k/N] progress, and its summary says so; the second run is quiet."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    code = ("import sys\nfrom rtamt_apps.cli import main\n"
+            "sys.exit(main(['process', '--demo', '--block', '4096']))")
+    first = _run_py(code, **env)
+    assert first.stderr.startswith("compiling kernels, once"), first.stderr
+    assert "[1/4] gammatone" in first.stderr and "[4/4] modfb" in first.stderr
+    assert "kernels: compiled in" in first.stdout
+    second = _run_py(code, **env)
+    assert "compiling" not in second.stderr, second.stderr
+    assert "kernels: loaded from cache in" in second.stdout
