@@ -6,7 +6,6 @@ digital signal with RMS 1.0.  AMT's convention is ``spl_ref = 100``.
 from __future__ import annotations
 
 import numpy as np
-from scipy.io import wavfile
 
 
 def rms_for_spl(spl_db: float, spl_ref: float = 100.0) -> float:
@@ -57,6 +56,8 @@ def read_wav(path) -> tuple[float, np.ndarray]:
     int16 / int32 (incl. 24-bit, left-justified by scipy) are scaled by
     ``2^-(bits-1)``, uint8 is centred, float32/float64 are taken as is.
     """
+    from scipy.io import wavfile  # imported here: scipy.io costs ~0.1-0.2 s at start-up
+
     fs, data = wavfile.read(path)
     if data.dtype == np.int16:
         x = data.astype(np.float64) / 32768.0
