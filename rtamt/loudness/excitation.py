@@ -11,9 +11,9 @@ filter at ``fc``, ``g = (f_j - fc)/fc`` and the weight is ``W = (1 + p|g|) e^{-p
   component: the components' powers weighted by a symmetric roex with
   ``p = 4 f_j/ERB(f_j)`` centred on the component (ANSI S3.4-2007 eq. 4).
 
-``E_i = sum_j W_ij P_j`` (linear, 1.0 = 0 dB).  The level-independent parts are dense
-matrix products; the level-dependent lower skirts run in
-:func:`rtamt.loudness.kernels.lower_skirt`.
+``E_i = sum_j W_ij P_j`` (linear, 1.0 = 0 dB).  The level-independent parts are banded
+matrix products (:func:`rtamt.loudness.kernels.rowwise_matmul`, frame by frame); the
+level-dependent lower skirts run in :func:`rtamt.loudness.kernels.lower_skirt`.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from .ansi import cam_to_hz, erb_hz
-from .kernels import SKIRT_PAD, lower_skirt
+from .kernels import SKIRT_PAD, band_ranges, lower_skirt, matmul_rows
 
 CAM_LO, CAM_HI, CAM_STEP = 1.75, 39.0, 0.25
 LOG2E = 1.4426950408889634
@@ -40,6 +40,8 @@ class ExcitationCoeffs:
     seg: np.ndarray       # (J,) offset of component j's pairs
     cnt: np.ndarray       # (J,) padded pair count of component j
     c_slope: float        # 0.35 / p51_1k
+    sym_rng: np.ndarray   # (J, 2) nonzero column range of each row of sym_t (band_ranges)
+    up_rng: np.ndarray    # (J, 2) the same for up_t
 
 
 def _roex(pg):
@@ -72,18 +74,21 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
         segs.append(off)
         cnts.append(c)
         off += c
+    sym_t, up_t = np.ascontiguousarray(sym.T), np.ascontiguousarray(up.T)
     return ExcitationCoeffs(
-        fc=fc, cam=cam, sym_t=np.ascontiguousarray(sym.T), up_t=np.ascontiguousarray(up.T),
+        fc=fc, cam=cam, sym_t=sym_t, up_t=up_t,
         a=np.concatenate(a_l).astype(np.float32), b=np.concatenate(b_l).astype(np.float32),
         i0=i0.astype(np.int64),
         seg=np.asarray(segs, dtype=np.int64), cnt=np.asarray(cnts, dtype=np.int64),
-        c_slope=0.35 / p51_1k)
+        c_slope=0.35 / p51_1k, sym_rng=band_ranges(sym_t), up_rng=band_ranges(up_t))
 
 
 def excitation(c: ExcitationCoeffs, P: np.ndarray) -> np.ndarray:
     """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear."""
-    lvl = P @ c.sym_t
-    E = P @ c.up_t
+    # row-wise products (kernels.rowwise_matmul): a frame's bits do not depend on how
+    # many frames and streams are computed together
+    lvl = matmul_rows(P, c.sym_t, c.sym_rng)
+    E = matmul_rows(P, c.up_t, c.up_rng)
     lower_skirt(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, E)
     return E
 

@@ -38,6 +38,10 @@ design time from its multiply count (:func:`design_spectrum`):
     rounding floor is ~1e-16 of the segment's energy (-160 dB re the window's power,
     far below threshold); negative rounding results are set to 0.
 
+The matrix products run in :func:`rtamt.loudness.kernels.rowwise_matmul`, which computes
+each frame by the same operations however many frames and streams a block holds (a BLAS
+product rounds a row differently depending on the row count).
+
 At 32 kHz the 64-4 ms windows use ``chunk`` and the 2 ms window ``autocorr``: about
 35 000 multiplies per frame instead of 275 000.  Sample rates whose windows are not whole
 hops (44.1 kHz) use ``direct`` for the long windows.
@@ -63,7 +67,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .ansi import ear_gain_db, hz_to_cam
-from .kernels import autocorr_frames, group_add, spectrum_chunks
+from .kernels import autocorr_frames, band_ranges, group_add, matmul_rows, spectrum_chunks
 
 WINDOWS_MS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0)
 EDGES_HZ = (20.0, 80.0, 500.0, 1250.0, 2540.0, 4050.0, 15000.0)
@@ -228,7 +232,8 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
         win = _hann(n)
         ph = 2 * np.pi * np.outer(np.arange(n), k) / nfft
         mat = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)], axis=1)
-        return {"mat": np.ascontiguousarray(mat), "gain": gw, "grp": grw}
+        mat = np.ascontiguousarray(mat)
+        return {"mat": mat, "mat_rng": band_ranges(mat), "gain": gw, "grp": grw}
     if method == "autocorr":
         win = _hann(n)
         gids = np.unique(grw)
@@ -239,7 +244,8 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
             cg[:, col] = (gw[sel][None, :] * np.cos(2 * np.pi * np.outer(d, k[sel]) / nfft)).sum(1)
         cg[1:] *= 2.0
         assert np.all(np.diff(gids) == 1)     # a window's groups are consecutive
-        return {"win": win, "cg": np.ascontiguousarray(cg), "g0": int(gids[0])}
+        cg = np.ascontiguousarray(cg)
+        return {"win": win, "cg": cg, "cg_rng": band_ranges(cg), "g0": int(gids[0])}
     # chunk
     phi = num / float(nfft * n)                  # cycles per sample
     C = n // hop
@@ -247,7 +253,8 @@ def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
     ang = 2 * np.pi * np.outer(m, phi)
     rot = 2 * np.pi * np.outer(np.arange(C) * hop, phi)
     wn = 2 * np.pi * phi * n
-    return {"tab": np.ascontiguousarray(np.concatenate([np.cos(ang), -np.sin(ang)], axis=1)),
+    tab = np.ascontiguousarray(np.concatenate([np.cos(ang), -np.sin(ang)], axis=1))
+    return {"tab": tab, "tab_rng": band_ranges(tab),
             "rc": np.ascontiguousarray(np.cos(rot)), "rs": np.ascontiguousarray(-np.sin(rot)),
             "wn": np.stack([np.cos(wn), -np.sin(wn)]),
             "offs": offs,
@@ -296,7 +303,7 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             n_new = F + (C - 1 if prime else 0)
             st = e0 - (lag + 1) * H - (n_new - F) * H
             seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
-            D = (seg @ a["tab"]).reshape(R, n_new, -1)
+            D = matmul_rows(seg, a["tab"], a["tab_rng"]).reshape(R, n_new, -1)
             spectrum_chunks(D, k0, lag, F, n_new - F, a["rc"], a["rs"], a["wn"],
                             rings[f"ring{w}"], a["offs"], a["cm"], a["cp"], a["gain"],
                             a["grp"], P)
@@ -305,14 +312,14 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             autocorr_frames(z, e0, F, c.hop, pl.start, a["win"], ac)
             # |X(f)|^2 = r_0 + 2 sum_d r_d cos(2 pi f d), summed per group; rounding can
             # leave tiny negative values where the true power is ~0
-            pg = ac @ a["cg"]
+            pg = matmul_rows(ac, a["cg"], a["cg_rng"])
             np.maximum(pg, 0.0, out=pg)
             P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
         else:
             st = e0 + pl.start
             view = as_strided(z[:, st:], shape=(R, F, pl.n), strides=(rs, c.hop * es, es),
                               writeable=False)
-            y = np.ascontiguousarray(view).reshape(R * F, pl.n) @ a["mat"]
+            y = matmul_rows(view.reshape(R * F, pl.n), a["mat"], a["mat_rng"])
             h = y.shape[1] // 2
             group_add(y[:, :h] ** 2 + y[:, h:] ** 2, a["gain"], a["grp"], P)
     return P

@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.stage import RtamtInputError
-from ..loudness.kernels import agc_rows, binaural_frames
+from ..loudness.kernels import agc_rows, binaural_frames, matmul_rows
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
@@ -138,7 +138,7 @@ class Moore2016(TimeVaryingLoudness):
         lte = np.empty((B, 2, F))
         st = np.empty((F, R, K))
         agc_rows(N, state["st"], self.alpha_st[0], self.alpha_st[1], st)
-        S = (st.reshape(F * R, K) @ self.smooth).reshape(F, R, K)   # spatial smoothing
+        S = matmul_rows(st.reshape(F * R, K), self.smooth).reshape(F, R, K)   # spatial smoothing
         binaural_frames(st, S, E, state["lt"], self.alpha_lt[0], self.alpha_lt[1], self.p,
                         spec, exc, ste, lte)
         shp = () if mode == "diotic" else tuple(lead[:-1])
