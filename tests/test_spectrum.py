@@ -74,3 +74,27 @@ def test_streaming_rings_equal_stateless_frames(fs):
         k += nf
     got = np.concatenate(got, axis=1)
     np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-14 * ref.max())
+
+
+def test_rowwise_matmul_rows_do_not_depend_on_the_row_count():
+    """kernels.rowwise_matmul (the spectrum's and the excitation's products): a row's bits
+    are the same whether it is computed alone or with 1 .. 63 others (BLAS rounds a row
+    differently for M = 1, a few and >= 16 rows), and equal a plain float64 product."""
+    from rtamt.loudness.excitation import design_excitation
+    from rtamt.loudness.kernels import band_ranges, matmul_rows
+
+    c = design_spectrum(SpectrumParams(fs=48000))
+    e = design_excitation(c.comp_hz)
+    mats = [e.up_t, e.sym_t] + [p.arrays.get("tab", p.arrays.get("cg")) for p in c.plans]
+    rng = np.random.default_rng(3)
+    for B in mats:
+        A = rng.standard_normal((64, B.shape[0]))
+        A[5, ::3] = 0.0                          # skipped terms change nothing
+        rb = band_ranges(B)
+        full = matmul_rows(A, B, rb)
+        for m in (1, 2, 5, 16, 17, 64):
+            for s in (0, 64 - m):
+                np.testing.assert_array_equal(matmul_rows(A[s:s + m], B, rb), full[s:s + m])
+        np.testing.assert_array_equal(matmul_rows(A, B), full)    # ranges computed inside
+        ref = np.einsum("ik,kj->ij", A, B)
+        assert np.all(np.abs(full - ref) <= 1e-12 * (np.abs(A) @ np.abs(B)))
