@@ -90,7 +90,7 @@ def run(args) -> int:
     except ValueError as e:
         print(f"rtamt process: {e}", file=sys.stderr)
         return 2
-    x = model.calibrate(x).astype(args.dtype)
+    x = x.astype(args.dtype)   # the model applies its own spl_ref
     mono = x.shape[0] == 1
     if mono:
         x = x[0]
@@ -116,10 +116,11 @@ def run(args) -> int:
     dur = x.shape[-1] / fs
     meta = dict(fs=np.float64(fs), fc=model.fc, spl_ref=np.float64(args.spl_ref),
                 block_sizes=sizes, model=np.str_(args.model), config=np.str_(model.config))
-    if hasattr(model, "mfc"):
+    if model.mfc is not None:
         meta["mfc"] = model.mfc
-    if hasattr(model, "fs_mod"):
-        meta["fs_mod"] = np.float64(model.fs_mod)   # rate of the outputs after resampling
+    rate = model.output_info()[model.outputs[-1]]["rate"]
+    if rate is not None and rate != fs:
+        meta["fs_mod"] = np.float64(rate)   # rate of the outputs after resampling
     if args.out:
         np.savez(args.out, **result, **meta)
     print(f"rtamt process: {args.model} ({model.config}) on {src}")
