@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.stage import RtamtInputError
-from ..loudness.kernels import agc_rows, binaural_frames, matmul_rows
+from ..loudness.kernels import agc_rows, band_ranges, binaural_frames, matmul_rows
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
@@ -69,7 +69,13 @@ def sech_pow_equal(p: float = P_INHIBIT) -> float:
 
 
 class Moore2016(TimeVaryingLoudness):
-    """Moore et al. (2016) binaural time-varying loudness (STL/LTL per ear, 1 ms frames)."""
+    """Moore et al. (2016) binaural time-varying loudness (STL/LTL per ear, 1 ms frames).
+
+    Streams are ``(2, T)`` left/right blocks (``(batch, 2, T)`` for a batch) or ``(T,)``
+    diotic blocks; states of stereo streams stack into batches
+    (:func:`rtamt.stack_states`), a diotic stream's state does not (a diotic block has no
+    batch form).
+    """
 
     name = "moore2016"
     outputs = ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right",
@@ -94,6 +100,7 @@ class Moore2016(TimeVaryingLoudness):
         cam = self.coeffs.exc.cam
         g = cam[None, :] - cam[:, None]
         self.smooth = np.where(np.abs(g) <= width_cam + 1e-9, np.exp(-(sigma * g) ** 2), 0.0)
+        self.smooth_rng = band_ranges(self.smooth)      # nonzero band of each row, once
 
     # input: (T,) diotic | (2, T) | (B, 2, T)
     def _layout(self, x, where):
@@ -138,7 +145,8 @@ class Moore2016(TimeVaryingLoudness):
         lte = np.empty((B, 2, F))
         st = np.empty((F, R, K))
         agc_rows(N, state["st"], self.alpha_st[0], self.alpha_st[1], st)
-        S = matmul_rows(st.reshape(F * R, K), self.smooth).reshape(F, R, K)   # spatial smoothing
+        S = matmul_rows(st.reshape(F * R, K), self.smooth,                    # spatial smoothing
+                        self.smooth_rng).reshape(F, R, K)
         binaural_frames(st, S, E, state["lt"], self.alpha_lt[0], self.alpha_lt[1], self.p,
                         spec, exc, ste, lte)
         shp = () if mode == "diotic" else tuple(lead[:-1])
