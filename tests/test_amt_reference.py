@@ -12,12 +12,11 @@ import numba
 import numpy as np
 import pytest
 import scipy.signal
+from _helpers import load_ref, max_rel_err, run_blocks
 
 import rtamt
 from rtamt.filterbank.gammatone import bandwidth_factor
 from rtamt.modulation import to_padded
-
-from _helpers import load_ref, max_rel_err, run_blocks
 
 SIGNALS = ["tone1k_60dB", "noise_70dB", "am4k8Hz_65dB"]
 STAGES = ["gammatone", "ihc", "adaptloop", "modfb"]
@@ -163,7 +162,8 @@ def _amt_model(x, fc, fs=48000.0):
     Hohmann (2002) with the ERB of Glasberg & Moore (1990); IHC: half-wave rectification and a
     1st-order Butterworth low-pass at 1 kHz (Dau et al. 1996)."""
     n = 4
-    bmul = math.factorial(n - 1) ** 2 / (math.pi * math.factorial(2 * n - 2) * 2.0 ** (-(2 * n - 2)))
+    bmul = (math.factorial(n - 1) ** 2
+            / (math.pi * math.factorial(2 * n - 2) * 2.0 ** (-(2 * n - 2))))
     b, a = scipy.signal.butter(1, 1000.0, fs=fs)
     gt = np.empty((fc.size, x.size))
     ihc = np.empty_like(gt)

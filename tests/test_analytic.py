@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import rtamt
+from rtamt import RtamtInputError
 from rtamt.adaptation import AdaptLoop
 from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
 from rtamt.nonlinear import BrokenStick, PowerCompression
-from rtamt import RtamtInputError
 
 
 def _sine_fit(y, f, t):
@@ -312,7 +312,7 @@ def test_modfilter_streaming_response_peaks_at_mfc(filter_type):
             P[i, j] = np.mean(y[b, f, T - n:] ** 2)
     assert np.all(np.argmax(P, axis=1) == 4), np.argmax(P, axis=1)
     # clear peak: 0.7 and 1.4 x mfc give less than the response at mfc
-    for i, f in enumerate(idx):
+    for f in idx:
         mfc = fmfc[f]
         xs = 1.0 + 0.5 * np.cos(2 * np.pi * np.array([0.7, 1.0, 1.4])[:, None] * mfc * t[None])
         ys = ModFilterbank(fs=fs, fc=(4000.0,), preset="amt0910",
@@ -381,8 +381,8 @@ def test_compression_per_channel_exponents(cls):
         if cls is PowerCompression:
             e = np.sign(x[:, c]) * np.abs(x[:, c] / k) ** n * k
         else:
-            e = np.where(np.abs(x[:, c]) > k, np.sign(x[:, c]) * np.abs(x[:, c]) ** n * k ** (1 - n),
-                         x[:, c])
+            e = np.where(np.abs(x[:, c]) > k,
+                         np.sign(x[:, c]) * np.abs(x[:, c]) ** n * k ** (1 - n), x[:, c])
         np.testing.assert_allclose(y[:, c], e, rtol=1e-12, atol=0)
     # exponent 1 is the identity; different exponents give different channels
     np.testing.assert_allclose(y[:, 2], x[:, 2], rtol=1e-12)

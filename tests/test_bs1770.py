@@ -20,9 +20,22 @@ import pytest
 from scipy.signal import sosfreqz
 
 from rtamt.loudness.bs1770 import (
-    BS1770_48K_PREFILTER, BS1770_48K_RLB, RLB_F0_HZ, RLB_GAIN, RLB_Q, SHELF_F0_HZ, SHELF_Q,
-    SHELF_VB, SHELF_VH, LoudnessInputError, LoudnessMeter, Params, design, k_weighting_sos,
-    lufs_or_none)
+    BS1770_48K_PREFILTER,
+    BS1770_48K_RLB,
+    RLB_F0_HZ,
+    RLB_GAIN,
+    RLB_Q,
+    SHELF_F0_HZ,
+    SHELF_Q,
+    SHELF_VB,
+    SHELF_VH,
+    LoudnessInputError,
+    LoudnessMeter,
+    Params,
+    design,
+    k_weighting_sos,
+    lufs_or_none,
+)
 
 
 # ---------------------------------------------------------------- helpers

@@ -62,10 +62,10 @@ def test_without_ftz_states_do_go_subnormal():
     so the check above can fail."""
     code = (
         "import numpy as np, rtamt, sys\n"
-        "sys.path.insert(0, %r)\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         "from test_denormals import _loud_then_silence, _subnormals, FS\n"
         "m = rtamt.Dau1997(FS); m(_loud_then_silence())\n"
-        "print(_subnormals(m))\n" % os.path.dirname(__file__)
+        "print(_subnormals(m))\n"
     )
     env = dict(os.environ, RTAMT_KEEP_DENORMALS="1")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -20,13 +20,18 @@ import zlib
 import numpy as np
 import pytest
 import scipy.signal as ss
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 from rtamt import Chain, RtamtInputError
-from rtamt.filterbank.drnl import (DRNL, PRESETS, STAPES_PEAK_VELOCITY_1KHZ_0DB,
-                                   flat_stapes_scale, get_preset, path_responses)
+from rtamt.filterbank.drnl import (
+    DRNL,
+    PRESETS,
+    STAPES_PEAK_VELOCITY_1KHZ_0DB,
+    flat_stapes_scale,
+    get_preset,
+    path_responses,
+)
 from rtamt.ihc import IHCEnvelope
-
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 import rtamt
 from rtamt import RtamtInputError
-from rtamt.ear import (HeadphoneFilter, MiddleEarFilter, OuterMiddleEarFilter, minimum_phase,
-                       outer_middle_ear_db)
+from rtamt.ear import (
+    HeadphoneFilter,
+    MiddleEarFilter,
+    OuterMiddleEarFilter,
+    minimum_phase,
+    outer_middle_ear_db,
+)
 from rtamt.ear.filters import JEPSEN2008_PEAK, P_REF
 from rtamt.filterbank import Gammatone
 from rtamt.loudness import ansi
-
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

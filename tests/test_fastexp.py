@@ -4,12 +4,10 @@ documented bounds."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from numba import njit
 
-import pytest
-
 from rtamt.engine.fastexp import exp2_neg_f32, exp_f64, exp_f64_short, log_f64
-
 
 EPS = np.finfo(np.float64).eps
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import max_rel_err, random_partition, run_blocks
 
 from rtamt.engine.stage import RtamtInputError
-from rtamt.ihc.paulick2024 import (IHCPaulick2024, IHCPaulick2024Params, equilibrium_potential,
-                                   met_conductance, precharge)
-
-from _helpers import max_rel_err, random_partition, run_blocks
+from rtamt.ihc.paulick2024 import (
+    IHCPaulick2024,
+    IHCPaulick2024Params,
+    equilibrium_potential,
+    met_conductance,
+    precharge,
+)
 
 FS = 44100.0
 N = 9600

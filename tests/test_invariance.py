@@ -12,23 +12,23 @@ Dau1997 run on a 60-80 dB SPL signal with an onset, a silent gap and a re-onset.
 """
 from __future__ import annotations
 
+import functools
 import zlib
 
 import numpy as np
 import pytest
 import torch
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 import rtamt
 from rtamt.adaptation import AdaptLoop
 from rtamt.adaptation.highpass import AdaptHighpass
-from rtamt.models.king2019 import King2019
-from rtamt.modulation.king2019 import KingModFilterbank
 from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
+from rtamt.models.king2019 import King2019
 from rtamt.modulation import ModFilterbank
+from rtamt.modulation.king2019 import KingModFilterbank
 from rtamt.nonlinear import BrokenStick, PowerCompression
-
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600  # > 8192 so that the random partition holds an 8192-sample block
 TOL = {np.float32: 1e-6, np.float64: 1e-12}
@@ -51,6 +51,15 @@ def signals():
     return sig
 
 
+def _ignore_s(cls, **kw):
+    """A maker ``lambda s: cls(**kw)`` (the stage does not depend on the signal)."""
+    return lambda s: cls(**kw)
+
+
+def _modfb(s, preset, filter_type):
+    return ModFilterbank(fs=FS, fc=s["fc"], preset=preset, filter_type=filter_type)
+
+
 def _C(sig):
     return len(sig["fc"])
 
@@ -58,17 +67,16 @@ def _C(sig):
 # name -> (factory(sig) -> stage/chain, input key, is_chain)
 CASES = {
     "gammatone": (lambda s: Gammatone(fs=FS, basef=1000.0), "signal", False),
-    **{f"ihc-{p}": ((lambda p: lambda s: IHCEnvelope(fs=FS, preset=p))(p), "gammatone", False)
+    **{f"ihc-{p}": (_ignore_s(IHCEnvelope, fs=FS, preset=p), "gammatone", False)
        for p in ["dau1996", "breebaart2001", "king2019", "lindemann"]},
     "ihc-custom": (lambda s: IHCEnvelope(fs=FS, cutoff=500.0, order=3, iterations=2),
                    "gammatone", False),
-    **{f"adapt-{p}": ((lambda p: lambda s: AdaptLoop(fs=FS, preset=p))(p), "ihc", False)
+    **{f"adapt-{p}": (_ignore_s(AdaptLoop, fs=FS, preset=p), "ihc", False)
        for p in ["dau1997", "osses2021", "paulick2024"]},
     "adapt-minspl-per-channel": (
         lambda s: AdaptLoop(fs=FS, minspl=tuple(np.linspace(-10.0, 20.0, _C(s)))), "ihc", False),
-    **{f"modfb-{p}-{ft}": ((lambda p, ft: lambda s: ModFilterbank(fs=FS, fc=s["fc"], preset=p,
-                                                                   filter_type=ft))(p, ft),
-                           "adaptloop", False)
+    **{f"modfb-{p}-{ft}": (functools.partial(_modfb, preset=p, filter_type=ft), "adaptloop",
+                           False)
        for p in ["amt0910", "dau1997", "jepsen2008", "paulick2024"]
        for ft in ["efilt", "butterworth"]},
     "brokenstick-per-channel": (

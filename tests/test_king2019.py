@@ -35,7 +35,9 @@ def test_modulation_filters_peak_at_mfc_and_are_3db_down_at_edges():
     H = np.abs(np.fft.rfft(np.asarray(st(x)), axis=-1))   # (M, n/2+1)
     fr = np.fft.rfftfreq(n, 1 / FS)
     for m in range(mfc.size):
-        g = lambda f: 20 * np.log10(np.interp(f, fr, H[m]))   # noqa: E731
+        def g(f, m=m):
+            return 20 * np.log10(np.interp(f, fr, H[m]))
+
         assert abs(g(mfc[m])) < 0.02, m
         assert abs(g(e[m, 0]) + 3.0103) < 0.05 and abs(g(e[m, 1]) + 3.0103) < 0.05, m
         assert fr[np.argmax(H[m])] == pytest.approx(mfc[m], rel=0.02)

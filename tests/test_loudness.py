@@ -7,13 +7,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from rtamt_apps.process import block_sizes
 from rtamt.engine.stage import RtamtInputError
 from rtamt.loudness.ansi import SpecificLoudnessCoeffs, specific_loudness_ref
 from rtamt.loudness.excitation import design_excitation, excitation, excitation_ref
 from rtamt.loudness.kernels import specific_loudness
 from rtamt.models import Glasberg2002, Moore2016
 from rtamt.models.moore2016 import sech_pow_equal
+from rtamt_apps.process import block_sizes
 
 DATA = pathlib.Path(__file__).parent / "data"
 TABLE7 = np.loadtxt(DATA / "ansi_s34_2007_table7.csv", delimiter=",", skiprows=1)

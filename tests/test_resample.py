@@ -16,16 +16,22 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from _helpers import make_signal, max_rel_err, random_partition, run_blocks
 from scipy import signal
 
 import rtamt
 from rtamt import RtamtInputError
 from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
-from rtamt.resample import (Resampler, ResamplerParams, block_output_length, design, gain_db,
-                            group_delay, output_length)
-
-from _helpers import make_signal, max_rel_err, random_partition, run_blocks
+from rtamt.resample import (
+    Resampler,
+    ResamplerParams,
+    block_output_length,
+    design,
+    gain_db,
+    group_delay,
+    output_length,
+)
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

@@ -249,9 +249,10 @@ def _denormal_measure(loud_s: float = 1.0, silence_s: float = 30.0, skip: int = 
 def _denormal_subprocess(keep_denormals: bool) -> dict:
     import json
 
-    code = ("import json, sys; sys.path.insert(0, %r)\n"
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import json, sys; sys.path.insert(0, {here!r})\n"
             "from test_runtime_load import _denormal_measure\n"
-            "print(json.dumps(_denormal_measure()))\n" % os.path.dirname(os.path.abspath(__file__)))
+            "print(json.dumps(_denormal_measure()))\n")
     env = dict(os.environ)
     env.pop("RTAMT_KEEP_DENORMALS", None)
     if keep_denormals:

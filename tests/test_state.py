@@ -5,17 +5,12 @@ import copy
 
 import numpy as np
 import pytest
+from _helpers import FS, assert_outputs_equal, make_signal, outputs_of
 
 import rtamt
 from rtamt import RtamtInputError
 from rtamt.adaptation import AdaptLoop
 from rtamt.modulation import ModFilterbank
-
-from _helpers import assert_outputs_equal, outputs_of, FS, make_signal
-
-
-
-
 
 
 def _sd_equal(a, b):
@@ -83,7 +78,8 @@ def test_state_dict_continuation_is_bit_exact(name, dtype):
     # and it differs from the now-advanced state (so the comparison above is not vacuous)
     later = orig.state_dict()
     arrays = (lambda d: d["arrays"]) if kind == "stage" else \
-        (lambda d: {f"{s}.{k}": v for s, dd in d["children"].items() for k, v in dd["arrays"].items()})
+        (lambda d: {f"{s}.{k}": v for s, dd in d["children"].items()
+                    for k, v in dd["arrays"].items()})
     assert any(not np.array_equal(arrays(sd)[k], arrays(later)[k]) for k in arrays(sd))
 
 
@@ -127,7 +123,8 @@ def test_reset_equals_fresh_instance(name):
         assert all(s.blocks_processed == 0 for s in st.stages)
     y_again = outputs_of(st, x[..., :1200])
     assert_outputs_equal(y_again, y_first)
-    assert_outputs_equal(outputs_of(st, x[..., 1200:]), outputs_of(make_and_run(make, x[..., :1200]), x[..., 1200:]))
+    assert_outputs_equal(outputs_of(st, x[..., 1200:]),
+                         outputs_of(make_and_run(make, x[..., :1200]), x[..., 1200:]))
 
 
 

@@ -86,7 +86,8 @@ class AdaptLoopCoeffs:
 
 def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
     if params.preset not in PRESETS:
-        raise ValueError(f"unknown adaptation preset {params.preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(
+            f"unknown adaptation preset {params.preset!r}; choose from {sorted(PRESETS)}")
     pre = PRESETS[params.preset]
     tau = np.asarray(params.tau if params.tau is not None else pre["tau"], dtype=np.float64)
     limit = float(params.limit if params.limit is not None else pre["limit"])

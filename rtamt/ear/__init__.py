@@ -6,11 +6,23 @@
 
 See :mod:`rtamt.ear.filters`; data provenance in ``rtamt/ear/PROVENANCE.md``.
 """
-from .filters import (COMPENSATIONS, FIELDS, MIDDLE_EAR_PRESETS, HeadphoneFilter,
-                      HeadphoneParams, MiddleEarFilter, MiddleEarParams, OuterMiddleEarFilter,
-                      OuterMiddleEarParams, design_headphone, design_middle_ear,
-                      design_outer_middle_ear, jepsen2008_table, lopezpoveda2001_table,
-                      outer_middle_ear_db)
+from .filters import (
+                      COMPENSATIONS,
+                      FIELDS,
+                      MIDDLE_EAR_PRESETS,
+                      HeadphoneFilter,
+                      HeadphoneParams,
+                      MiddleEarFilter,
+                      MiddleEarParams,
+                      OuterMiddleEarFilter,
+                      OuterMiddleEarParams,
+                      design_headphone,
+                      design_middle_ear,
+                      design_outer_middle_ear,
+                      jepsen2008_table,
+                      lopezpoveda2001_table,
+                      outer_middle_ear_db,
+)
 from .fir import FIRCoeffs, FIRSignalStage, minimum_phase
 
 __all__ = ["HeadphoneFilter", "HeadphoneParams", "MiddleEarFilter", "MiddleEarParams",

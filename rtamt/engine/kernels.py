@@ -26,7 +26,6 @@ from .fastexp import exp_f64_short
 from .intrinsics import copy8, fma
 from .jit import JIT as _JIT
 
-
 LANES = 32
 """Channel loops run over a lane count rounded up to a multiple of this.  LLVM vectorises
 them 32 float64 lanes per iteration (8 per AVX-512 register, 4 registers interleaved)

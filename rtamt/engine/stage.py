@@ -30,10 +30,10 @@ boundaries (tested for every stage in ``tests/test_invariance.py``).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -563,7 +563,7 @@ class Chain:
         """Create every stage's state for a new stream, all or nothing."""
         try:
             n = 1
-            for i, s in enumerate(self.stages):
+            for s in self.stages:
                 # a signal stage's leading shape is the stream's batch; a channel
                 # stage's adds the channel count
                 s._ensure_state(tuple(lead) if s.in_kind == "signal" else tuple(lead) + (n,),

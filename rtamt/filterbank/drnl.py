@@ -89,13 +89,13 @@ grid              80-8000 Hz, 1 ERB        80-8000 Hz, 1 ERB        250-8000 Hz,
 Sources: LP&M 2001 Table III (average human regression; digits as in the AMT
 ``arg_drnl``; cascade lengths 3 / 4 / 3 / 3 as in the DSAM parameter file
 ``BM_DRNLHuman.par`` that implements LP&M 2001), Jepsen et al. 2008 Table I (modified
-bandwidth and low-pass slopes, a/b frozen above 1.5 kHz).  The cascade lengths of ``jepsen2008`` are those of Jepsen's own
-DRNL implementation distributed with the AMT (``drnl.m`` / ``getDRNLparam.m``, "DRNL for
-normal hearing, Morten 2007"); Paulick et al. (2024) keep that DRNL (AMT 1.6
-``paulick2024_drnl``, model 'paulick2024': 2 / 4 / 2 / 1 with the 2008 constants), so
-``jepsen2008`` and ``paulick2024`` differ only in their default channel grid (Paulick
-et al.: 50 channels equally spaced on the ERB-rate scale from 250 Hz to 8 kHz, AMT 1.6
-``arg_paulick2024``).
+bandwidth and low-pass slopes, a/b frozen above 1.5 kHz).  The cascade lengths of
+``jepsen2008`` are those of Jepsen's own DRNL implementation distributed with the AMT
+(``drnl.m`` / ``getDRNLparam.m``, "DRNL for normal hearing, Morten 2007"); Paulick et al.
+(2024) keep that DRNL (AMT 1.6 ``paulick2024_drnl``, model 'paulick2024': 2 / 4 / 2 / 1
+with the 2008 constants), so ``jepsen2008`` and ``paulick2024`` differ only in their default
+channel grid (Paulick et al.: 50 channels equally spaced on the ERB-rate scale from 250 Hz
+to 8 kHz, AMT 1.6 ``arg_paulick2024``).
 
 Differences from the seed (torch_amt ``DRNLFilterbank``) and from the AMT code, with the
 reason:
@@ -441,7 +441,9 @@ def design(params: DRNLParams, n_in: int | None = None) -> DRNLCoeffs:
     bs = np.stack([a, b, c, knee_test])
     sections = {}
     for dt in (np.float32, np.float64):
-        cast = (lambda v, dt=dt: np.ascontiguousarray(v, dtype=dt))
+        def cast(v, dt=dt):
+            return np.ascontiguousarray(v, dtype=dt)
+
         sections[np.dtype(dt)] = dict(
             gain=cast(gain), gtl=cast(gtl), lpl=cast(lpl), gtn=cast(gtn), lpn=cast(lpn),
             bs=cast(bs), scale=np.array([scale], dtype=dt))

@@ -213,7 +213,8 @@ def _bilinear_biquad(num_p, den_p, f0: float, fs: float) -> np.ndarray:
 
     def z_poly(c):
         c2, c1, c0 = c
-        return np.array([c2 + c1 * K + c0 * K * K, 2.0 * (c0 * K * K - c2), c2 - c1 * K + c0 * K * K])
+        return np.array([c2 + c1 * K + c0 * K * K, 2.0 * (c0 * K * K - c2),
+                         c2 - c1 * K + c0 * K * K])
 
     b, a = z_poly(num_p), z_poly(den_p)
     return np.concatenate([b / a[0], a / a[0]])
@@ -560,9 +561,9 @@ class LoudnessMeter:
     def _gated(self) -> float:
         """Integrated loudness over all gating blocks so far (BS.1770-4 eqs. (3)-(7))."""
         e = self._gate[:self._n_gate]
-        l = loudness_of_energy(e)
-        above_abs = l > ABSOLUTE_GATE_LUFS
+        lk = loudness_of_energy(e)
+        above_abs = lk > ABSOLUTE_GATE_LUFS
         if not above_abs.any():
             return -math.inf
         gamma_r = loudness_of_energy(float(np.mean(e[above_abs]))) + RELATIVE_GATE_LU
-        return loudness_of_energy(float(np.mean(e[above_abs & (l > gamma_r)])))
+        return loudness_of_energy(float(np.mean(e[above_abs & (lk > gamma_r)])))

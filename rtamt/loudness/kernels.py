@@ -376,7 +376,6 @@ def rowwise_matmul(A, B, rng, out):
     arithmetic of each row is the same as one at a time.
     """
     M, K = A.shape
-    J = B.shape[1]
     i = 0
     while i + 4 <= M:
         o0, o1, o2, o3 = out[i], out[i + 1], out[i + 2], out[i + 3]

@@ -25,9 +25,9 @@ import dataclasses
 
 import numpy as np
 
-from ..engine.denormal import ensure_ftz
 from ..engine import contract as _C
 from ..engine.contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
+from ..engine.denormal import ensure_ftz
 from ..engine.stage import as_numpy_block
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import design_excitation, excitation
@@ -247,7 +247,8 @@ class TimeVaryingLoudness:
         if self._state is None:
             self._state = self._init_state(rows.shape[0], mode)
             self._meta = (lead, mode, arr.dtype)
-        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead, mode)
+        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead,
+                           mode)
         self._block += 1
         dt = arr.dtype
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}

@@ -33,10 +33,10 @@ from __future__ import annotations
 import warnings
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ._common import ModulationModel
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
+from ._common import ModulationModel
 
 CONFIGS = {
     "amt0910": dict(modfb=dict(preset="amt0910")),
@@ -68,7 +68,8 @@ class Dau1997(ModulationModel):
         gt = Gammatone(GammatoneParams(fs=self.fs, flow=flow, fhigh=fhigh, spacing=spacing,
                                        basef=basef, fc=None if fc is None else tuple(fc)))
         ih = IHCEnvelope(IHCEnvelopeParams(fs=self.fs, **(ihc or {})))
-        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, spl_ref=100.0, **(adapt or {"preset": "dau1997"})))
+        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, spl_ref=100.0,
+                                       **(adapt or {"preset": "dau1997"})))
         mkw = dict(CONFIGS[config]["modfb"])
         mkw.update(modfb or {})
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc), **mkw))

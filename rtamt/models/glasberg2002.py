@@ -56,7 +56,8 @@ class Glasberg2002(TimeVaryingLoudness):
                  field: str = "free", presentation: str = "diotic", comp_cam: float = 0.1,
                  middle_ear: str = "1997", tau_stl=(0.022, 0.050), tau_ltl=(0.100, 2.000)):
         if config not in CONFIGS:
-            raise ValueError(f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
+            raise ValueError(
+                f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
         if presentation not in ("diotic", "monaural"):
             raise ValueError("presentation must be 'diotic' or 'monaural'")
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,

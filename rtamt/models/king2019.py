@@ -35,14 +35,13 @@ Deviations from the seed's documented behaviour (torch_amt ``King2019``):
 from __future__ import annotations
 
 from ..adaptation.highpass import AdaptHighpass, AdaptHighpassParams
-from ._common import ModulationModel
 from ..filterbank import Gammatone, GammatoneParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation.king2019 import KingModFilterbank, KingModFilterbankParams
 from ..nonlinear import BrokenStick, PowerCompression
 from ..nonlinear.compression import CompressionParams
-
+from ._common import ModulationModel
 
 CONFIGS = {"paper": {}}
 
@@ -53,7 +52,8 @@ class King2019(ModulationModel):
     name = "king2019"
     outputs = ("gammatone", "compression", "ihc", "adaptation", "modfb")
 
-    def __init__(self, fs: float, config: str = "paper", *, flow: float = 80.0, fhigh: float = 8000.0,
+    def __init__(self, fs: float, config: str = "paper", *, flow: float = 80.0,
+                 fhigh: float = 8000.0,
                  basef: float | None = None, fc=None, spl_ref: float = 100.0,
                  compression: str = "brokenstick", knee_db: float = 30.0,
                  exponent: float = 0.3, adapt_cutoff: float = 3.0, adapt_order: int = 1,

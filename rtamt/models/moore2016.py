@@ -31,7 +31,8 @@ model.  The time-varying analysis smears a steady tone over its window's main lo
 (measured with C = 0.0631; the steady-state core alone reproduces Table 7 to 0.7 %).
 rtamt scales C by 0.9642 (C = 0.06084), the minimax factor over 30-100 dB at 32, 44.1
 and 48 kHz together (with the ANSI S3.4-2007 middle ear), so the model's 1 kHz loudness
-function stays within +-4.92 % of Table 7 at each of those rates.  ``C=0.0631`` restores the published constant.
+function stays within +-4.92 % of Table 7 at each of those rates.  ``C=0.0631`` restores the
+published constant.
 
 Binaural design, and the resulting monaural/diotic ratio: with identical patterns
 ``sech(1)^p = 0.50008``, ``I = 1.33326``; with one ear silent ``I = 1``.  So a tone

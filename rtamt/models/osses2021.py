@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
-from ._common import ModulationModel
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
+from ._common import ModulationModel
 
 CONFIGS = {"paper": {}}
 

@@ -46,12 +46,12 @@ import numpy as np
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
-from ._common import ModulationModel
 from ..filterbank.drnl import DRNL, DRNLParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc.paulick2024 import IHCPaulick2024, IHCPaulick2024Params
 from ..modulation import ModFilterbank, ModFilterbankParams
 from ..resample import Resampler, ResamplerParams
+from ._common import ModulationModel
 
 CONFIGS = {"paper": {}}
 

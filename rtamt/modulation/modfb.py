@@ -140,7 +140,8 @@ def modulation_centre_frequencies(u: float, Q: float = 2.0) -> np.ndarray:
 
 def _resolve(params: ModFilterbankParams) -> ModFilterbankParams:
     if params.preset not in PRESETS:
-        raise ValueError(f"unknown modulation preset {params.preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(
+            f"unknown modulation preset {params.preset!r}; choose from {sorted(PRESETS)}")
     pre = PRESETS[params.preset]
     upd = {k: v for k, v in pre.items() if getattr(params, k) is None}
     return replace(params, **upd)
@@ -167,7 +168,8 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
     for c, m in enumerate(mfc):
         mfc_padded[c, : m.size] = m
     # band filters: (mode, slot, channel)
-    bands = [(int(m[j] > p.real_max_mfc), j, c, m[j]) for c, m in enumerate(mfc) for j in range(1, m.size)]
+    bands = [(int(m[j] > p.real_max_mfc), j, c, m[j])
+             for c, m in enumerate(mfc) for j in range(1, m.size)]
     bands.sort()
     bp_channel = np.array([b[2] for b in bands], dtype=np.int64)
     bp_slot = np.array([b[1] for b in bands], dtype=np.int64)
@@ -196,7 +198,8 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
                                                 output="sos"))
     pre_sos = None
     if p.prefilter_hz and p.prefilter_hz > 0:
-        pre_sos = np.ascontiguousarray(signal.butter(1, p.prefilter_hz, btype="low", fs=fs, output="sos"))
+        pre_sos = np.ascontiguousarray(
+            signal.butter(1, p.prefilter_hz, btype="low", fs=fs, output="sos"))
     filter_channel = np.concatenate([np.arange(C), bp_channel])
     filter_slot = np.concatenate([np.zeros(C, np.int64), bp_slot])
     filter_mfc = np.concatenate([np.zeros(C), bp_mfc])

@@ -181,7 +181,8 @@ def design(params: ResamplerParams, n_in=None) -> ResamplerCoeffs:
             f"rate change {up}/{down} (fs_in {fs_in}) is too fine: max(up, down) = {max_rate} "
             f"> {MAX_RATE}; choose sample rates with a simpler ratio or give up/down")
     if params.preset not in PRESETS:
-        raise ValueError(f"unknown resampler preset {params.preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(
+            f"unknown resampler preset {params.preset!r}; choose from {sorted(PRESETS)}")
     fac0, beta0, cut0 = PRESETS[params.preset]
     fac = params.half_len_factor if params.half_len_factor is not None else fac0
     beta = float(params.beta if params.beta is not None else beta0)
@@ -191,7 +192,8 @@ def design(params: ResamplerParams, n_in=None) -> ResamplerCoeffs:
     if not (math.isfinite(beta) and beta >= 0):
         raise ValueError(f"Kaiser beta must be >= 0, got {beta}")
     if not 0 < cutoff <= 1:
-        raise ValueError(f"cutoff must lie in (0, 1] (fraction of min(fs_in, fs_out)/2), got {cutoff}")
+        raise ValueError(
+            f"cutoff must lie in (0, 1] (fraction of min(fs_in, fs_out)/2), got {cutoff}")
     half_len = int(fac) * max_rate
     h = signal.firwin(2 * half_len + 1, cutoff / max_rate, window=("kaiser", beta)) * up
     K = -(-h.size // up)
