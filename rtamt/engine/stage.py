@@ -301,12 +301,9 @@ class Stage:
         ``yt`` must be a new array that nothing else writes to (a ``process_tm`` call with
         ``out=None``; the chain never hands out a work buffer it reuses).  The result's
         strides are time-major (``y.strides[-1] == C' * itemsize``): every value is where
-        the kernels wrote it.  Copying into time-last memory cost more than any stage but
-        two (Dau1997 at 48 kHz, 275 filter rows: 14 us per 256-sample block, 87 us per
-        1024, 0.0026-0.0041 of real time, 2-vCPU EPYC), and most consumers reduce over
-        time or take a few rows; ``np.ascontiguousarray(y)`` gives contiguous rows to a
-        caller that needs them.  (librosa's STFT likewise returns its frames in
-        Fortran order rather than copying.)
+        the kernels wrote it.  A copy into time-last memory would cost more than most
+        stages (docs/performance.md), and most consumers reduce over time or take a few
+        rows; ``np.ascontiguousarray(y)`` gives contiguous rows to a caller that needs them.
         """
         y = yt.transpose(0, 2, 1)
         if self.in_kind == "signal":  # lead () or (batch,)
