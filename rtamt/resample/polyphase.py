@@ -306,7 +306,9 @@ class Resampler(Stage):
     see :class:`ResamplerParams` and the module docstring (delay, lengths, response).
     """
 
-    shared_state = ("offset",)      # the polyphase phase: one per stream position
+    #: the polyphase phase depends only on the samples heard, so streams stacked into one
+    #: batch (rtamt.stack_states) must be at the same position and share it
+    shared_state = ("offset",)
 
     name = "resample"
     in_kind = "channels"
