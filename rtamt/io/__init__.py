@@ -1,0 +1,13 @@
+"""Writing model outputs to disk as they are produced.
+
+* :class:`OutputWriter`: named outputs appended block by block along their time axis, one
+  ``.npy`` per output in a directory (or one ``.npz``), memory independent of the stream's
+  length, the result moved into place atomically at the end;
+* :class:`Decimator`: block-invariant rate reduction (mean over ``factor`` samples, or
+  keeping every ``factor``-th sample) before writing;
+* :func:`read_outputs`: open a written output (memory-mapped for a directory).
+"""
+from .decimate import Decimator
+from .writer import MARKER, OutputWriter, read_outputs
+
+__all__ = ["OutputWriter", "Decimator", "read_outputs", "MARKER"]
