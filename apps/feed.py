@@ -145,7 +145,7 @@ class FeedView:
                            ltl_left, ltl_right, spl_db, peak_db, gaps, mod_seconds
     """
 
-    def __init__(self, feed: "MonitorFeed"):
+    def __init__(self, feed: MonitorFeed):
         H, K = feed.loud.shape[1], feed.exc.shape[1]
         self.t = np.full(H, np.nan)
         self.stl = np.full(H, np.nan)
@@ -184,7 +184,8 @@ class MonitorFeed:
     """
 
     def __init__(self, fs: float, block: int, loudness=None, modulation=None, *,
-                 channels: int = 1, spl_ref: float = 100.0, history_s: float = 10.0, mod_window_s: float = 1.0,
+                 channels: int = 1, spl_ref: float = 100.0, history_s: float = 10.0,
+                 mod_window_s: float = 1.0,
                  spl_window_s: float = 0.125, peak_window_s: float = 1.0):
         self.fs, self.block, self.spl_ref = float(fs), int(block), float(spl_ref)
         self.loudness, self.modulation = loudness, modulation
@@ -214,7 +215,8 @@ class MonitorFeed:
             self.mod_T = np.zeros(nm)
             C, M = modulation.mfc_padded.shape
             self.mod_shape = (C, M)
-            self.mod_index = (modulation.filter_channel * M + modulation.filter_slot).astype(np.intp)
+            self.mod_index = (modulation.filter_channel * M
+                              + modulation.filter_slot).astype(np.intp)
         else:
             self.mod_p = np.zeros((1, 1))
             self.mod_T = np.zeros(1)

@@ -25,9 +25,16 @@ import time
 
 import numpy as np
 import pytest
-
-from _jack import (connect, connections, disconnect_system, jack_device, jack_server,
-                   list_ports, new_ports, skip_unless_jack)
+from _jack import (
+    connect,
+    connections,
+    disconnect_system,
+    jack_device,
+    jack_server,
+    list_ports,
+    new_ports,
+    skip_unless_jack,
+)
 
 FS = 48000
 PERIOD = 256          # JACK period (frames per cycle)

@@ -64,7 +64,8 @@ class InputRing:
         self.r_frame = 0
 
     # ------------------------------------------------------------------ producer
-    def push(self, block, status: int = 0, in_latency: float = 0.0, t_push: float | None = None) -> bool:
+    def push(self, block, status: int = 0, in_latency: float = 0.0,
+             t_push: float | None = None) -> bool:
         """Copy ``block`` (frames, channels) into the ring; never blocks.
 
         Returns True if queued, False if dropped (ring full).  The shape is checked
