@@ -30,6 +30,14 @@
   run between two blocks inside the processing thread (the stream keeps running);
   :meth:`stop` drains (process everything queued, then the partial last block) or
   discards.
+* **Source watchdog**: once a source is started (:meth:`source_started`, called by
+  :class:`~rtamt.runtime.stream.AudioInput` and the built-in sources), the processing
+  thread checks while it waits for input that a push arrived within ``source_timeout``
+  (at least two callback periods).  A source that stops delivering (audio server gone,
+  device unplugged, stalled reader) becomes :attr:`Runtime.source_error` and
+  ``stats().source_error``; when pushes resume the error clears, the state is kept and
+  the block spanning the gap has ``Result.gap`` set (``stats().source_stalls`` counts
+  such faults).
 """
 from __future__ import annotations
 
@@ -121,6 +129,8 @@ class RuntimeStats:
     status: dict = field(default_factory=dict)   # flag name -> number of chunks
     dropped_status: list = field(default_factory=list)  # flags seen on dropped chunks
     last_error: str | None = None
+    source_error: str | None = None  # the input stopped delivering (None: healthy)
+    source_stalls: int = 0           # input faults seen (stalls, stream errors)
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -133,7 +143,9 @@ class RuntimeStats:
                 f"(budget {self.budget_us:.0f})  rtf {self.rtf:.3f}  queue {self.queue_frames} fr "
                 f"(max {self.queue_max_frames})  dropped {self.dropped_frames}  skipped "
                 f"{self.skipped_frames}  cb p99 {self.callback_p99_us:.1f} us  latency p50 "
-                f"{self.latency_p50_ms:.1f} ms  status {st}")
+                f"{self.latency_p50_ms:.1f} ms  status {st}"
+                + (f"  SOURCE ERROR: {self.source_error}" if self.source_error else
+                   f"  source stalls {self.source_stalls}" if self.source_stalls else ""))
 
 
 def _pct(a: np.ndarray, n: int, q: float) -> float:
@@ -161,13 +173,16 @@ class Runtime:
     history       : number of recent results kept.
     on_error      : ``'skip'`` (count the block as rejected, keep streaming) or
                     ``'stop'`` (stop the processing thread; :meth:`stop` re-raises).
+    source_timeout: seconds without a push (at least two callback periods) after which a
+                    started source counts as failed (:attr:`source_error`); ``None`` or 0
+                    turns the watchdog off.
     """
 
     def __init__(self, chains, fs: float, channels: int = 1, block: int = 256, *,
                  dtype="float64", sample_dtype="float32", ring_seconds: float = 2.0,
                  max_chunks: int | None = None, policy: str = "drop-oldest",
                  max_backlog_s: float = 0.25, history: int = 16, on_error: str = "skip",
-                 stats_window: int = 4096):
+                 stats_window: int = 4096, source_timeout: float | None = 1.0):
         if isinstance(chains, dict):
             self.chains = dict(chains)
         else:
@@ -244,6 +259,16 @@ class Runtime:
         self._misses = 0
         self._frames_done = 0
         self._queue_max = 0
+        # source watchdog (see source_started); _t_push/_push_n are written by push()
+        self.source_timeout = float(source_timeout or 0.0)
+        if not self.source_timeout >= 0.0:
+            raise ValueError(f"source_timeout must be >= 0 or None, got {source_timeout!r}")
+        self._src_armed = False
+        self._t_push = 0.0
+        self._push_n = 0
+        self._source_error: str | None = None
+        self._src_err_t: float | None = None
+        self._source_stalls = 0
 
     # ================================================================ producer side
     def push(self, block, status=0, in_latency: float | None = None, *, wait: bool = False,
@@ -274,6 +299,8 @@ class Runtime:
                 time.sleep(0.0005)
             t0 = _perf()        # the callback-duration statistic excludes the wait
         ok = self.ring.push(block, status, n / self.fs if in_latency is None else in_latency, t0)
+        self._t_push = t0
+        self._push_n = n
         if self._sleeping:
             self._ring_bell()
         i = self._n_cb % self._cb.shape[0]
@@ -301,6 +328,46 @@ class Runtime:
         if not 0.0 < lat < 1.0:
             lat = frames / self.fs
         self.push(indata, status, lat)
+
+    # ================================================================ source health
+    def source_started(self, period_s: float = 0.0) -> None:
+        """Arm the watchdog: a source now delivers (call after the stream or source thread
+        started).  ``period_s``: its expected callback period, if known (the timeout is at
+        least twice the period, and twice the last pushed chunk's duration)."""
+        self._push_n = max(self._push_n, int(round(float(period_s) * self.fs)))
+        self._t_push = _perf()
+        self._src_armed = True
+
+    def source_ended(self) -> None:
+        """Disarm the watchdog: the source stopped on purpose (end of a file, stop())."""
+        self._src_armed = False
+
+    def report_source_error(self, message: str) -> None:
+        """Report an input fault seen outside the runtime (e.g. the audio API says the
+        stream died).  The first message of a fault is kept; it clears when pushes resume."""
+        if self._source_error is None:
+            self._src_err_t = _perf()
+            self._source_error = str(message)
+            self._source_stalls += 1
+
+    @property
+    def source_error(self) -> str | None:
+        """Why the input stopped delivering, or None while it is healthy."""
+        return self._source_error
+
+    @property
+    def source_deadline(self) -> float:
+        """Seconds without a push after which the watchdog reports the source."""
+        return max(self.source_timeout, 2.0 * self._push_n / self.fs)
+
+    def _watch_source(self) -> None:
+        """Processing thread, while waiting for input: report a silent source."""
+        if self._source_error is not None or not self.source_timeout:
+            return
+        limit = self.source_deadline
+        if _perf() - self._t_push > limit:
+            self.report_source_error(f"input stopped delivering audio (no callback for "
+                                     f"{limit:.1f} s)")
 
     # ================================================================ lifecycle
     def warmup(self) -> None:
@@ -339,6 +406,7 @@ class Runtime:
         """
         if policy not in ("drain", "discard"):
             raise ValueError("stop policy must be 'drain' or 'discard'")
+        self._src_armed = False
         th = self._thread
         if th is not None:
             self._stop_mode = policy
@@ -406,6 +474,7 @@ class Runtime:
             status=dict(self._status_counts),
             dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
             last_error=self._last_error,
+            source_error=self._source_error, source_stalls=self._source_stalls,
         )
 
     # ================================================================ state
@@ -509,6 +578,8 @@ class Runtime:
                     if ring.available() == 0 and not self._cmds and self._stop_mode is None:
                         self._bell.acquire(True, 0.05)
                     self._sleeping = False
+                    if self._src_armed and self._stop_mode is None:
+                        self._watch_source()
                     continue
                 q = ring.queued_frames() + self._fill
                 if q > self._queue_max:
@@ -551,6 +622,10 @@ class Runtime:
         start, n, pos, tpush, inlat, st = ring.chunk()
         self._count_status(st)
         if start != self._next:
+            self._blk_gap = True
+        if self._src_err_t is not None and tpush > self._src_err_t:
+            # pushed after the fault was seen: the source is back (state kept, gap marked)
+            self._source_error = self._src_err_t = None
             self._blk_gap = True
         B = self.block
         off = 0

@@ -11,6 +11,11 @@ path (ring, re-blocking, accounting) is exercised without hardware.
 
 ``blocksize`` may be an int, or a sequence of sizes used cyclically (to emulate
 ``blocksize=0`` devices that deliver varying sizes).
+
+A source arms the runtime's watchdog (:meth:`Runtime.source_started`) when it starts and
+disarms it at its natural end; :meth:`ArraySource.pause` / :meth:`ArraySource.resume`
+emulate a stalled reader or an unplugged device (nothing is pushed while paused, and a
+real-time source does not make up the paused time afterwards).
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ class ArraySource:
         self.pushed = 0
         self.dropped = 0
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _frames(self, start: int, n: int) -> np.ndarray:
@@ -71,9 +77,21 @@ class ArraySource:
             raise ValueError("an as-fast-as-possible source needs a Runtime with "
                              "policy='drop-newest' (backpressure, nothing lost); drop-oldest "
                              "would skip the backlog the source builds up on purpose")
+        runtime.source_started(max(self.sizes) / self.fs if self.realtime else 0.0)
+        try:
+            self._push_all(runtime)
+        finally:
+            runtime.source_ended()
+
+    def _push_all(self, runtime) -> None:
         t0 = time.monotonic()
         pos = 0
         for size in itertools.cycle(self.sizes):
+            if self._paused.is_set():
+                tp = time.monotonic()
+                while self._paused.is_set() and not self._stop.is_set():
+                    time.sleep(0.005)
+                t0 += time.monotonic() - tp    # the paused time is lost, not made up
             if self._stop.is_set():
                 break
             n = size
@@ -99,7 +117,7 @@ class ArraySource:
             if not ok:
                 self.dropped += n
 
-    def start(self, runtime) -> "ArraySource":
+    def start(self, runtime) -> ArraySource:
         """Run in a background thread (like a device's callback thread)."""
         self._thread = threading.Thread(target=self.run, args=(runtime,), name="rtamt-source",
                                         daemon=True)
@@ -115,6 +133,13 @@ class ArraySource:
     @property
     def done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
+
+    def pause(self) -> None:
+        """Stop pushing (a stalled reader / a device that went away) until :meth:`resume`."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
 
     def stop(self) -> None:
         self._stop.set()
