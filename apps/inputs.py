@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .args import positive_float
+
 if TYPE_CHECKING:  # the runtime is imported when an input is opened, not with the CLI
     from rtamt.runtime import ArraySource, Runtime
 
@@ -109,6 +111,22 @@ def add_calibration_arguments(p) -> None:
     p.add_argument("--field", default="free", choices=["free", "diffuse", "eardrum"],
                    help="sound field of the loudness model's outer-ear transfer")
 
+#: exit code of a live app whose input stopped delivering audio
+EXIT_SOURCE_FAULT = 3
+
+
+def add_source_arguments(p) -> None:
+    """The input-fault options every live app shares (argparse): ``--source-timeout``
+    (the runtime's watchdog) and ``--reconnect`` (see :class:`Live`)."""
+    p.add_argument("--source-timeout", type=positive_float(60.0), default=1.0,
+                   help="seconds without audio from the input (at least two callback periods) "
+                        "after which it counts as failed: the app exits with code 3 "
+                        "(default 1)")
+    p.add_argument("--reconnect", action="store_true",
+                   help="when the input fails, keep running and reopen the device (by name) "
+                        "every 0.5 s; the model state is kept across the gap")
+
+
 
 class Live:
     """An :class:`Input` feeding a :class:`Runtime`.
@@ -117,13 +135,31 @@ class Live:
     source thread or the PortAudio stream; ``stop(policy)`` stops the input first,
     then the runtime (``'drain'`` processes what is queued, ``'discard'`` drops it).
     ``done`` is True when a finite source has pushed everything.
+
+    Faults: the app's loop calls :meth:`poll` every 50-100 ms.  It returns the source
+    error once the input stopped delivering (the runtime's watchdog, or PortAudio saying
+    the stream died), and then the app stops and exits non-zero.  With ``reconnect`` it
+    returns None instead and reopens the device (by name) every ``retry_s`` seconds until
+    it delivers again; a stalled source thread is simply waited for.  The runtime and its
+    model state are kept across the gap (``Result.gap``; ``stats().source_stalls``).
+    Stopping a PortAudio stream is bounded (:class:`rtamt.runtime.stream.AudioInput`):
+    ``stop()`` returns within about a second even when the audio server is gone.
     """
 
-    def __init__(self, inp: Input, runtime: Runtime, blocksize: int = 256):
+    def __init__(self, inp: Input, runtime: Runtime, blocksize: int = 256, *,
+                 reconnect: bool = False, retry_s: float = 0.5):
         self.input = inp
         self.runtime = runtime
         self.blocksize = int(blocksize)
         self.audio = None
+        self.reconnect = bool(reconnect)
+        self.retry_s = float(retry_s)
+        self.retries = 0          # reopen attempts
+        self.reconnects = 0       # successful reopens
+        self.abandoned = 0        # streams that did not stop in time
+        self._next_try = 0.0
+        self._lost = False
+        self._gave_up: str | None = None
 
     def start(self) -> "Live":
         if self.input.source is not None:
@@ -132,7 +168,7 @@ class Live:
         else:
             from rtamt.runtime.stream import AudioInput
 
-            self.audio = AudioInput(self.runtime, self.input.device, None,
+            self.audio = AudioInput(self.runtime, self.input.device, self.input.hostapi,
                                     blocksize=self.blocksize).start()
         return self
 
@@ -146,12 +182,65 @@ class Live:
             return False
         return self.input.source.join(timeout)
 
+    def poll(self, notify=None) -> str | None:
+        """Check the input; the source error when it failed and the app should end, else
+        None (also while reconnecting: see :attr:`reconnecting`).  ``notify(message)`` is
+        called when reconnecting starts and when the input is back."""
+        import time
+
+        if self.audio is not None and self.audio.stream is not None:
+            self.audio.check()
+        err = self.runtime.source_error
+        if self.reconnecting != self._lost:
+            self._lost = self.reconnecting
+            if notify is not None:
+                notify(f"{err}; reconnecting every {self.retry_s:g} s" if self._lost else
+                       "input is back (the gap is marked; model state kept)")
+        if err is None or not self.reconnect:
+            return err
+        if self._gave_up is not None:
+            return self._gave_up
+        a = self.audio
+        if a is None or a.stream_active():
+            # a stalled source thread, or a stream PortAudio still runs (e.g. a stalled
+            # server): wait for its callbacks to resume
+            return None
+        now = time.monotonic()
+        if now >= self._next_try:
+            self.retries += 1
+            if a.reopen():
+                self.reconnects += 1
+                # give the new stream the watchdog's time to deliver before trying again
+                self._next_try = now + max(self.retry_s, self.runtime.source_deadline)
+            elif a.abandoned:
+                self._gave_up = f"{err}; cannot reconnect: {a.reopen_error}"
+                return self._gave_up
+            else:
+                self._next_try = now + self.retry_s
+        return None
+
+    @property
+    def reconnecting(self) -> bool:
+        return self.reconnect and self.runtime.source_error is not None
+
+    def failure(self) -> str | None:
+        """What went wrong with the input, for the app's exit message (None: nothing):
+        the source error, or a stream that had to be abandoned at stop."""
+        err = self._gave_up or self.runtime.source_error
+        if err is None and self.abandoned:
+            err = ("input stopped responding: the audio stream did not stop within its "
+                   "timeout and was abandoned (audio server gone?)")
+        return None if err is None else f"{err} [input: {self.input.label}]"
+
     def stop(self, policy: str = "discard") -> None:
         if self.input.source is not None:
             self.input.source.stop()
             self.runtime.stop(policy)
         elif self.audio is not None:
-            self.audio.stop(policy)
-            self.audio = None
+            audio, self.audio = self.audio, None
+            try:
+                audio.stop(policy)
+            finally:
+                self.abandoned += audio.abandoned
         else:
             self.runtime.stop(policy)

@@ -31,7 +31,13 @@ from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
 
 from .feed import SoundLevel
-from .inputs import Live, add_calibration_arguments, open_input
+from .inputs import (
+    EXIT_SOURCE_FAULT,
+    Live,
+    add_calibration_arguments,
+    add_source_arguments,
+    open_input,
+)
 from .warm import warm_up
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
@@ -51,6 +57,7 @@ def add_arguments(p):
     p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--fast", action="store_true", help="file/demo: as fast as possible")
     add_calibration_arguments(p)
+    add_source_arguments(p)
     p.add_argument("--interval", type=float, default=0.1, help="seconds of audio per update")
     p.add_argument("--json", action="store_true", help="one JSON object per update")
 
@@ -114,7 +121,8 @@ def _record(rec, model, spl_ref, st):
     out.update(dropped_frames=st.dropped_frames, skipped_frames=st.skipped_frames,
                rejected_blocks=st.rejected_blocks, status={k: v for k, v in st.status.items() if v},
                queue_frames=st.queue_frames, proc_p99_us=round(st.proc_p99_us, 1),
-               rtf=round(st.rtf, 4))
+               rtf=round(st.rtf, 4), source_error=st.source_error,
+               source_stalls=st.source_stalls)
     return out
 
 
@@ -126,7 +134,8 @@ def _line(d, model_name):
             f"sone {d['phon']:6.1f} phon | SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS | "
-            f"drop {d['dropped_frames'] + d['skipped_frames']} {st}")
+            f"drop {d['dropped_frames'] + d['skipped_frames']} {st}"
+            + (f" | input stalls {d['source_stalls']}" if d.get("source_stalls") else ""))
 
 
 def run(args) -> int:
@@ -150,7 +159,8 @@ def run(args) -> int:
     chains = {"loudness": model, "bs1770": LoudnessMeter(fs=fs, channels=channels),
               "level": SoundLevel()}
     policy = "drop-newest" if args.fast else "drop-oldest"
-    rt = Runtime(chains, fs, channels=channels, block=args.block, policy=policy)
+    rt = Runtime(chains, fs, channels=channels, block=args.block, policy=policy,
+                 source_timeout=args.source_timeout)
     upd = _Updates(rt, fs, args.interval, spl_ref, args.model)
     rt.subscribe(upd)
     if not args.json:
@@ -159,6 +169,7 @@ def run(args) -> int:
     for name in ("loudness", "bs1770"):   # kernels loaded (or compiled) before streaming
         warm_up(chains[name], rt.dtype, () if channels == 1 else (channels,), name)
     n_out = 0
+    tty = sys.stdout.isatty()       # a pipe or file gets one line per update, no \r
 
     def drain(final=False):
         nonlocal n_out
@@ -168,30 +179,46 @@ def run(args) -> int:
             n_out += 1
             if args.json:
                 print(json.dumps(d), flush=True)
-            else:
+            elif tty:
                 print("\r" + _line(d, args.model), end="", flush=True)
+            else:
+                print(_line(d, args.model), flush=True)
         if final and not args.json:
-            print("\nfinal: " + st.line(), flush=True)
+            print(("\n" if tty else "") + "final: " + st.line(), flush=True)
 
-    live = Live(inp, rt, blocksize=args.blocksize)
+    live = Live(inp, rt, blocksize=args.blocksize, reconnect=args.reconnect)
+
+    def watch():
+        """The error that ends the run (None: go on); --reconnect notices on stderr."""
+        return live.poll(lambda msg: print(("\n" if tty and not args.json else "")
+                                           + f"rtamt meter: {msg}", file=sys.stderr,
+                                           flush=True))
+
     try:
         live.start()
         if inp.source is not None:
             while not live.join(0.05):
                 drain()
-            live.stop("drain")
+                if watch():
+                    break
         else:
             t0 = time.monotonic()
             limit = math.inf if args.seconds is None else args.seconds
             while time.monotonic() - t0 < limit:
                 time.sleep(0.05)
                 drain()
-            live.stop("drain")
-    except KeyboardInterrupt:
+                if watch():
+                    break
+        live.stop("drain" if rt.source_error is None else "discard")
+    except KeyboardInterrupt:       # Ctrl-C ends a live run normally (exit 0)
         live.stop("discard")
     except (LookupError, RuntimeError, ValueError) as e:
         live.stop("discard")
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
     drain(final=True)
+    failure = live.failure()
+    if failure:
+        print(f"rtamt meter: {failure}", file=sys.stderr, flush=True)
+        return EXIT_SOURCE_FAULT
     return 0

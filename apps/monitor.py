@@ -31,6 +31,7 @@ frame rate, drops, processing time) as one JSON object.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -42,7 +43,7 @@ import numpy as np
 
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 
-from .inputs import add_calibration_arguments
+from .inputs import EXIT_SOURCE_FAULT, add_calibration_arguments, add_source_arguments
 
 LOUDNESS_MODELS = ("moore2016", "glasberg2002")
 MODULATION_MODELS = ("dau1997", "king2019")
@@ -70,6 +71,8 @@ class MonitorSettings:
     seconds: float | None = None
     loop: bool = False
     max_backlog_s: float = 0.25
+    source_timeout: float = 1.0
+    reconnect: bool = False
 
 
 def add_arguments(p):
@@ -96,6 +99,7 @@ def add_arguments(p):
                    help="seconds of input the processing may fall behind before the oldest is "
                         "skipped (at most 1.9: the input ring holds 2 s)")
     add_calibration_arguments(p)
+    add_source_arguments(p)
     p.add_argument("--fps", type=float, default=30.0, help="GUI refresh rate")
     p.add_argument("--history", type=float, default=10.0, help="seconds of loudness history")
     p.add_argument("--mod-window", type=float, default=1.0,
@@ -146,11 +150,11 @@ def build_pipeline(s: MonitorSettings):
         mod = ModulationPower(cls(fs, fhigh=min(8000.0, 0.45 * fs), spl_ref=s.spl_ref))
         chains["modulation"] = mod
     rt = Runtime(chains, fs, channels=ch, block=s.block, policy="drop-oldest",
-                 max_backlog_s=s.max_backlog_s)
+                 max_backlog_s=s.max_backlog_s, source_timeout=s.source_timeout)
     feed = MonitorFeed(fs, s.block, lm, mod, channels=ch, spl_ref=s.spl_ref,
                        history_s=s.history_s, mod_window_s=s.mod_window_s)
     rt.subscribe(feed)
-    return Live(inp, rt, blocksize=s.blocksize), feed, lm, mod
+    return Live(inp, rt, blocksize=s.blocksize, reconnect=s.reconnect), feed, lm, mod
 
 
 def _fmt(v, fmt, unit=""):
@@ -369,7 +373,11 @@ class HealthPanel:
             f"Health: queue {st.queue_frames} fr · dropped {st.dropped_frames} · skipped "
             f"{st.skipped_frames} · status {flags}<br>rtf {st.rtf:.3f} · proc p99 "
             f"{st.proc_p99_us / 1e3:.2f} ms of {st.budget_us / 1e3:.1f} ms · "
-            f"GUI {fps:.0f} fps", size="9pt")
+            f"GUI {fps:.0f} fps"
+            + (f"<br><span style='color:#ff5050'>INPUT LOST: {html.escape(st.source_error)}"
+               "</span>" if st.source_error else
+               f" · input stalls {st.source_stalls}" if st.source_stalls else ""),
+            size="9pt")
 
 
 class Readouts:
@@ -579,7 +587,11 @@ class _MonitorControl:
         if len(self._refresh_s) > 100000:
             del self._refresh_s[:50000]
         self._dirty = True
-        if self.live.done:
+        err = self.live.poll()
+        if err:                        # the input failed (no --reconnect): end, exit 3
+            self.source_failure = self.live.failure()
+            self.finish_stream()
+        elif self.live.done:
             self.finish_stream()
 
     def finish_stream(self):
@@ -774,7 +786,8 @@ def settings_from_args(args) -> MonitorSettings:
                            channels=args.channels, block=args.block, blocksize=args.blocksize,
                            spl_ref=spl_ref, spl_source=spl_src, field=args.field, fps=args.fps,
                            history_s=args.history, mod_window_s=args.mod_window,
-                           seconds=seconds, loop=args.loop, max_backlog_s=args.max_backlog)
+                           seconds=seconds, loop=args.loop, max_backlog_s=args.max_backlog,
+                           source_timeout=args.source_timeout, reconnect=args.reconnect)
 
 
 def run(args) -> int:
@@ -824,4 +837,8 @@ def run(args) -> int:
     app.exec()
     win.deleteLater()
     app.processEvents()
+    failure = getattr(win, "source_failure", None) or win.live.failure()
+    if failure:
+        print(f"rtamt monitor: {failure}", file=sys.stderr, flush=True)
+        return EXIT_SOURCE_FAULT
     return 0 if done["ok"] else 1

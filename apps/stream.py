@@ -13,7 +13,7 @@ import time
 from rtamt.models import MODELS
 from rtamt.runtime import Runtime
 
-from .inputs import Live, open_input
+from .inputs import EXIT_SOURCE_FAULT, Live, add_source_arguments, open_input
 
 
 def add_arguments(p):
@@ -35,6 +35,7 @@ def add_arguments(p):
     p.add_argument("--policy", default=None, choices=["drop-oldest", "drop-newest"],
                    help="overload policy (default drop-oldest live, drop-newest with --fast)")
     p.add_argument("--max-backlog", type=float, default=0.25, help="seconds (drop-oldest)")
+    add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
 
 
@@ -50,8 +51,8 @@ def run(args) -> int:
         return 2
     model = MODELS[args.model](inp.fs, **kw)
     rt = Runtime(model, inp.fs, channels=inp.channels, block=args.block, policy=policy,
-                 max_backlog_s=args.max_backlog)
-    live = Live(inp, rt, blocksize=args.blocksize)
+                 max_backlog_s=args.max_backlog, source_timeout=args.source_timeout)
+    live = Live(inp, rt, blocksize=args.blocksize, reconnect=args.reconnect)
 
     def show(final=False):
         st = rt.stats()
@@ -62,22 +63,37 @@ def run(args) -> int:
         else:
             print(("final: " if final else "") + st.line(), flush=True)
 
+    def notify(msg):
+        print(f"rtamt stream: {msg}", file=sys.stderr, flush=True)
+
     try:
         live.start()
-        if inp.source is not None:
-            while not live.join(1.0):
+        t0 = time.monotonic()          # count from the stream start (after warm-up)
+        t_show = t0 + 1.0              # one stats line per second, input checked every 50 ms
+        while True:
+            if inp.source is not None:
+                if live.join(0.05):
+                    break
+            else:
+                left = args.seconds - (time.monotonic() - t0)
+                if left <= 0:
+                    break
+                time.sleep(min(0.05, left))
+            if live.poll(notify):
+                break
+            if time.monotonic() >= t_show:
                 show()
-        else:
-            t0 = time.monotonic()      # count from the stream start (after warm-up)
-            while time.monotonic() - t0 < args.seconds:
-                time.sleep(min(1.0, max(0.0, args.seconds - (time.monotonic() - t0))))
-                show()
-        live.stop("drain")
-    except KeyboardInterrupt:
+                t_show += 1.0
+        live.stop("drain" if rt.source_error is None else "discard")
+    except KeyboardInterrupt:          # Ctrl-C ends a live run normally (exit 0)
         live.stop("discard")
     except (LookupError, RuntimeError, ValueError) as e:
         live.stop("discard")
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
     show(final=True)
+    failure = live.failure()
+    if failure:
+        print(f"rtamt stream: {failure}", file=sys.stderr, flush=True)
+        return EXIT_SOURCE_FAULT
     return 0
