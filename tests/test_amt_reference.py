@@ -12,11 +12,12 @@ import numba
 import numpy as np
 import pytest
 import scipy.signal
-from _helpers import load_ref, max_rel_err, run_blocks
 
 import rtamt
 from rtamt.filterbank.gammatone import bandwidth_factor
 from rtamt.modulation import to_padded
+
+from _helpers import load_ref, max_rel_err, run_blocks
 
 SIGNALS = ["tone1k_60dB", "noise_70dB", "am4k8Hz_65dB"]
 STAGES = ["gammatone", "ihc", "adaptloop", "modfb"]

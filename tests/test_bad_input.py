@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _helpers import assert_outputs_equal, outputs_of
 
 import rtamt
 from rtamt import RtamtInputError
@@ -18,6 +17,8 @@ from rtamt.adaptation import AdaptLoop
 from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
+
+from _helpers import assert_outputs_equal, outputs_of
 
 FS = 48000.0
 FC4 = (500.0, 1000.0, 2000.0, 4000.0)

@@ -20,7 +20,6 @@ import zlib
 import numpy as np
 import pytest
 import scipy.signal as ss
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 from rtamt import Chain, RtamtInputError
 from rtamt.filterbank.drnl import (
@@ -32,6 +31,8 @@ from rtamt.filterbank.drnl import (
     path_responses,
 )
 from rtamt.ihc import IHCEnvelope
+
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 import rtamt
 from rtamt import RtamtInputError
@@ -18,6 +17,8 @@ from rtamt.ear import (
 from rtamt.ear.filters import JEPSEN2008_PEAK, P_REF
 from rtamt.filterbank import Gammatone
 from rtamt.loudness import ansi
+
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

@@ -10,9 +10,10 @@ bank runs in float32 arithmetic and stays near the adaptation stage's error.
 """
 import numpy as np
 import pytest
-from _helpers import FS, make_signal
 
 from rtamt.models import Dau1997
+
+from _helpers import FS, make_signal
 
 BOUND = {"gammatone": 4e-6, "ihc": 4e-6, "adaptloop": 2e-5}
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _helpers import max_rel_err, random_partition, run_blocks
 
 from rtamt.engine.stage import RtamtInputError
 from rtamt.ihc.paulick2024 import (
@@ -20,6 +19,8 @@ from rtamt.ihc.paulick2024 import (
     met_conductance,
     precharge,
 )
+
+from _helpers import max_rel_err, random_partition, run_blocks
 
 FS = 44100.0
 N = 9600

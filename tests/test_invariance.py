@@ -18,7 +18,6 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 import rtamt
 from rtamt.adaptation import AdaptLoop
@@ -29,6 +28,8 @@ from rtamt.models.king2019 import King2019
 from rtamt.modulation import ModFilterbank
 from rtamt.modulation.king2019 import KingModFilterbank
 from rtamt.nonlinear import BrokenStick, PowerCompression
+
+from _helpers import FS, make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600  # > 8192 so that the random partition holds an 8192-sample block
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

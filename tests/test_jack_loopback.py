@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 import pytest
+
 from _jack import (
     connect,
     connections,

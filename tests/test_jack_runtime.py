@@ -20,12 +20,21 @@ import time
 import numpy as np
 import pytest
 
-from _jack import (connect, connections, disconnect_system, jack_device, jack_server,
-                   list_ports, new_ports, skip_unless_jack)
 from rtamt.engine.stage import Stateless
 from rtamt.models import Dau1997
 from rtamt.runtime import Runtime
 from rtamt.runtime.stream import AudioInput, find_input_device
+
+from _jack import (
+    connect,
+    connections,
+    disconnect_system,
+    jack_device,
+    jack_server,
+    list_ports,
+    new_ports,
+    skip_unless_jack,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from _helpers import random_partition
 from rtamt.models import Dau1997, Moore2016
 from rtamt.runtime import ArraySource, Runtime
 from rtamt.signals import demo_signal, rms_for_spl
 from rtamt_apps.feed import ModulationPower, MonitorFeed, SoundLevel, _put, _unroll
+
+from _helpers import random_partition
 
 pytestmark = pytest.mark.timeout(300)
 FS = 16000.0
@@ -109,7 +110,8 @@ def test_feed_view_equals_the_runtime_results():
     n = int(1.3 * fs)
     t = np.arange(n) / fs
     left = rms_for_spl(70) * np.sqrt(2) * np.sin(2 * np.pi * 1000 * t)
-    right = rms_for_spl(60) * np.sqrt(2) * np.sin(2 * np.pi * 2000 * t) * (1 + np.sin(2 * np.pi * 8 * t)) / 1.5
+    right = (rms_for_spl(60) * np.sqrt(2) * np.sin(2 * np.pi * 2000 * t)
+             * (1 + np.sin(2 * np.pi * 8 * t)) / 1.5)
     x = np.stack([left, right], axis=1)
     lm = Moore2016(fs)
     mp = ModulationPower(Dau1997(fs, fhigh=6000.0))
@@ -322,7 +324,8 @@ def test_wav_input_matches_the_model_offline(make_window, qtbot, tmp_path):
 def test_source_switch_and_bad_source(make_window, qtbot, tmp_path):
     fs = 32000
     path = tmp_path / "noise.wav"
-    wavfile.write(path, fs, (0.05 * np.random.default_rng(0).standard_normal(fs)).astype(np.float32))
+    noise = 0.05 * np.random.default_rng(0).standard_normal(fs)
+    wavfile.write(path, fs, noise.astype(np.float32))
     win = make_window()
     qtbot.waitUntil(lambda: _panels_filled(win), timeout=2000)
     win.set_source(str(path))

@@ -16,7 +16,6 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from _helpers import make_signal, max_rel_err, random_partition, run_blocks
 from scipy import signal
 
 import rtamt
@@ -32,6 +31,8 @@ from rtamt.resample import (
     group_delay,
     output_length,
 )
+
+from _helpers import make_signal, max_rel_err, random_partition, run_blocks
 
 N = 9600
 TOL = {np.float32: 1e-6, np.float64: 1e-12}

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from _helpers import FS, make_signal
 from rtamt.engine.stage import RtamtInputError
 from rtamt.filterbank import Gammatone, GammatoneParams
 from rtamt.models import Dau1997
 from rtamt.runtime import ArraySource, DemoSource, FileSource, Runtime
 from rtamt.signals import read_wav
+
+from _helpers import FS, make_signal
 
 pytestmark = pytest.mark.timeout(120)
 

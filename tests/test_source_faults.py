@@ -21,12 +21,13 @@ import time
 
 import numpy as np
 import pytest
-from _jack import jack_server, list_ports, skip_unless_jack, wait_for_input_port
 
 from rtamt.engine.stage import Stateless
 from rtamt.filterbank import Gammatone, GammatoneParams
 from rtamt.runtime import ArraySource, Runtime
 from rtamt.runtime.stream import AudioInput
+
+from _jack import jack_server, list_ports, skip_unless_jack, wait_for_input_port
 
 pytestmark = pytest.mark.timeout(180)
 

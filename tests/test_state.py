@@ -5,12 +5,13 @@ import copy
 
 import numpy as np
 import pytest
-from _helpers import FS, assert_outputs_equal, make_signal, outputs_of
 
 import rtamt
 from rtamt import RtamtInputError
 from rtamt.adaptation import AdaptLoop
 from rtamt.modulation import ModFilterbank
+
+from _helpers import FS, assert_outputs_equal, make_signal, outputs_of
 
 
 def _sd_equal(a, b):

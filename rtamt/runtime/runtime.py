@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.denormal import ensure_ftz
 from ..engine.contract import RtamtInputError, Streaming, reject_nonfinite
+from ..engine.denormal import ensure_ftz
 from .ring import InputRing
 
 _perf = time.perf_counter
@@ -139,7 +139,8 @@ class RuntimeStats:
     def line(self) -> str:
         """One-line human summary (used by the CLI)."""
         st = ",".join(f"{k}={v}" for k, v in self.status.items() if v) or "none"
-        return (f"blocks {self.blocks}  proc p50/p99 {self.proc_p50_us:.0f}/{self.proc_p99_us:.0f} us "
+        return (f"blocks {self.blocks}  "
+                f"proc p50/p99 {self.proc_p50_us:.0f}/{self.proc_p99_us:.0f} us "
                 f"(budget {self.budget_us:.0f})  rtf {self.rtf:.3f}  queue {self.queue_frames} fr "
                 f"(max {self.queue_max_frames})  dropped {self.dropped_frames}  skipped "
                 f"{self.skipped_frames}  cb p99 {self.callback_p99_us:.1f} us  latency p50 "
@@ -159,8 +160,9 @@ class Runtime:
     """Connects an input stream to one or more chains (see module docstring).
 
     chains        : a streaming object (:class:`rtamt.Streaming`: a model, chain, stage
-                    or meter), a list of them, or a dict ``{name: chain}``.  Each receives the same input: ``(T,)`` for one
-                    channel, ``(channels, T)`` otherwise (channels as batch).
+                    or meter), a list of them, or a dict ``{name: chain}``.  Each
+                    receives the same input: ``(T,)`` for one channel, ``(channels, T)``
+                    otherwise (channels as batch).
     fs            : sample rate, Hz.
     channels      : input channels.
     block         : frames per processing block (re-blocking target).
@@ -381,7 +383,7 @@ class Runtime:
             c(xin)
             c.load_state_dict(sd)
 
-    def start(self, warmup: bool = True) -> "Runtime":
+    def start(self, warmup: bool = True) -> Runtime:
         """Start the processing thread (idempotent); warms the chains up first."""
         if self._thread is not None and self._thread.is_alive():
             return self
@@ -470,7 +472,8 @@ class Runtime:
             callback_p99_us=1e6 * _pct(self._cb, self._n_cb, 99),
             callback_max_us=1e6 * (float(self._cb[:min(self._n_cb, self._cb.shape[0])].max())
                                    if self._n_cb else 0.0),
-            latency_p50_ms=1e3 * _pct(self._lat, n, 50), latency_p99_ms=1e3 * _pct(self._lat, n, 99),
+            latency_p50_ms=1e3 * _pct(self._lat, n, 50),
+            latency_p99_ms=1e3 * _pct(self._lat, n, 99),
             status=dict(self._status_counts),
             dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
             last_error=self._last_error,
@@ -504,7 +507,8 @@ class Runtime:
             return {
                 "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
                 "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
-                "pending": self._acc[:self._fill].copy(), "pending_start": int(self._blk_start if self._fill else self._next),
+                "pending": self._acc[:self._fill].copy(),
+                "pending_start": int(self._blk_start if self._fill else self._next),
                 "chains": {k: c.state_dict() for k, c in self.chains.items()},
             }
         return self._call(_do)
@@ -521,7 +525,8 @@ class Runtime:
         for key, want in (("fs", self.fs), ("channels", self.channels), ("block", self.block),
                           ("dtype", str(self.dtype))):
             if snap.get(key) != want:
-                raise RtamtInputError(f"restore: snapshot {key}={snap.get(key)!r}, runtime has {want!r}")
+                raise RtamtInputError(
+                    f"restore: snapshot {key}={snap.get(key)!r}, runtime has {want!r}")
         if set(snap["chains"]) != set(self.chains):
             raise RtamtInputError(f"restore: snapshot chains {sorted(snap['chains'])} != "
                                   f"{sorted(self.chains)}")
