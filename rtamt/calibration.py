@@ -7,25 +7,34 @@ the level ``L = 20 log10(rms(x)) + spl_ref`` dB SPL.
 ``rtamt calibrate`` measures a reference tone (e.g. a sound calibrator: 94 dB SPL at
 1 kHz) and stores ``spl_ref = L_ref - 20 log10(rms)`` in a small JSON file, by default
 ``$RTAMT_CALIBRATION`` or ``~/.config/rtamt/calibration.json``; the meter and the
-monitor read it.  Every failure (missing or invalid file, clipped or absent tone,
+monitor read it.  :func:`save` refuses a calibration that :func:`load` would refuse, and
+replaces the file atomically (a temporary file beside it, fsync, rename): whatever fails,
+the old file is left as it was.  Every failure (missing or invalid file, clipped or absent tone,
 wrong frequency, unstable level, wrong sample rate) raises :class:`CalibrationError`
 with the reason.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import math
 import os
 import pathlib
+import tempfile
 
 import numpy as np
 
-__all__ = ["Calibration", "CalibrationError", "default_path", "load", "save", "measure_tone",
+__all__ = ["Calibration", "CalibrationError", "REFERENCE_DB_RANGE", "SPL_REF_RANGE",
+           "default_path",
+           "load", "save", "measure_tone",
            "resolve_spl_ref"]
 
 SPL_REF_RANGE = (40.0, 200.0)
+#: accepted calibrator level, dB SPL: a tone that does not clip has an RMS below digital 1.0,
+#: so spl_ref >= reference_db, and spl_ref must be within :data:`SPL_REF_RANGE`
+REFERENCE_DB_RANGE = SPL_REF_RANGE
 
 
 class CalibrationError(ValueError):
@@ -54,12 +63,50 @@ def default_path() -> pathlib.Path:
     return pathlib.Path.home() / ".config" / "rtamt" / "calibration.json"
 
 
+def _check_spl_ref(v, where: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise CalibrationError(f"{where}: spl_ref must be a finite number, got {v!r}")
+    lo, hi = SPL_REF_RANGE
+    if not lo <= v <= hi:
+        raise CalibrationError(
+            f"{where}: spl_ref {v} dB is outside the plausible range {lo}-{hi} dB "
+            "SPL for digital RMS 1.0")
+
+
 def save(cal: Calibration, path=None) -> pathlib.Path:
+    """Write ``cal`` to ``path`` (default :func:`default_path`) and return the path.
+
+    A calibration :func:`load` would refuse raises :class:`CalibrationError` and writes
+    nothing.  The JSON goes to a temporary file in the same directory, is flushed to disk
+    (fsync) and renamed over ``path`` (``os.replace``, atomic): on any failure (``OSError``
+    such as a full disk or a read-only directory) the temporary file is removed, the
+    previous file is left unchanged and the error is raised."""
     p = pathlib.Path(path) if path else default_path()
+    _check_spl_ref(cal.spl_ref, "calibration not saved")
+    text = json.dumps(dataclasses.asdict(cal), indent=2, allow_nan=False) + "\n"
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(cal), indent=2) + "\n")
-    tmp.replace(p)
+    try:
+        mode = p.stat().st_mode & 0o777 if p.exists() else 0o644
+    except OSError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError, AttributeError):   # make the rename durable (POSIX)
+        dfd = os.open(p.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     return p
 
 
@@ -79,14 +126,7 @@ def load(path=None) -> Calibration:
     extra = set(d) - known
     if extra:
         raise CalibrationError(f"calibration file {p}: unknown entries {sorted(extra)}")
-    v = d["spl_ref"]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise CalibrationError(f"calibration file {p}: spl_ref must be a finite number, got {v!r}")
-    lo, hi = SPL_REF_RANGE
-    if not lo <= v <= hi:
-        raise CalibrationError(
-            f"calibration file {p}: spl_ref {v} dB is outside the plausible range {lo}-{hi} dB "
-            "SPL for digital RMS 1.0")
+    _check_spl_ref(d["spl_ref"], f"calibration file {p}")
     return Calibration(**d)
 
 
@@ -99,6 +139,10 @@ def measure_tone(x, fs: float, reference_db: float = 94.0, frequency: float = 10
     clip (|x| < 0.999), be at ``frequency`` within ``freq_tol`` (relative), carry >= 90 %
     of the signal power in +-10 % of that frequency, and be steady (100 ms RMS values
     within 1 dB).  Returns the :class:`Calibration`."""
+    lo, hi = REFERENCE_DB_RANGE
+    if not (math.isfinite(reference_db) and lo <= reference_db <= hi):
+        raise CalibrationError(
+            f"reference level must be a finite {lo:g} to {hi:g} dB SPL, got {reference_db}")
     if expected_fs is not None and abs(float(fs) - float(expected_fs)) > 1e-6:
         raise CalibrationError(
             f"sample rate mismatch: the recording is {fs:g} Hz, expected {expected_fs:g} Hz")
