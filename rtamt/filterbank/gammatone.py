@@ -75,12 +75,18 @@ def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
         raise ValueError(f"gammatone order {params.order} not supported (compiled for n = 4)")
     if params.fs <= 0:
         raise ValueError(f"fs must be > 0, got {params.fs}")
+    nyq = params.fs / 2
     if params.fc is not None:
         fc = np.asarray(params.fc, dtype=np.float64).ravel()
     else:
         fc = erb_space(params.flow, params.fhigh, params.spacing, params.basef)
-    if fc.size == 0 or np.any(fc <= 0) or np.any(fc >= params.fs / 2):
-        raise ValueError(f"centre frequencies must lie in (0, fs/2), got {fc}")
+    if fc.size and np.all(fc > 0) and np.any(fc >= nyq) and params.fc is None:
+        raise ValueError(f"gammatone filterbank at {params.fs:g} Hz: channels up to fhigh "
+                         f"{params.fhigh:g} Hz reach {fc.max():g} Hz, not below Nyquist "
+                         f"({nyq:g} Hz); pass fhigh={0.45 * params.fs:g} or lower")
+    if fc.size == 0 or np.any(fc <= 0) or np.any(fc >= nyq):
+        got = f"{fc.size} from {fc.min():g} to {fc.max():g} Hz" if fc.size else "none"
+        raise ValueError(f"centre frequencies must lie in (0, fs/2 = {nyq:g} Hz), got {got}")
     n = params.order
     beta = bandwidth_factor(n) * erb(fc)
     r = np.exp(-2 * np.pi * beta / params.fs)
