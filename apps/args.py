@@ -19,7 +19,8 @@ import math
 import os
 
 __all__ = ["UsageError", "int_range", "float_range", "positive_float", "spl_ref_db",
-           "window_size", "looks_like_path", "check_block", "add_force_argument",
+           "window_size", "looks_like_path", "no_such_device", "check_block",
+           "add_force_argument", "add_block_arguments",
            "MAX_FRAMES", "BLOCK_SECONDS", "SPL_REF_LIMITS", "FS_LIMITS", "FPS_LIMITS",
            "HISTORY_LIMITS", "SIZE_LIMITS", "AUDIO_EXTENSIONS"]
 
@@ -34,7 +35,7 @@ FS_LIMITS = (1.0, 768000.0)
 #: accepted monitor ``--fps``
 FPS_LIMITS = (0.0, 240.0)
 #: accepted monitor ``--history``, s
-HISTORY_LIMITS = (0.0, 600.0)
+HISTORY_LIMITS = (0.0, 300.0)
 #: accepted width and height of ``--size``, pixels
 SIZE_LIMITS = (1, 8192)
 #: file-name endings that make an ``--input`` a file name, never a device name
@@ -125,6 +126,15 @@ def looks_like_path(inp: str) -> bool:
     return any(c in s for c in seps) or s.lower().endswith(AUDIO_EXTENSIONS)
 
 
+def no_such_device(inp, hostapi: str | None, err: LookupError) -> LookupError:
+    """The error for a device name or index that matches no input device: ``no such device:
+    NAME``, the host API if one was asked for, and the list of devices that
+    :func:`rtamt.runtime.stream.find_input_device`'s message ``err`` ends with."""
+    have = str(err).partition("; ")[2]
+    return LookupError(f"no such device: {inp}" + (f" (host API {hostapi})" if hostapi else "")
+                       + (f"; {have}" if have else ""))
+
+
 def check_block(option: str, frames: int, fs: float, force: bool = False) -> None:
     """Refuse ``frames`` (the value of ``option``) above :data:`BLOCK_SECONDS` of audio at
     ``fs`` unless ``force``, and above :data:`MAX_FRAMES` always (:class:`UsageError`)."""
@@ -143,3 +153,16 @@ def add_force_argument(p) -> None:
     p.add_argument("--force", action="store_true",
                    help=f"allow --block / --blocksize above {BLOCK_SECONDS:g} s of audio "
                         f"(at most {MAX_FRAMES} frames)")
+
+
+def add_block_arguments(p, block: int = 512, blocksize: int = 256, *, blocksize_min: int = 1,
+                        blocksize_help: str = "callback / source block size") -> None:
+    """The live apps' ``--block`` and ``--blocksize`` (frames, >= 1, ``--blocksize`` >=
+    ``blocksize_min``) and ``--force``.  The 1 s limit is checked once the input's rate is
+    known (:func:`check_block`, called by :func:`rtamt_apps.inputs.open_input`)."""
+    p.add_argument("--block", type=int_range(1, MAX_FRAMES), default=block,
+                   help=f"processing block (frames; at most {BLOCK_SECONDS:g} s of audio "
+                        "unless --force)")
+    p.add_argument("--blocksize", type=int_range(blocksize_min, MAX_FRAMES), default=blocksize,
+                   help=blocksize_help)
+    add_force_argument(p)

@@ -11,20 +11,27 @@ import json
 import os
 import sys
 
-from rtamt.calibration import CalibrationError, measure_tone, save
+from rtamt.calibration import REFERENCE_DB_RANGE, CalibrationError, measure_tone, save
 from rtamt.signals import read_wav
+
+from .args import FS_LIMITS, float_range, int_range, looks_like_path, no_such_device, positive_float
 
 
 def add_arguments(p):
     p.add_argument("--input", default="default",
                    help="a WAV file of the calibrator tone, 'default', or an input device")
     p.add_argument("--hostapi", default=None)
-    p.add_argument("--reference-db", type=float, default=94.0, help="calibrator level, dB SPL")
-    p.add_argument("--freq", type=float, default=1000.0, help="calibrator frequency, Hz")
-    p.add_argument("--seconds", type=float, default=3.0, help="recording length (device)")
-    p.add_argument("--fs", type=float, default=None,
+    lo, hi = REFERENCE_DB_RANGE
+    p.add_argument("--reference-db", type=float_range(lo, hi), default=94.0,
+                   help=f"calibrator level, dB SPL ({lo:g} to {hi:g})")
+    p.add_argument("--freq", type=positive_float(100000.0), default=1000.0,
+                   help="calibrator frequency, Hz")
+    p.add_argument("--seconds", type=float_range(1.0, 600.0), default=3.0,
+                   help="recording length (device), 1 to 600 s")
+    p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="expected sample rate (a file at another rate is an error)")
-    p.add_argument("--channel", type=int, default=0, help="channel that carries the tone")
+    p.add_argument("--channel", type=int_range(0, 255), default=0,
+                   help="channel that carries the tone")
     p.add_argument("--out", default=None, help="calibration file to write")
     p.add_argument("--json", action="store_true")
 
@@ -34,12 +41,17 @@ def run(args) -> int:
         if os.path.isfile(args.input):
             fs, x = read_wav(args.input)
             name = args.input
+        elif looks_like_path(args.input):
+            raise FileNotFoundError(f"no such file: {args.input}")
         else:
             from rtamt.runtime.stream import _sd, find_input_device
 
             dev = None if args.input == "default" else \
                 int(args.input) if args.input.isdigit() else args.input
-            idx = find_input_device(dev, args.hostapi)
+            try:
+                idx = find_input_device(dev, args.hostapi)
+            except LookupError as e:
+                raise no_such_device(args.input, args.hostapi, e) from None
             sd = _sd()
             info = sd.query_devices(idx)
             fs = args.fs or float(info["default_samplerate"])

@@ -13,7 +13,14 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .args import positive_float
+from .args import (
+    SPL_REF_LIMITS,
+    check_block,
+    looks_like_path,
+    no_such_device,
+    positive_float,
+    spl_ref_db,
+)
 
 if TYPE_CHECKING:  # the runtime is imported when an input is opened, not with the CLI
     from rtamt.runtime import ArraySource, Runtime
@@ -58,7 +65,8 @@ class Input:
 def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None = None,
                channels: int | None = None, blocksize=256, realtime: bool = True,
                seconds: float | None = None, spl_ref: float = 100.0, loop: bool = False,
-               max_channels: int | None = 2, default_fs: float | None = None) -> Input:
+               max_channels: int | None = 2, default_fs: float | None = None,
+               block: int | None = None, force: bool = False) -> Input:
     """Resolve ``inp``: ``'demo'`` (looped demo signal, ``spl_ref`` calibrated, on
     ``channels`` identical channels, 1 if not given), an existing WAV path, ``'default'``
     or ``None`` (the default input device, or the demo when there is none), or a device
@@ -68,7 +76,11 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
     ``ValueError``).  Without ``fs`` the demo runs at ``default_fs`` or :data:`DEMO_FS`,
     a device at ``default_fs`` or its own default rate.  ``seconds`` bounds a demo/file
     source (``None``: the file once, the demo forever).  ``max_channels``: the most
-    channels the app takes (``None``: no limit).  Raises ``ValueError`` / ``OSError`` /
+    channels the app takes (``None``: no limit).  ``block`` (the app's processing block)
+    and ``blocksize`` may hold at most 1 s of audio at the input's rate unless ``force``
+    (:func:`rtamt_apps.args.check_block`).  An ``inp`` that looks like a path (a path
+    separator or an audio file extension) and is not a file is "no such file", a device
+    name that matches nothing "no such device".  Raises ``ValueError`` / ``OSError`` /
     ``LookupError`` / ``RuntimeError`` with a message for the user."""
     from rtamt.runtime import DemoSource, FileSource
 
@@ -84,11 +96,16 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
         src = FileSource(inp, blocksize=blocksize, realtime=realtime, seconds=seconds, fs=fs,
                          loop=loop)
         res = Input("file", str(inp), src.fs, src.channels, source=src)
+    elif looks_like_path(inp):
+        raise FileNotFoundError(f"{'not a file' if os.path.isdir(inp) else 'no such file'}: {inp}")
     else:
         from rtamt.runtime.stream import _sd, find_input_device
 
         dev = None if inp == "default" else int(inp) if str(inp).isdigit() else inp
-        idx = find_input_device(dev, hostapi)
+        try:
+            idx = find_input_device(dev, hostapi)
+        except LookupError as e:
+            raise no_such_device(inp, hostapi, e) from None
         info = _sd().query_devices(idx)
         rate = float(fs or default_fs or info["default_samplerate"])
         have = int(info["max_input_channels"])
@@ -98,6 +115,9 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
         n = "1 or 2" if max_channels == 2 else f"1 to {max_channels}"
         raise ValueError(f"{res.label}: this app takes {n} channels, the input has "
                          f"{res.channels} (choose --channels)")
+    check_block("--blocksize", blocksize, res.fs, force)
+    if block is not None:
+        check_block("--block", block, res.fs, force)
     return res
 
 
@@ -105,11 +125,13 @@ def add_calibration_arguments(p) -> None:
     """The level options every live app shares (argparse): ``--spl-ref``,
     ``--calibration`` (resolved by :func:`rtamt.calibration.resolve_spl_ref`) and
     ``--field`` (the loudness models' outer-ear transfer)."""
-    p.add_argument("--spl-ref", type=float, default=None,
-                   help="dB SPL of a digital RMS of 1.0 (overrides the calibration file)")
+    p.add_argument("--spl-ref", type=spl_ref_db, default=None,
+                   help="dB SPL of a digital RMS of 1.0 (overrides the calibration file; "
+                        f"{SPL_REF_LIMITS[0]:g} to {SPL_REF_LIMITS[1]:g})")
     p.add_argument("--calibration", default=None, help="calibration file (rtamt calibrate)")
     p.add_argument("--field", default="free", choices=["free", "diffuse", "eardrum"],
                    help="sound field of the loudness model's outer-ear transfer")
+
 
 #: exit code of a live app whose input stopped delivering audio
 EXIT_SOURCE_FAULT = 3
@@ -125,7 +147,6 @@ def add_source_arguments(p) -> None:
     p.add_argument("--reconnect", action="store_true",
                    help="when the input fails, keep running and reopen the device (by name) "
                         "every 0.5 s; the model state is kept across the gap")
-
 
 
 class Live:

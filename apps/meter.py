@@ -30,6 +30,7 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
 
+from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
 from .feed import SoundLevel
 from .inputs import (
     EXIT_SOURCE_FAULT,
@@ -49,16 +50,18 @@ def add_arguments(p):
                         "index); default: the default input device, or demo if there is none")
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="moore2016", choices=sorted(LOUDNESS_MODELS))
-    p.add_argument("--fs", type=float, default=None,
+    p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
-    p.add_argument("--channels", type=int, default=None, help="device channels (1 or 2)")
-    p.add_argument("--block", type=int, default=512, help="processing block (frames)")
-    p.add_argument("--blocksize", type=int, default=256, help="callback / source block size")
-    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--channels", type=int_range(1, 2), default=None,
+                   help="device channels (1 or 2)")
+    add_block_arguments(p, 512, 256)
+    p.add_argument("--seconds", type=positive_float(), default=None,
+                   help="stop after this many seconds")
     p.add_argument("--fast", action="store_true", help="file/demo: as fast as possible")
     add_calibration_arguments(p)
     add_source_arguments(p)
-    p.add_argument("--interval", type=float, default=0.1, help="seconds of audio per update")
+    p.add_argument("--interval", type=positive_float(3600.0), default=0.1,
+                   help="seconds of audio per update")
     p.add_argument("--json", action="store_true", help="one JSON object per update")
 
 
@@ -148,7 +151,8 @@ def run(args) -> int:
         inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
                          blocksize=args.blocksize, realtime=not args.fast,
                          seconds=(args.seconds if args.seconds is not None else 10.0)
-                         if args.input in (None, "demo") else args.seconds, spl_ref=spl_ref)
+                         if args.input in (None, "demo") else args.seconds, spl_ref=spl_ref,
+                         block=args.block, force=args.force)
         fs, channels = inp.fs, inp.channels
         kw = {"presentation": "monaural"} if args.model == "glasberg2002" and channels == 2 else {}
         model = LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref, field=args.field, **kw)

@@ -26,8 +26,10 @@ created per frame.
 
 Headless: ``rtamt monitor --input demo --seconds 3 --screenshot out.png`` renders offscreen
 (``QT_QPA_PLATFORM=offscreen`` is chosen when there is no display), saves a PNG of the
-window after ``--seconds`` of audio and exits.  ``--json`` prints a final report (GUI
-frame rate, drops, processing time) as one JSON object.
+window after ``--seconds`` of audio and exits.  Without ``--screenshot``, no display
+(``DISPLAY`` / ``WAYLAND_DISPLAY``) and no ``QT_QPA_PLATFORM`` the monitor refuses to
+start (exit 2) rather than render a window nobody sees.  ``--json`` prints a final report
+(GUI frame rate, drops, processing time) as one JSON object.
 """
 from __future__ import annotations
 
@@ -43,6 +45,17 @@ import numpy as np
 
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 
+from .args import (
+    FPS_LIMITS,
+    FS_LIMITS,
+    HISTORY_LIMITS,
+    UsageError,
+    add_block_arguments,
+    float_range,
+    int_range,
+    positive_float,
+    window_size,
+)
 from .inputs import EXIT_SOURCE_FAULT, add_calibration_arguments, add_source_arguments
 
 LOUDNESS_MODELS = ("moore2016", "glasberg2002")
@@ -71,6 +84,7 @@ class MonitorSettings:
     seconds: float | None = None
     loop: bool = False
     max_backlog_s: float = 0.25
+    force: bool = False
     source_timeout: float = 1.0
     reconnect: bool = False
 
@@ -86,25 +100,28 @@ def add_arguments(p):
                    help="chain whose modulation filterbank feeds the modulation panel")
     p.add_argument("--no-modulation", action="store_true",
                    help="do not run a modulation chain (no modulation panel)")
-    p.add_argument("--fs", type=float, default=None,
+    p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
-    p.add_argument("--channels", type=int, default=None, help="device channels (1 or 2)")
-    p.add_argument("--block", type=int, default=512, help="processing block (frames)")
-    p.add_argument("--blocksize", type=int, default=256, help="callback / source block size")
-    p.add_argument("--seconds", type=float, default=None,
+    p.add_argument("--channels", type=int_range(1, 2), default=None,
+                   help="device channels (1 or 2)")
+    add_block_arguments(p, 512, 256)
+    p.add_argument("--seconds", type=positive_float(), default=None,
                    help="stop after this many seconds of audio and exit (default: run until "
                         "the window is closed; 3 with --screenshot)")
     p.add_argument("--loop", action="store_true", help="WAV file: repeat it")
-    p.add_argument("--max-backlog", type=float, default=0.25,
+    p.add_argument("--max-backlog", type=positive_float(1.9), default=0.25,
                    help="seconds of input the processing may fall behind before the oldest is "
                         "skipped (at most 1.9: the input ring holds 2 s)")
     add_calibration_arguments(p)
     add_source_arguments(p)
-    p.add_argument("--fps", type=float, default=30.0, help="GUI refresh rate")
-    p.add_argument("--history", type=float, default=10.0, help="seconds of loudness history")
-    p.add_argument("--mod-window", type=float, default=1.0,
-                   help="seconds averaged in the modulation spectrum")
-    p.add_argument("--size", default="1280x800", help="window size WxH (pixels)")
+    p.add_argument("--fps", type=float_range(*FPS_LIMITS, lo_open=True), default=30.0,
+                   help=f"GUI refresh rate (at most {FPS_LIMITS[1]:g})")
+    p.add_argument("--history", type=float_range(*HISTORY_LIMITS, lo_open=True), default=10.0,
+                   help=f"seconds of loudness history (at most {HISTORY_LIMITS[1]:g})")
+    p.add_argument("--mod-window", type=positive_float(10.0), default=1.0,
+                   help="seconds averaged in the modulation spectrum (at most 10)")
+    p.add_argument("--size", type=window_size, default="1280x800",
+                   help="window size WxH (pixels)")
     p.add_argument("--screenshot", default=None, help="save a PNG of the window at the end")
     p.add_argument("--json", action="store_true", help="print a final report as JSON")
 
@@ -130,7 +147,7 @@ def build_pipeline(s: MonitorSettings):
 
     inp = open_input(s.input, hostapi=s.hostapi, fs=s.fs, channels=s.channels,
                      blocksize=s.blocksize, realtime=True, seconds=s.seconds,
-                     spl_ref=s.spl_ref, loop=s.loop)
+                     spl_ref=s.spl_ref, loop=s.loop, block=s.block, force=s.force)
     fs, ch = inp.fs, inp.channels
     if s.model == "moore2016":
         lm = Moore2016(fs, spl_ref=s.spl_ref, field=s.field)
@@ -787,19 +804,37 @@ def settings_from_args(args) -> MonitorSettings:
                            spl_ref=spl_ref, spl_source=spl_src, field=args.field, fps=args.fps,
                            history_s=args.history, mod_window_s=args.mod_window,
                            seconds=seconds, loop=args.loop, max_backlog_s=args.max_backlog,
-                           source_timeout=args.source_timeout, reconnect=args.reconnect)
+                           force=args.force, source_timeout=args.source_timeout,
+                           reconnect=args.reconnect)
+
+
+def _check_display_and_screenshot(args) -> None:
+    """Usage errors found before any work: no display to show the window on (and no
+    ``--screenshot`` / ``QT_QPA_PLATFORM`` asking for an offscreen run), or a
+    ``--screenshot`` path that cannot be written."""
+    if args.screenshot:
+        path = os.path.abspath(args.screenshot)
+        parent = os.path.dirname(path)
+        why = ("is a directory" if os.path.isdir(path) else
+               f"no such directory {parent}" if not os.path.isdir(parent) else
+               "not writable" if not os.access(path if os.path.exists(path) else parent,
+                                               os.W_OK) else None)
+        if why:
+            raise UsageError(f"argument --screenshot: cannot write {args.screenshot}: {why}")
+    elif not (os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY")
+              or os.environ.get("WAYLAND_DISPLAY")):
+        raise UsageError("no display (DISPLAY and WAYLAND_DISPLAY are unset): give "
+                         "--screenshot FILE to render offscreen, or set QT_QPA_PLATFORM")
 
 
 def run(args) -> int:
+    _check_display_and_screenshot(args)
     try:
         s = settings_from_args(args)
-        w, h = (int(v) for v in args.size.lower().split("x"))
     except CalibrationError as e:
         print(f"rtamt monitor: {e}", file=sys.stderr)
         return 2
-    except ValueError:
-        print(f"rtamt monitor: --size must be WxH, got {args.size!r}", file=sys.stderr)
-        return 2
+    w, h = args.size
     _qt_platform_for(bool(args.screenshot))
     from pyqtgraph.Qt import QtCore, QtWidgets
 
@@ -824,7 +859,7 @@ def run(args) -> int:
         win.close()
         if args.json:
             print(json.dumps(report), flush=True)
-        elif args.screenshot:
+        elif args.screenshot and done["ok"]:
             print(f"rtamt monitor: wrote {args.screenshot} ({report['frames']} frames, "
                   f"{report['fps_mean']} fps, dropped {report['dropped_frames']}, skipped "
                   f"{report['skipped_frames']})", flush=True)

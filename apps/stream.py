@@ -13,6 +13,7 @@ import time
 from rtamt.models import MODELS
 from rtamt.runtime import Runtime
 
+from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
 from .inputs import EXIT_SOURCE_FAULT, Live, add_source_arguments, open_input
 
 
@@ -23,18 +24,20 @@ def add_arguments(p):
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
     p.add_argument("--config", default=None, help="model configuration")
-    p.add_argument("--fs", type=float, default=None,
+    p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 48000); a WAV file must have it")
-    p.add_argument("--channels", type=int, default=1, help="demo / device channels")
-    p.add_argument("--block", type=int, default=256, help="processing block (frames)")
-    p.add_argument("--blocksize", type=int, default=256,
-                   help="callback / source block size (0 = device decides, may vary)")
-    p.add_argument("--seconds", type=float, default=3.0, help="stop after this many seconds")
+    p.add_argument("--channels", type=int_range(1, 256), default=1, help="demo / device channels")
+    add_block_arguments(p, 256, 256, blocksize_min=0,
+                        blocksize_help="callback / source block size (0 = device decides, "
+                                       "may vary)")
+    p.add_argument("--seconds", type=positive_float(), default=3.0,
+                   help="stop after this many seconds")
     p.add_argument("--fast", action="store_true",
                    help="file/demo: as fast as possible (backpressure, nothing dropped)")
     p.add_argument("--policy", default=None, choices=["drop-oldest", "drop-newest"],
                    help="overload policy (default drop-oldest live, drop-newest with --fast)")
-    p.add_argument("--max-backlog", type=float, default=0.25, help="seconds (drop-oldest)")
+    p.add_argument("--max-backlog", type=positive_float(10.0), default=0.25,
+                   help="seconds (drop-oldest)")
     add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
 
@@ -45,7 +48,8 @@ def run(args) -> int:
     try:
         inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
                          blocksize=args.blocksize or 256, realtime=not args.fast,
-                         seconds=args.seconds, max_channels=None, default_fs=48000.0)
+                         seconds=args.seconds, max_channels=None, default_fs=48000.0,
+                         block=args.block, force=args.force)
     except (LookupError, OSError, RuntimeError, ValueError) as e:
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2

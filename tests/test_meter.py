@@ -290,7 +290,7 @@ def test_meter_invalid_default_calibration_file_is_an_error(tmp_path, capsys, ca
 def test_meter_spl_ref_must_be_finite(tmp_path, capsys):
     wav = _write_int16(tmp_path / "t.wav", _tone(seconds=0.5))
     rc, _, err = _meter(capsys, "--input", wav, "--fast", "--spl-ref", "nan")
-    assert rc == 2 and "--spl-ref must be finite" in err
+    assert rc == 2 and "argument --spl-ref: must be finite" in err
 
 
 @pytest.mark.parametrize("case", ["clipped", "500Hz", "fs", "silence", "noise", "short",
@@ -374,14 +374,16 @@ class _NoDevices:
 
 
 def test_meter_missing_input(tmp_path, capsys, monkeypatch):
-    """A path that is not a file is taken for a device name; none matches: exit 2."""
+    """A path that is not a file is "no such file" (not taken for a device name); a name
+    that matches no device is "no such device": exit 2."""
     import rtamt.runtime.stream as stream
 
     monkeypatch.setattr(stream, "_sd", lambda: _NoDevices)
     p = tmp_path / "missing.wav"
     rc, _, err = _meter(capsys, "--input", str(p), "--fast", "--json")
-    assert rc == 2 and "no input device matching" in err and "missing.wav" in err
-    assert "input devices: none" in err
+    assert rc == 2 and err.strip() == f"rtamt meter: no such file: {p}"
+    rc, _, err = _meter(capsys, "--input", "missing", "--fast", "--json")
+    assert rc == 2 and "no such device: missing" in err and "input devices: none" in err
 
 
 def test_meter_without_portaudio_is_a_clean_error(tmp_path, capsys, monkeypatch):
