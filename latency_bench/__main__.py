@@ -34,21 +34,56 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="latency_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="dau1997")
-    p.add_argument("--config", default=None)
-    p.add_argument("--fs", type=float, default=48000.0)
-    p.add_argument("--block", type=int, default=64)
-    p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--batch", type=int, default=1, help="streams processed together")
-    p.add_argument("--channels", type=int, default=1,
+class _Parser(argparse.ArgumentParser):
+    """Lists the models in ``--help`` (importing them only then: the thread-count variables
+    must be set before numpy is imported by a run)."""
+
+    def format_help(self):
+        from rtamt.models import MODELS
+
+        self.epilog = (f"models: {', '.join(sorted(MODELS))} (rtamt models shows their "
+                       "configurations and parameters)")
+        return super().format_help()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m latency_bench``."""
+    from rtamt_apps.args import FS_LIMITS, MAX_FRAMES, float_range, int_range, positive_float
+
+    p = _Parser(prog="latency_bench", description=(
+        "Time one model's processing call per block (time.perf_counter_ns) on pre-generated "
+        "blocks, after a warm-up timed and reported apart; report the real-time factor and "
+        "the p50 / p99 / max time per block against the block period."))
+    p.add_argument("--model", default="dau1997", help="model to time (default dau1997; see "
+                   "the list below)")
+    p.add_argument("--config", default=None,
+                   help="model configuration (default: the model's own; see rtamt models)")
+    p.add_argument("--fs", type=float_range(*FS_LIMITS), default=48000.0,
+                   help="sample rate, Hz (default 48000)")
+    p.add_argument("--block", type=int_range(1, MAX_FRAMES), default=64,
+                   help="frames per processing call; its period is the budget (default 64)")
+    p.add_argument("--seconds", type=positive_float(3600.0), default=5.0,
+                   help="seconds of audio timed, after the warm-up (default 5)")
+    p.add_argument("--batch", type=int_range(1, 1024), default=1,
+                   help="streams processed together in one call (default 1)")
+    p.add_argument("--channels", type=int_range(1, 64), default=1,
                    help="independent input channels per stream (2 = stereo for moore2016)")
-    p.add_argument("--dtype", default="float64", choices=["float32", "float64"])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--signal", default="noise", choices=["noise", "demo", "silence-after-loud"])
-    p.add_argument("--warmup-seconds", type=float, default=0.5)
+    p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
+                   help="sample and state precision (default float64)")
+    p.add_argument("--threads", type=int_range(1, 1024), default=1,
+                   help="torch / BLAS / numba threads (default 1)")
+    p.add_argument("--signal", default="noise", choices=["noise", "demo", "silence-after-loud"],
+                   help="input: 70 dB SPL noise (default), the demo signal, or 90 dB SPL noise "
+                        "then digital silence (denormal check: reports both halves' p99)")
+    p.add_argument("--warmup-seconds", type=float_range(0.0, 600.0), default=0.5,
+                   help="seconds of noise processed before timing, reported apart "
+                        "(default 0.5)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[var] = str(args.threads)
@@ -61,10 +96,14 @@ def main(argv=None) -> int:
     from rtamt.models import MODELS
     from rtamt.signals import demo_signal, rms_for_spl
 
-    if args.block < 1 or args.seconds <= 0:
-        p.error("--block must be >= 1 and --seconds > 0")
+    if args.model not in MODELS:
+        p.error(f"argument --model: unknown model {args.model!r}; choose from "
+                f"{', '.join(sorted(MODELS))}")
     fs = args.fs
     n = int(round(args.seconds * fs)) // args.block * args.block
+    if n == 0:
+        p.error(f"argument --seconds: {args.seconds:g} s is shorter than one --block "
+                f"({args.block} frames at {fs:g} Hz)")
     rng = np.random.default_rng(0)
     if args.signal == "demo":
         x = np.resize(demo_signal(fs), n)
