@@ -182,7 +182,7 @@ class Live:
         self._lost = False
         self._gave_up: str | None = None
 
-    def start(self) -> "Live":
+    def start(self) -> Live:
         if self.input.source is not None:
             self.runtime.start()
             self.input.source.start(self.runtime)

@@ -112,7 +112,8 @@ def main(argv=None) -> int:
     else:
         x = np.zeros(n)
         x[: n // 2] = rng.standard_normal(n // 2) * rms_for_spl(90)
-    x = np.ascontiguousarray(np.broadcast_to(x, (args.batch, n)) if args.batch > 1 else x).astype(args.dtype)
+    x = np.broadcast_to(x, (args.batch, n)) if args.batch > 1 else x
+    x = np.ascontiguousarray(x).astype(args.dtype)
     if args.channels > 1:
         # independent signals per channel (a stereo stream is not two copies of one)
         extra = [np.roll(x, (c * n) // (args.channels + 1), axis=-1) * (1.0 - 0.1 * c)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from _helpers import entry_point
-
 import rtamt
-from rtamt_apps.cli import main
 from rtamt.modulation import to_padded
+from rtamt_apps.cli import main
+
+from _helpers import entry_point
 
 FS = 16000
 
@@ -107,8 +107,8 @@ def test_demo_and_models_via_entry_point(tmp_path):
 
 
 def test_latency_bench_json():
-    r = subprocess.run([sys.executable, "-m", "latency_bench", "--model", "dau1997", "--fs", "48000",
-                        "--block", "64", "--seconds", "0.25", "--json"],
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--model", "dau1997",
+                        "--fs", "48000", "--block", "64", "--seconds", "0.25", "--json"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)

@@ -30,7 +30,8 @@ __all__ = ["GammatoneParams", "GammatoneCoeffs", "Gammatone", "design", "bandwid
 
 def bandwidth_factor(n: int) -> float:
     """``b = ((n-1)!)^2 / (pi (2n-2)! 2^-(2n-2))`` (Holdsworth et al. 1988)."""
-    return math.factorial(n - 1) ** 2 / (math.pi * math.factorial(2 * n - 2) * 2.0 ** (-(2 * n - 2)))
+    return (math.factorial(n - 1) ** 2
+            / (math.pi * math.factorial(2 * n - 2) * 2.0 ** (-(2 * n - 2))))
 
 
 @dataclass(frozen=True)
