@@ -353,16 +353,14 @@ class Stage:
         """``{'name', 'fs', 'fingerprint'}``: the stage's name, sample rate (Hz, if its
         params have one) and a fingerprint of its params and designed coefficients."""
         c = self.coeffs if coeffs is None else coeffs
-        key = id(c)
-        cache = self.__dict__.setdefault("_fp_cache", {})
-        if key not in cache:
-            cache.clear()
-            cache[key] = (c, _C.fingerprint(self.params, c))
+        memo = self.__dict__.get("_fp_memo")         # (coeffs, fingerprint) of the last call
+        if memo is None or memo[0] is not c:
+            memo = self._fp_memo = (c, _C.fingerprint(self.params, c))
         ident = {"name": self.name}
         fs = getattr(self.params, "fs", None)
         if fs is not None:
             ident["fs"] = float(fs)
-        ident["fingerprint"] = cache[key][1]
+        ident["fingerprint"] = memo[1]
         return ident
 
     def _stream_meta(self):
