@@ -25,4 +25,4 @@ def test_readme_python_blocks_run():
     for row, (a, b) in enumerate([(0, 4800), (9600, 14400)]):
         alone = rtamt.Dau1997(fs)
         alone(x[a:b])
-        np.testing.assert_array_equal(ns["y"][row], alone(x[b:b + 4800]))   # the last example's frames
+        np.testing.assert_array_equal(ns["y"][row], alone(x[b:b + 4800]))
