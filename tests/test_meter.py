@@ -517,3 +517,13 @@ def test_resolve_spl_ref(tmp_path, cal_path):
     for bad in (float("nan"), float("inf")):
         with pytest.raises(CalibrationError, match="finite"):
             cal.resolve_spl_ref(bad)
+
+
+def test_meter_into_a_pipe_writes_lines_not_carriage_returns():
+    """stdout is a pipe here: one line per update, no '\\r' line rewriting (issue 19)."""
+    r = subprocess.run([entry_point(), "meter", "--input", "demo", "--seconds", "1", "--fast"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stdout
+    updates = [ln for ln in r.stdout.splitlines() if "phon" in ln]
+    assert len(updates) >= 3, r.stdout
