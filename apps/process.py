@@ -63,7 +63,8 @@ def add_arguments(p):
     p.add_argument("--demo", action="store_true",
                    help="use the built-in demo signal instead of a file")
     p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
-    p.add_argument("--config", default=None, help="model configuration (dau1997: amt0910 | seed)")
+    p.add_argument("--config", default=None,
+                   help="model configuration (dau1997: amt0910 | torch_amt)")
     p.add_argument("--block", default="256", type=_block_arg,
                    help="block size in samples (at most 1 s of audio unless --force), or "
                         "'random' for a random partition (1..8192)")
