@@ -220,6 +220,9 @@ def run(args) -> int:
         live.stop("discard")
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
+    except BaseException:           # e.g. a closed stdout (BrokenPipeError): stop the input
+        live.stop("discard")
+        raise
     drain(final=True)
     failure = live.failure()
     if failure:

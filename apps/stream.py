@@ -95,6 +95,9 @@ def run(args) -> int:
         live.stop("discard")
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
+    except BaseException:           # e.g. a closed stdout (BrokenPipeError): stop the input
+        live.stop("discard")
+        raise
     show(final=True)
     failure = live.failure()
     if failure:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import types
 
 import numpy as np
@@ -301,12 +302,15 @@ def test_meter_into_a_closed_pipe_ends_quietly():
     p = subprocess.Popen([sys.executable, "-m", "rtamt_apps", "meter", "--input", "demo",
                           "--fast", "--seconds", "5", "--json", "--spl-ref", "100"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(120.0, p.kill)      # readline() has no timeout of its own
+    killer.start()
     try:
         first = p.stdout.readline()
         p.stdout.close()               # the reader is gone, as after `head -1`
         rc = p.wait(timeout=120)
         err = p.stderr.read()
     finally:
+        killer.cancel()
         if p.poll() is None:
             p.kill()
     assert json.loads(first)["t"] > 0

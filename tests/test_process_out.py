@@ -116,7 +116,7 @@ def test_writer_refuses_to_replace_a_foreign_directory(tmp_path):
 # ------------------------------------------------------------------ memory
 _RSS = """
 import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=580)
 sys.stderr.write(r.stderr)
 print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
@@ -210,13 +210,13 @@ def test_failure_while_committing_keeps_old_outputs(tmp_path, monkeypatch, capsy
 def _tmpfs(path, size="1m"):
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=60)
     if r.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
 
 
 def test_full_disk_keeps_old_outputs_and_leaves_nothing(tmp_path, capsys):
@@ -244,7 +244,8 @@ def test_read_only_destination_is_refused_before_processing(tmp_path, capsys, no
         if os.geteuid() != 0:
             ro.chmod(0o555)
         else:
-            r = subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True)
+            r = subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True,
+                               timeout=60)
             if r.returncode:
                 pytest.skip("cannot remount read-only")
         try:

@@ -177,12 +177,12 @@ class HangingStream:
 
     def stop(self):
         self.calls.append("stop")
-        self.release.wait()
+        self.release.wait(60.0)           # "never" for the test; released in its finally
 
     def abort(self):
         self.calls.append("abort")
         if self.abort_hangs:
-            self.release.wait()
+            self.release.wait(60.0)
 
     def close(self):
         self.calls.append("close")
