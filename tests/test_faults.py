@@ -77,6 +77,17 @@ def test_max_spl_is_settable_per_model():
         m(x)
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_max_spl_is_not_part_of_the_design(name):
+    """A state moves between instances with different limits, set before or after first use."""
+    a, b = MODELS[name](_fs(name)), MODELS[name](_fs(name))
+    b.max_spl = 210.0                       # set before anything asks for the identity
+    a(_tone(name, 2000, 0.1))
+    b.load_state_dict(a.state_dict())
+    a.max_spl = 190.0                       # and after
+    a.load_state_dict(b.state_dict())
+
+
 def test_runtime_checks_every_chains_limit_before_any_chain_runs():
     """Block 1 is within Dau1997(spl_ref=100)'s limit (1e5) but beyond that of
     Dau1997(spl_ref=120) (1e4): the runtime rejects it before either chain runs, so both

@@ -149,7 +149,9 @@ class TimeVaryingLoudness:
         the designed coefficients and every public parameter of the model."""
         fp = self.__dict__.get("_fp")
         if fp is None:
-            pub = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+            # the input limit is a check, not part of the design (a state is valid under any)
+            pub = {k: v for k, v in vars(self).items()
+                   if not k.startswith("_") and k != "max_spl"}
             fp = self._fp = _C.fingerprint(type(self).__name__, pub)
         return _C.identity(self, self.identity_fields, fp)
 
