@@ -17,8 +17,8 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import MODELS
 
 FS = {"paulick2024": 44100.0}
-ABSTRACT = {"ModulationModel", "PackedFilterbank", "SharedSOSStage", "_Compression",
-            "FIRSignalStage"}
+ABSTRACT = {"Stage", "Stateless", "TimeVaryingLoudness", "ModulationModel",
+            "PackedFilterbank", "SharedSOSStage", "_Compression", "FIRSignalStage"}
 
 
 def _fs(name):

@@ -50,7 +50,8 @@ from . import kernels as K
 
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
-           "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind"]
+           "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
+           "Registered", "spl_limit", "spl_limit_text"]
 
 SCHEMA = "rtamt.state"
 STATE_VERSION = 1
@@ -99,6 +100,14 @@ def register_kind(cls: type) -> type:
     :func:`split_state` find the class that knows how a state of that kind stacks."""
     _KINDS[cls.__name__] = cls
     return cls
+
+
+class Registered:
+    """Base of the streaming classes: every subclass is recorded by :func:`register_kind`."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        register_kind(cls)
 
 
 def _kind_class(state) -> type:
@@ -200,10 +209,11 @@ def first_nonfinite(x: np.ndarray) -> tuple[int, ...]:
 
 
 def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInputError,
-                     limit: float = math.inf, limit_text: str = "") -> None:
+                     limit: float = math.inf, limit_text="") -> None:
     """Raise ``err`` (an :class:`RtamtInputError`) if ``x`` holds NaN or Inf, or a value
     whose magnitude exceeds ``limit`` (a model's physical limit, ``limit_text`` says what it
-    is).  ``describe(index)`` names the position of the first offending value (e.g.
+    is: a string, or a callable returning one, called only when a block is rejected).
+    ``describe(index)`` names the position of the first offending value (e.g.
     ``'batch 1, channel 3, sample 17'``)."""
     if limit == math.inf:
         if K.all_finite(x):
@@ -218,7 +228,8 @@ def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInput
     bad = tuple(int(i) for i in np.argwhere(np.abs(x) > limit)[0])
     raise err(
         f"{where}: value {float(x[bad]):.4g} at {describe(bad)} is beyond the physical limit "
-        f"|x| <= {limit:.4g} ({limit_text}); block rejected, state unchanged")
+        f"|x| <= {limit:.4g} ({limit_text() if callable(limit_text) else limit_text}); "
+        "block rejected, state unchanged")
 
 
 # ------------------------------------------------------------------ snapshot checks
@@ -301,6 +312,11 @@ MAX_SPL = 200.0
 def spl_limit(max_spl: float, spl_ref: float) -> float:
     """Largest accepted ``|sample|`` for ``max_spl`` dB SPL when RMS 1 = ``spl_ref`` dB SPL."""
     return 10.0 ** ((float(max_spl) - float(spl_ref)) / 20.0)
+
+
+def spl_limit_text(model) -> str:
+    """What a model's input limit is, for an error message."""
+    return f"max_spl {model.max_spl:g} dB SPL at spl_ref {model.spl_ref:g}"
 
 
 def stream_meta(batch, lead, dtype, **extra) -> dict:

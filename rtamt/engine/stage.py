@@ -39,7 +39,7 @@ import numpy as np
 
 from . import contract as _C
 from . import kernels as K
-from .contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
+from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from .denormal import ensure_ftz
 
 __all__ = ["RtamtInputError", "Stage", "SharedSOSStage", "Chain", "Stateless", "as_numpy_block"]
@@ -83,7 +83,7 @@ def _identity(y):
     return y
 
 
-class Stateless:
+class Stateless(Registered):
     """Base of processors without state (a block's output depends on that block only):
     ``reset()`` does nothing and the state holds no arrays, so any block partition and
     any snapshot/restore are trivially exact.  Subclasses define ``name``, ``outputs``
@@ -93,10 +93,6 @@ class Stateless:
     outputs: tuple = ("out",)
     batchable = True
     input_limit = math.inf
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        register_kind(cls)
 
     def process_all(self, x) -> dict:
         return {self.outputs[0]: self(x)}
@@ -138,7 +134,7 @@ def work_buffer(out, shape, dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
-class Stage:
+class Stage(Registered):
     """Stateful block processor; subclasses supply ``Params``, ``design``,
     ``init_state`` and ``process_tm``.
 
@@ -219,7 +215,7 @@ class Stage:
     input_limit = math.inf
 
     def _check(self, x: np.ndarray, who: str | None = None, limit: float = math.inf,
-               limit_text: str = "") -> tuple[np.ndarray, tuple, int]:
+               limit_text="") -> tuple[np.ndarray, tuple, int]:
         """Validate a public block; return (time-major array, lead shape, n_in).
 
         Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
@@ -325,10 +321,6 @@ class Stage:
     batch_axes: dict = {}
     shared_state: tuple = ()
     batchable = True
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        register_kind(cls)
 
     @property
     def outputs(self) -> tuple:
@@ -448,7 +440,7 @@ class SharedSOSStage(Stage):
         return y
 
 
-class Chain:
+class Chain(Registered):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
@@ -463,14 +455,9 @@ class Chain:
     name = "chain"
     input_gain = 1.0
     input_limit = math.inf
-    _limit_text = ""
     batchable = True
     #: attributes that identify a model's design besides its stages (checked on load)
     identity_fields: tuple = ()
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        register_kind(cls)
 
     def __init__(self, stages: list[Stage]):
         if not stages or stages[0].in_kind != "signal":
@@ -495,6 +482,10 @@ class Chain:
     def outputs(self) -> tuple:
         """Names of the outputs of :meth:`process_all` (one per stage, in order)."""
         return tuple(self.output_names)
+
+    def _limit_text(self) -> str:
+        """What :attr:`input_limit` is (for the error message of a rejected block)."""
+        return ""
 
     def output_info(self) -> dict:
         """``{output name: {'rate': Hz, 'channels': C'}}`` for one mono input stream, in

@@ -76,7 +76,7 @@ import numpy as np
 from scipy.signal import sosfilt
 
 from ..engine import contract as _C
-from ..engine.contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
+from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 
 __all__ = [
@@ -311,8 +311,7 @@ class LoudnessResult:
 
 
 # ---------------------------------------------------------------- the meter
-@register_kind
-class LoudnessMeter:
+class LoudnessMeter(Registered):
     """Streaming BS.1770-4 / EBU R128 loudness meter.
 
     ``LoudnessMeter(fs=48000, channels=2, weights=None)`` or ``LoudnessMeter(Params(...))``.
@@ -377,10 +376,6 @@ class LoudnessMeter:
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
     input_limit = math.inf
     outputs = ("momentary", "short_term", "integrated")
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        register_kind(cls)
 
     def process_all(self, x) -> dict:
         """``{'momentary', 'short_term', 'integrated'}`` (LUFS or ``None``) after the block."""

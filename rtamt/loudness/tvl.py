@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 
 from ..engine import contract as _C
-from ..engine.contract import RtamtInputError, check_float_dtype, register_kind, reject_nonfinite
+from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 from ..engine.stage import as_numpy_block
 from .ansi import SpecificLoudnessCoeffs
@@ -44,7 +44,7 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
-class TimeVaryingLoudness:
+class TimeVaryingLoudness(Registered):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`.
 
     Subclasses define ``name``, ``outputs``, ``C`` (specific-loudness constant),
@@ -65,9 +65,8 @@ class TimeVaryingLoudness:
         """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
         return _C.spl_limit(self.max_spl, self.spl_ref)
 
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        register_kind(cls)
+    def _limit_text(self) -> str:
+        return _C.spl_limit_text(self)
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
                  comp_cam: float = 0.1, middle_ear: str = "2007"):
@@ -114,7 +113,7 @@ class TimeVaryingLoudness:
                 f"(lead {self._meta[0]}, {self._meta[1]}, {self._meta[2]}); call reset() first")
         reject_nonfinite(rows, where, lambda b: f"{self._row_name(b[0], mode)}, sample {b[1]}",
                          limit=self.input_limit,
-                         limit_text=f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}")
+                         limit_text=self._limit_text)
         return rows, lead, mode
 
     def _row_name(self, r: int, mode) -> str:

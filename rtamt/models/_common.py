@@ -2,7 +2,7 @@
 share: centre-frequency accessors and the AMT level convention."""
 from __future__ import annotations
 
-from ..engine.contract import MAX_SPL, spl_limit
+from ..engine.contract import MAX_SPL, spl_limit, spl_limit_text
 from ..engine.stage import Chain
 
 
@@ -34,9 +34,8 @@ class ModulationModel(Chain):
         """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
         return spl_limit(self.max_spl, self.spl_ref)
 
-    @property
     def _limit_text(self) -> str:
-        return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
+        return spl_limit_text(self)
 
     def __init__(self, stages):
         super().__init__(stages)
