@@ -51,7 +51,7 @@ from . import kernels as K
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
            "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
-           "Registered", "spl_limit", "spl_limit_text"]
+           "Registered", "SplLimit", "spl_limit"]
 
 SCHEMA = "rtamt.state"
 STATE_VERSION = 1
@@ -314,9 +314,20 @@ def spl_limit(max_spl: float, spl_ref: float) -> float:
     return 10.0 ** ((float(max_spl) - float(spl_ref)) / 20.0)
 
 
-def spl_limit_text(model) -> str:
-    """What a model's input limit is, for an error message."""
-    return f"max_spl {model.max_spl:g} dB SPL at spl_ref {model.spl_ref:g}"
+class SplLimit:
+    """Mixin of the models: input beyond ``max_spl`` dB SPL (default :data:`MAX_SPL`,
+    settable per instance) at the model's ``spl_ref`` is rejected like NaN."""
+
+    max_spl = MAX_SPL
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
+        return spl_limit(self.max_spl, self.spl_ref)
+
+    def _limit_text(self) -> str:
+        """What the limit is, for the message of a rejected block."""
+        return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
 
 
 def stream_meta(batch, lead, dtype, **extra) -> dict:

@@ -44,7 +44,7 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
-class TimeVaryingLoudness(Registered):
+class TimeVaryingLoudness(_C.SplLimit, Registered):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`.
 
     Subclasses define ``name``, ``outputs``, ``C`` (specific-loudness constant),
@@ -57,16 +57,6 @@ class TimeVaryingLoudness(Registered):
     config = "paper"
     batchable = True
     identity_fields = ("fs", "config", "spl_ref")
-    #: physical limit (dB SPL) of the input, see :class:`rtamt.models._common.ModulationModel`
-    max_spl = _C.MAX_SPL
-
-    @property
-    def input_limit(self) -> float:
-        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
-        return _C.spl_limit(self.max_spl, self.spl_ref)
-
-    def _limit_text(self) -> str:
-        return _C.spl_limit_text(self)
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
                  comp_cam: float = 0.1, middle_ear: str = "2007"):

@@ -2,11 +2,11 @@
 share: centre-frequency accessors and the AMT level convention."""
 from __future__ import annotations
 
-from ..engine.contract import MAX_SPL, spl_limit, spl_limit_text
+from ..engine.contract import SplLimit
 from ..engine.stage import Chain
 
 
-class ModulationModel(Chain):
+class ModulationModel(SplLimit, Chain):
     """A :class:`Chain` ending in a modulation filterbank stage named ``modfb``.
 
     ``fc_stage`` names the stage whose coefficients hold the auditory centre frequencies.
@@ -25,17 +25,6 @@ class ModulationModel(Chain):
     fc_stage = "gammatone"
     spl_ref = 100.0
     identity_fields = ("fs", "config", "spl_ref")
-    #: physical limit (dB SPL): a block with a sample beyond it, taken as an RMS at
-    #: ``spl_ref``, is rejected like NaN (settable per model instance)
-    max_spl = MAX_SPL
-
-    @property
-    def input_limit(self) -> float:
-        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
-        return spl_limit(self.max_spl, self.spl_ref)
-
-    def _limit_text(self) -> str:
-        return spl_limit_text(self)
 
     def __init__(self, stages):
         super().__init__(stages)
