@@ -214,12 +214,15 @@ def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInput
     whose magnitude exceeds ``limit`` (a model's physical limit, ``limit_text`` says what it
     is: a string, or a callable returning one, called only when a block is rejected).
     ``describe(index)`` names the position of the first offending value (e.g.
-    ``'batch 1, channel 3, sample 17'``)."""
+    ``'batch 1, channel 3, sample 17'``).  ``where`` (who and which block) may also be a
+    callable, so that the hot path formats nothing for a good block."""
     if limit == math.inf:
         if K.all_finite(x):
             return
     elif K.all_within(x, limit):
         return
+    if callable(where):
+        where = where()
     if not K.all_finite(x):
         bad = first_nonfinite(x)
         raise err(

@@ -250,7 +250,8 @@ class Stage(Registered):
                 raise RtamtInputError(
                     f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
                     "(call reset() to change dtype)")
-        reject_nonfinite(x, self._label(who), self._where, limit=limit, limit_text=limit_text)
+        reject_nonfinite(x, lambda: self._label(who), self._where, limit=limit,
+                         limit_text=limit_text)
         # to (B, T, C) or (B, T)
         if self.in_kind == "signal":
             xt = x[None] if x.ndim == 1 else x

@@ -656,7 +656,7 @@ class Runtime:
             # validated once here, before any chain runs, so that a bad block leaves
             # every chain's state unchanged (not only the chains after the first one)
             reject_nonfinite(
-                x, f"runtime: block {self._seq}",
+                x, lambda: f"runtime: block {self._seq}",
                 lambda b: f"channel {b[1]}, sample {b[0]} (stream sample "
                           f"{self._blk_start + b[0]}); every chain's state unchanged",
                 limit=self._limit, limit_text="the smallest input_limit of the chains")
