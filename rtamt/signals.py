@@ -56,7 +56,7 @@ def read_wav(path) -> tuple[float, np.ndarray]:
     int16 / int32 (incl. 24-bit, left-justified by scipy) are scaled by
     ``2^-(bits-1)``, uint8 is centred, float32/float64 are taken as is.
     """
-    from scipy.io import wavfile  # imported here: scipy.io costs ~0.1-0.2 s at start-up
+    from scipy.io import wavfile  # imported here, not at start-up (docs/startup.md)
 
     fs, data = wavfile.read(path)
     if data.dtype == np.int16:
