@@ -33,6 +33,12 @@ and runs whatever is left in scalar code, so without padding a bank of 30 channe
 run entirely in the scalar remainder loop.  Padded lanes carry zeros or copies of
 channel 0 and are never written out (see :func:`pad_lanes`)."""
 
+STREAMS = 8
+"""Streams of a batch that the latency-bound recursions advance together, sample by sample
+(their independent chains fill the out-of-order window: a single stream's 32 lanes leave
+it waiting on one sample's division chain).  Only the order of independent operations
+changes: every lane's arithmetic is the same whatever the batch."""
+
 
 def pad_lanes(rows: np.ndarray, repeat_first: bool) -> np.ndarray:
     """Per-channel constants ``rows`` (R, C) laid out for a lane kernel: (R, L) float64,
@@ -172,37 +178,51 @@ def adaptloop(a, bcoef, lanes, limit_on, s, x, y):
     ef = lanes[3 + K:3 + 2 * K]
     of = lanes[3 + 2 * K:3 + 3 * K]
     s0 = lanes[3 + 3 * K:3 + 4 * K]
-    v = np.empty(L, np.float64)
-    sl = np.empty((K, L), s.dtype)  # the state keeps its dtype sample by sample
-    for b in range(B):
-        sl[:, C:] = s0[:, C:]
-        sl[:, :C] = s[b]
+    G = min(B, STREAMS)
+    v = np.empty((G, L), np.float64)
+    sl = np.empty((G, K, L), s.dtype)  # the state keeps its dtype sample by sample
+    for b0 in range(0, B, G):
+        gn = min(G, B - b0)
+        for g in range(gn):
+            sl[g, :, C:] = s0[:, C:]
+            sl[g, :, :C] = s[b0 + g]
         for t in range(T):
-            xt = x[b, t]
-            for c in range(C):
-                v[c] = max(xt[c], ml[c])
-            for c in range(C, L):
-                v[c] = ml[c]
+            for g in range(gn):
+                xt = x[b0 + g, t]
+                vg = v[g]
+                for c in range(C):
+                    vg[c] = max(xt[c], ml[c])
+                for c in range(C, L):
+                    vg[c] = ml[c]
             for k in range(K):
-                over = False
-                for c in range(L):
-                    q = v[c] / sl[k, c]
-                    v[c] = q
-                    over |= q > 1.0
-                if limit_on and over:
-                    for c in range(L):
-                        q = v[c]
-                        if q > 1.0:
-                            e = exp_f64_short(ef[k, c] * (q - 1.0))
-                            v[c] = fa[k, c] / (1.0 + e) - of[k, c]
                 ak = a[k]
                 bk = bcoef[k]
-                for c in range(L):
-                    sl[k, c] = ak * sl[k, c] + bk * v[c]
-            yt = y[b, t]
-            for c in range(C):
-                yt[c] = (v[c] - cr[c]) * mu[c]
-        s[b] = sl[:, :C]
+                fak = fa[k]
+                efk = ef[k]
+                ofk = of[k]
+                for g in range(gn):
+                    vg = v[g]
+                    sk = sl[g, k]
+                    over = False
+                    for c in range(L):
+                        q = vg[c] / sk[c]
+                        vg[c] = q
+                        over |= q > 1.0
+                    if limit_on and over:
+                        for c in range(L):
+                            q = vg[c]
+                            if q > 1.0:
+                                e = exp_f64_short(efk[c] * (q - 1.0))
+                                vg[c] = fak[c] / (1.0 + e) - ofk[c]
+                    for c in range(L):
+                        sk[c] = ak * sk[c] + bk * vg[c]
+            for g in range(gn):
+                yt = y[b0 + g, t]
+                vg = v[g]
+                for c in range(C):
+                    yt[c] = (vg[c] - cr[c]) * mu[c]
+        for g in range(gn):
+            s[b0 + g] = sl[g, :, :C]
 
 
 @njit(**_JIT)
