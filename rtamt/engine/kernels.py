@@ -367,20 +367,37 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     """
     B, T, C = x.shape
     F = coef.shape[1]
-    pr = coef[0]
-    pi = coef[1]
-    g = coef[2]
-    sc = coef[3]
     a = nreal
     R = runs.shape[0]
+    # every lane view is sliced once, outside the sample loop: slices taken per step with a
+    # run-time start (``pr[a:]``) left the step loops about twice as slow
+    prA = coef[0, :a]
+    piA = coef[1, :a]
+    gA = coef[2, :a]
+    scA = coef[3, :a]
+    prB = coef[0, a:]
+    piB = coef[1, a:]
+    gB = coef[2, a:]
+    scB = coef[3, a:]
     # the inputs of four samples, gathered run by run; lane f at uf[j, 8 + f] (8 lanes of
     # slack in front for the vector copies below)
     uf = np.empty((4, F + 8), x.dtype)
-    u = uf[:, 8:]
+    u0A = uf[0, 8:8 + a]
+    u1A = uf[1, 8:8 + a]
+    u2A = uf[2, 8:8 + a]
+    u3A = uf[3, 8:8 + a]
+    u0B = uf[0, 8 + a:8 + F]
+    u1B = uf[1, 8 + a:8 + F]
+    u2B = uf[2, 8 + a:8 + F]
+    u3B = uf[3, 8 + a:8 + F]
     xp = np.zeros(C + 16, x.dtype)  # one input row with 8 values of slack on both sides
+    ya = yoff + a
+    ye = yoff + F
     for b in range(B):
-        sr = st[b, 0]
-        si = st[b, 1]
+        srA = st[b, 0, :a]
+        siA = st[b, 1, :a]
+        srB = st[b, 0, a:]
+        siB = st[b, 1, a:]
         t = 0
         while t < T:
             n = min(4, T - t)
@@ -404,28 +421,26 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
                             k += 8
                 else:
                     for r in range(R):
-                        ud = u[j, runs[r, 0]:]
+                        ud = uj[8 + runs[r, 0]:]
                         xs = xt[runs[r, 1]:]
                         for i in range(runs[r, 2]):
                             ud[i] = xs[i]
             if n == 4:
-                y0 = y[b, t, yoff:yoff + F]
-                y1 = y[b, t + 1, yoff:yoff + F]
-                y2 = y[b, t + 2, yoff:yoff + F]
-                y3 = y[b, t + 3, yoff:yoff + F]
-                _efilt_lanes4(pr[:a], pi[:a], g[:a], sc[:a], sr[:a], si[:a],
-                              u[0, :a], u[1, :a], u[2, :a], u[3, :a],
-                              y0[:a], y1[:a], y2[:a], y3[:a], False)
-                _efilt_lanes4(pr[a:], pi[a:], g[a:], sc[a:], sr[a:], si[a:],
-                              u[0, a:], u[1, a:], u[2, a:], u[3, a:],
-                              y0[a:], y1[a:], y2[a:], y3[a:], True)
+                y0 = y[b, t]
+                y1 = y[b, t + 1]
+                y2 = y[b, t + 2]
+                y3 = y[b, t + 3]
+                _efilt_lanes4(prA, piA, gA, scA, srA, siA, u0A, u1A, u2A, u3A,
+                              y0[yoff:ya], y1[yoff:ya], y2[yoff:ya], y3[yoff:ya], False)
+                _efilt_lanes4(prB, piB, gB, scB, srB, siB, u0B, u1B, u2B, u3B,
+                              y0[ya:ye], y1[ya:ye], y2[ya:ye], y3[ya:ye], True)
             else:
                 for j in range(n):
-                    yj = y[b, t + j, yoff:yoff + F]
-                    _efilt_lanes1(pr[:a], pi[:a], g[:a], sc[:a], sr[:a], si[:a], u[j, :a],
-                                  yj[:a], False)
-                    _efilt_lanes1(pr[a:], pi[a:], g[a:], sc[a:], sr[a:], si[a:], u[j, a:],
-                                  yj[a:], True)
+                    yj = y[b, t + j]
+                    _efilt_lanes1(prA, piA, gA, scA, srA, siA, uf[j, 8:8 + a],
+                                  yj[yoff:ya], False)
+                    _efilt_lanes1(prB, piB, gB, scB, srB, siB, uf[j, 8 + a:8 + F],
+                                  yj[ya:ye], True)
             t += n
 
 
