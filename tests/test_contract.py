@@ -12,12 +12,13 @@ import rtamt
 from rtamt import RtamtInputError, Streaming, split_state, stack_states
 from rtamt.ear import OuterMiddleEarFilter
 from rtamt.engine import contract
+from rtamt.engine.parallel import Parallel
 from rtamt.engine.stage import Chain
 from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import MODELS
 
 FS = {"paulick2024": 44100.0}
-ABSTRACT = {"Stage", "Stateless", "TimeVaryingLoudness", "ModulationModel",
+ABSTRACT = {"Stage", "Stateless", "Composite", "TimeVaryingLoudness", "ModulationModel",
             "PackedFilterbank", "SharedSOSStage", "_Compression", "FIRSignalStage"}
 
 
@@ -55,6 +56,8 @@ def _every_streaming_object():
     objs.append(OuterMiddleEarFilter(fs=48000.0))
     objs.append(LoudnessMeter(fs=48000.0, channels=2))
     objs.append(Chain(MODELS["dau1997"](48000.0).stages[:2]))
+    objs.append(Parallel({"dau": MODELS["dau1997"](48000.0),
+                          "meter": LoudnessMeter(fs=48000.0)}))
     return objs
 
 

@@ -103,11 +103,36 @@ def register_kind(cls: type) -> type:
 
 
 class Registered:
-    """Base of the streaming classes: every subclass is recorded by :func:`register_kind`."""
+    """Base of the streaming classes: every subclass is recorded by :func:`register_kind`.
+
+    It also holds the defaults of the batching hooks that :mod:`rtamt.scheduler` uses to
+    run many streams of one design in one call (overridden by the stages, chains and the
+    time-varying loudness models):
+
+    * ``prepare(x)`` creates the state of a stream whose blocks look like ``x`` without
+      processing anything (the state a first block would start from);
+    * ``_state_leaves()`` lists the live state arrays as ``(holder, key, axis)``:
+      ``holder[key]`` is the array, ``axis`` its batch axis, or ``None`` for a value that
+      all streams of one call share (a frame clock, a resampler phase); ``None`` instead
+      of a list means the object does not expose its state (the scheduler then runs
+      each of its streams alone);
+    * ``_bump()`` counts one processed block (the ``block`` of :meth:`state_dict`) when
+      the block was processed by a batched copy of the object;
+    * ``unbatched_outputs`` names outputs that have no batch axis (shared by the streams
+      of one call, e.g. frame times).
+    """
+
+    unbatched_outputs: tuple = ()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         register_kind(cls)
+
+    def _state_leaves(self):
+        return None
+
+    def _bump(self) -> None:
+        pass
 
 
 def _kind_class(state) -> type:
@@ -408,6 +433,45 @@ def split_leaf(who: str, state: dict, i: int, axes: dict, shared: tuple, rows: i
     out = deep({k: v for k, v in state.items() if k != "arrays"})
     out["stream"]["batch"] = None
     out["arrays"] = arrays
+    return out
+
+
+class Composite(Registered):
+    """Base of objects whose state is their parts' states (``children``): chains and
+    :class:`~rtamt.engine.parallel.Parallel`.  States stack and split part by part."""
+
+    @classmethod
+    def stack_state_dicts(cls, states: list) -> dict:
+        """Batched state of several streams: each part's states stacked."""
+        return stack_children(cls.__name__, states)
+
+    @classmethod
+    def split_state_dict(cls, state: dict, i: int) -> dict:
+        """Stream ``i`` of a batched composite state."""
+        return split_children(state, i)
+
+
+def stack_children(who: str, states: list) -> dict:
+    """Batched state of composite states (``children``: one state per part, e.g. a
+    chain's stages): each part's states stacked by :func:`stack_states`."""
+    s0 = states[0]
+    for i, s in enumerate(states):
+        if s.get("design") != s0.get("design"):
+            raise RtamtInputError(f"{who}: state {i} has another design than state 0 "
+                                  f"({s.get('design')} vs {s0.get('design')})")
+    out = {k: deep(v) for k, v in s0.items() if k != "children"}
+    out["children"] = {name: stack_states([s["children"][name] for s in states])
+                       for name in s0["children"]}
+    first = next(iter(out["children"].values()))
+    out["stream"], out["block"] = deep(first["stream"]), first["block"]
+    return out
+
+
+def split_children(state: dict, i: int) -> dict:
+    """Stream ``i`` of a batched composite state (see :func:`stack_children`)."""
+    out = {k: deep(v) for k, v in state.items() if k != "children"}
+    out["children"] = {name: split_state(c, i) for name, c in state["children"].items()}
+    out["stream"] = deep(next(iter(out["children"].values()))["stream"])
     return out
 
 

@@ -97,6 +97,12 @@ class Stateless(Registered):
     def process_all(self, x) -> dict:
         return {self.outputs[0]: self(x)}
 
+    def prepare(self, x) -> None:
+        """Nothing to create: a stateless processor has no state."""
+
+    def _state_leaves(self) -> list:
+        return []
+
     def reset(self) -> None:
         pass
 
@@ -282,6 +288,23 @@ class Stage(Registered):
     def _coeffs_for(self, n_in):
         return self.coeffs
 
+    def prepare(self, x) -> None:
+        """Create the initial state of a stream whose blocks look like ``x`` (checked like
+        a block; nothing is processed).  Does nothing if the state exists."""
+        arr, _ = as_numpy_block(x)
+        xt, lead, n_in = self._check(arr)
+        self._ensure_state(lead, n_in, arr.dtype)
+
+    def _state_leaves(self) -> list:
+        st = self._state
+        if st is None:
+            return []
+        return [(st, k, None if k in self.shared_state else self.batch_axes.get(k, 0))
+                for k in st]
+
+    def _bump(self) -> None:
+        self._block += 1
+
     def __call__(self, x):
         ensure_ftz()
         arr, back = as_numpy_block(x)
@@ -441,7 +464,7 @@ class SharedSOSStage(Stage):
         return y
 
 
-class Chain(Registered):
+class Chain(_C.Composite):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
@@ -562,6 +585,22 @@ class Chain(Registered):
             raise
         self._bufs = [None] * len(self.stages)
 
+    def prepare(self, x) -> None:
+        """Create every stage's initial state for a stream whose blocks look like ``x``
+        (checked like a block; nothing is processed).  Does nothing if the state exists."""
+        arr, _ = as_numpy_block(x)
+        first = self.stages[0]
+        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
+        if first._state is None:
+            self._init_states(lead, arr.dtype)
+
+    def _state_leaves(self) -> list:
+        return [leaf for s in self.stages for leaf in s._state_leaves()]
+
+    def _bump(self) -> None:
+        for s in self.stages:
+            s._block += 1
+
     def __call__(self, x):
         return self._run(x, keep_all=False)
 
@@ -598,28 +637,3 @@ class Chain(Registered):
                 s.load_state_dict(b)
             raise
         self._bufs = [None] * len(self.stages)
-
-    @classmethod
-    def stack_state_dicts(cls, states: list) -> dict:
-        """Batched state of several streams: each stage's states stacked."""
-        s0 = states[0]
-        for i, s in enumerate(states):
-            if s.get("design") != s0.get("design"):
-                raise RtamtInputError(
-                    f"{cls.__name__}: state {i} has another design than state 0 "
-                    f"({s.get('design')} vs {s0.get('design')})")
-        out = {k: _C.deep(v) for k, v in s0.items() if k != "children"}
-        out["children"] = {name: _C.stack_states([s["children"][name] for s in states])
-                           for name in s0["children"]}
-        first = next(iter(out["children"].values()))
-        out["stream"], out["block"] = _C.deep(first["stream"]), first["block"]
-        return out
-
-    @classmethod
-    def split_state_dict(cls, state: dict, i: int) -> dict:
-        """Stream ``i`` of a batched chain state."""
-        out = {k: _C.deep(v) for k, v in state.items() if k != "children"}
-        out["children"] = {name: _C.split_state(c, i) for name, c in state["children"].items()}
-        first = next(iter(out["children"].values()))
-        out["stream"] = _C.deep(first["stream"])
-        return out

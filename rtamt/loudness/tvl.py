@@ -226,6 +226,27 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ processing
+    #: the frame times are the same for every stream of one call (no batch axis)
+    unbatched_outputs = ("frame_time",)
+
+    def prepare(self, x) -> None:
+        """Create the initial state of a stream whose blocks look like ``x`` (checked like
+        a block; nothing is processed).  Does nothing if the state exists."""
+        arr, _ = as_numpy_block(x)
+        rows, lead, mode = self._check(arr)
+        if self._state is None:
+            self._state = self._init_state(rows.shape[0], mode)
+            self._meta = (lead, mode, arr.dtype)
+
+    def _state_leaves(self):
+        st = self._state
+        if st is None or not self._mode_batches(self._meta[1]):
+            return None if st is not None else []
+        return [(st, k, None if k in self.shared_state else 0) for k in st]
+
+    def _bump(self) -> None:
+        self._block += 1
+
     def __call__(self, x) -> dict:
         """Process one block; returns ``{output name: array}`` for the frames completed
         in it (time-last, input's library and dtype)."""
