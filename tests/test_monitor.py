@@ -256,7 +256,7 @@ def test_closing_stops_stream_and_threads(make_window, qtbot):
     win = make_window()
     qtbot.waitUntil(lambda: _panels_filled(win), timeout=2000)
     rt = win.live.runtime
-    assert rt.running and "rtamt-processing" in _threads() and "rtamt-source" in _threads()
+    assert rt.running and "rtamt-worker-0" in _threads() and "rtamt-source" in _threads()
     win.close()
     qtbot.waitUntil(lambda: not _threads(), timeout=2000)
     assert not rt.running and not win.timer.isActive()
@@ -294,7 +294,7 @@ def test_freeze_reset_and_model_switch(make_window, qtbot):
     win.model_box.setCurrentText("glasberg2002")
     assert type(win.model).__name__ == "Glasberg2002" and not old.running
     qtbot.waitUntil(lambda: _panels_filled(win) and win.shown.get("t", 0) > 0.2, timeout=10000)
-    assert _threads().count("rtamt-processing") == 1
+    assert _threads().count("rtamt-worker-0") == 1
 
 
 def test_wav_input_matches_the_model_offline(make_window, qtbot, tmp_path):

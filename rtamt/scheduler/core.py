@@ -1,0 +1,855 @@
+"""The scheduler: many streams, batched by design, earliest deadline first on a pool of
+worker threads.
+
+::
+
+    push(x) ─► stream ring ─► intake (scheduler thread): re-block, validate, deadline
+                                  │
+              group (one per design: model, configuration, fs, dtype, block, layout)
+              keeps every member's state in one slot store; ready blocks wait at most
+              max_queue_delay, and never past what the earliest deadline allows
+                                  │
+              worker threads (numba kernels release the GIL): pick the group whose
+              ready block has the earliest deadline, run up to max_batch of its streams
+              in ONE call per stage on views of the slot store, publish each result
+                                  │
+    latest() / history() / subscribe(fn) / stats()  ◄─┘
+
+**Bit identity.**  A stream's state lives in its slot of the group's store (the stream's
+own processor holds views of that slot).  A batched call gathers the members' slots
+(a view when the slots are contiguous) into a batched copy of the processor, so every
+kernel runs each stream's lanes with exactly the arithmetic it runs alone; outputs are
+split back by stream.  States that all streams of a call must share (a loudness model's
+frame clock, a resampler's phase) partition the ready streams: only streams at the same
+value share a call.
+
+**One block in flight per stream**: a stream that is in a worker's call (or in a
+:meth:`Stream.snapshot` / :meth:`~Stream.restore` / :meth:`~Stream.reset`) is not picked
+again until it is back, so its state is never touched by two threads.
+
+**Cost model and admission.**  Each design has a cost model ``t(call) = a + b * n * T``
+(``n`` streams of ``T`` samples), measured when its first stream opens (this also
+compiles or loads its kernels) and kept current by a running correction factor from every
+call's measured time.  :meth:`Scheduler.open` predicts the load (busy fraction of the
+workers) and the worst latency of the new stream's blocks with it and raises
+:class:`RtamtCapacityError` with the numbers if the budget cannot be met;
+``admission='best-effort'`` opens the stream anyway and counts its misses.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine import contract as _C
+from ..engine.contract import RtamtInputError, Streaming
+from ..engine.denormal import ensure_ftz
+from ..engine.parallel import Parallel
+from .stream import Stream
+
+_perf = time.perf_counter
+
+__all__ = ["Scheduler", "RtamtCapacityError", "CostModel"]
+
+#: candidate blocks of ``open(block=None)``, largest first
+BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16)
+
+
+class RtamtCapacityError(RuntimeError):
+    """A stream's budget cannot be met at the current load (the message gives the cost
+    model, the predicted load and latency, and the budget)."""
+
+
+@dataclass
+class CostModel:
+    """Predicted wall time of one call: ``scale * (fixed_s + per_sample_s * n * T)`` for
+    ``n`` streams of ``T`` samples.  ``fixed_s`` and ``per_sample_s`` are measured once per
+    design; ``scale`` follows the measured time of every call (exponential average of
+    measured / predicted, weight ``alpha``)."""
+
+    fixed_s: float
+    per_sample_s: float
+    scale: float = 1.0
+    alpha: float = 0.02
+    calls: int = 0
+
+    def cost(self, n: int, T: int) -> float:
+        return self.scale * (self.fixed_s + self.per_sample_s * n * T)
+
+    def observe(self, n: int, T: int, seconds: float) -> None:
+        pred = self.fixed_s + self.per_sample_s * n * T
+        if pred > 0:
+            r = min(max(seconds / pred, 0.25), 8.0)
+            self.scale += self.alpha * (r - self.scale)
+            self.calls += 1
+
+    def describe(self) -> str:
+        return (f"{1e6 * self.scale * self.fixed_s:.1f} us per call + "
+                f"{1e9 * self.scale * self.per_sample_s:.1f} ns per stream-sample")
+
+
+def _make_runner(proto, n: int):
+    """A copy of ``proto`` whose state is a batch of ``n`` streams: ``(obj, leaves,
+    buffers)``; ``leaves`` are its ``(holder, key, axis)``, ``buffers`` the arrays it was
+    built with (used to gather slots that are not contiguous)."""
+    r = copy.deepcopy(proto)
+    sd = proto.state_dict()
+    r.load_state_dict(_C.stack_states([sd] * n))
+    leaves = r._state_leaves()
+    return r, leaves, [h[k] for h, k, _ in leaves]
+
+
+def _split(obj, out, sl):
+    """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
+    if isinstance(out, dict):
+        sub = getattr(obj, "children_map", None)
+        if sub is not None:
+            return {k: _split(sub[k], v, sl) for k, v in out.items()}
+        ub = getattr(obj, "unbatched_outputs", ())
+        return {k: (v if k in ub else v[sl]) for k, v in out.items()}
+    return out[sl]
+
+
+class Group:
+    """Streams of one design (see the module docstring): a slot store of their states,
+    a pool of batched copies of the processor, and a cost model."""
+
+    def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
+                 batchable: bool, max_batch: int):
+        self.key = key
+        self.label = label
+        self.proto = proto
+        self.block = block
+        self.fs = fs
+        self.cost = cost
+        self.batchable = batchable
+        self.max_batch = max_batch if batchable else 1
+        self.members: list[Stream] = []
+        self.inflight = 0
+        self.frozen = False
+        self.runners: dict[int, list] = {}
+        self.period = block / fs
+        if batchable:
+            sd = proto.state_dict()["stream"]
+            self.stream_batch = sd.get("batch")
+            leaves = proto._state_leaves()
+            self.spec = [(axis, h[k].shape, h[k].dtype) for h, k, axis in leaves]
+            self.has_shared = any(a is None for a, _, _ in self.spec)
+            self._alloc(4)
+        else:
+            self.spec, self.has_shared, self.store, self.slots = [], False, [], []
+
+    def _alloc(self, S: int) -> None:
+        old = getattr(self, "store", None)
+        self.store = [np.zeros((S,) + shape, dt) for _, shape, dt in self.spec]
+        slots = getattr(self, "slots", [])
+        if old is not None:
+            for new, o in zip(self.store, old):
+                new[:o.shape[0]] = o
+        self.slots = slots + [None] * (S - len(slots))
+
+    # -- state attachment (scheduler lock; the stream not in flight) -------------------
+    def attach(self, s: Stream) -> None:
+        """Write the stream's state into its slot and point the processor at the slot."""
+        if not self.batchable:
+            return
+        leaves = s.proc._state_leaves()
+        if leaves is None or len(leaves) != len(self.spec):
+            raise RtamtInputError(f"{s.name}: the processor's state does not fit its group")
+        for j, (h, k, _) in enumerate(leaves):
+            v = self.store[j][s.slot]
+            if h[k] is not v:
+                v[...] = h[k]
+                h[k] = v
+
+    def detach(self, s: Stream) -> None:
+        """Give the processor its own copy of the state (the slot is freed)."""
+        if self.batchable and s.slot >= 0:
+            leaves = s.proc._state_leaves() or []
+            for h, k, _ in leaves:
+                h[k] = np.array(h[k], copy=True)
+            self.slots[s.slot] = None
+        s.slot = -1
+
+    def add(self, s: Stream) -> None:
+        if self.batchable:
+            free = [i for i, v in enumerate(self.slots) if v is None]
+            if not free:
+                S = len(self.slots)
+                self._alloc(2 * S)
+                for m in self.members:
+                    self.attach(m)
+                free = [S]
+            s.slot = free[0]
+            self.slots[s.slot] = s
+            self.attach(s)
+        self.members.append(s)
+        s.group = self
+
+    def remove(self, s: Stream) -> None:
+        self.detach(s)
+        if s in self.members:
+            self.members.remove(s)
+        s.group = None
+
+    def shared_key(self, s: Stream):
+        if not self.has_shared:
+            return None
+        return tuple(self.store[j][s.slot].tobytes()
+                     for j, (a, _, _) in enumerate(self.spec) if a is None)
+
+    # -- a call (worker thread, outside the lock) --------------------------------------
+    def runner(self, n: int):
+        pool = self.runners.setdefault(n, [])
+        return pool.pop() if pool else _make_runner(self.proto, n)
+
+    def run(self, streams: list) -> list:
+        """Process the ready block of every stream in ``streams`` (sorted by slot, same
+        length, same shared state) in one call; returns each stream's output."""
+        n = len(streams)
+        if n == 1 or not self.batchable:
+            s = streams[0]
+            return [s.proc(s._block_input())]
+        obj, leaves, bufs = self.runner(n)
+        try:
+            idx = [s.slot for s in streams]
+            contiguous = idx[-1] - idx[0] == n - 1
+            set_ = []
+            for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
+                st = self.store[j]
+                if axis is None:
+                    buf[...] = st[idx[0]]
+                    v = buf
+                elif axis == 0 and contiguous:
+                    v = st[idx[0]:idx[0] + n].reshape(buf.shape)
+                elif axis == 0:
+                    np.take(st, idx, axis=0, out=buf.reshape((n,) + st.shape[1:]))
+                    v = buf
+                else:
+                    np.concatenate([st[i] for i in idx], axis=axis, out=buf)
+                    v = buf
+                h[k] = v
+                set_.append(v)
+            x = np.stack([s._block_input() for s in streams])
+            if self.stream_batch is not None:
+                x = x.reshape((n * self.stream_batch,) + x.shape[2:])
+            out = obj(x)
+            # write back what does not live in the store already
+            for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
+                st = self.store[j]
+                v = h[k]
+                if v is not set_[j]:          # the object rebound the array: copy it back
+                    buf = v
+                elif not (axis == 0 and contiguous):
+                    buf = v
+                else:
+                    continue
+                if axis is None:
+                    for i in idx:
+                        st[i] = buf
+                elif axis == 0:
+                    st[idx] = buf.reshape((n,) + st.shape[1:])
+                else:
+                    r = st.shape[1 + axis]
+                    for p, i in enumerate(idx):
+                        sl = (slice(None),) * axis + (slice(p * r, (p + 1) * r),)
+                        st[i][...] = buf[sl]
+            b = self.stream_batch
+            outs = []
+            for p, s in enumerate(streams):
+                s.proc._bump()
+                outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
+            return outs
+        finally:
+            for (h, k, _), buf in zip(leaves, bufs):
+                h[k] = buf
+            self.runners[n].append((obj, leaves, bufs))
+
+
+class Scheduler:
+    """Runs many streams on a pool of worker threads under latency budgets.
+
+    threads          : worker threads (default: every core, ``os.cpu_count()``).
+    max_batch        : most streams of one group in one call (default 16).
+    max_queue_delay_ms: how long a group's first ready block may wait for the blocks of
+                       the group's other streams before a call starts anyway (default 1 ms;
+                       never past what the earliest deadline allows).
+    max_load         : admission refuses streams that would make the predicted busy
+                       fraction of the workers exceed this (default 0.9).
+
+    ``s = Scheduler(); h = s.open('dau1997', 48000, budget_ms=10)``; ``h.push(x)`` from an
+    audio callback; ``h.latest()``; ``h.close()``; ``s.close()``.  A scheduler is also a
+    context manager (closing every stream on exit).
+    """
+
+    def __init__(self, threads: int | None = None, *, max_batch: int = 16,
+                 max_queue_delay_ms: float = 1.0, max_load: float = 0.9, start: bool = True):
+        self.threads = int(threads or os.cpu_count() or 1)
+        if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
+            raise ValueError("threads and max_batch must be >= 1 and 0 < max_load <= 1")
+        self.max_batch = int(max_batch)
+        self.max_queue_delay = float(max_queue_delay_ms) / 1e3
+        self.max_load = float(max_load)
+        self._cv = threading.Condition(threading.Lock())
+        self._groups: dict = {}
+        self._costs: dict = {}
+        self._streams: list[Stream] = []
+        self._dirty: collections.deque = collections.deque()
+        self._bell = threading.Lock()
+        self._bell.acquire()
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._idle = 0
+        self._names = 0
+        self.errors: list[str] = []
+        if start:
+            self.start()
+
+    # ================================================================ lifecycle
+    @property
+    def running(self) -> bool:
+        return bool(self._threads) and not self._stopping
+
+    def start(self) -> Scheduler:
+        """Start the scheduler thread and the workers (idempotent)."""
+        if self._threads:
+            return self
+        self._stopping = False
+        th = [threading.Thread(target=self._dispatch, name="rtamt-scheduler", daemon=True)]
+        th += [threading.Thread(target=self._worker, name=f"rtamt-worker-{i}", daemon=True)
+               for i in range(self.threads)]
+        self._threads = th
+        for t in th:
+            t.start()
+        return self
+
+    def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
+        """Close every stream (``policy`` as in :meth:`Stream.close`), then stop the threads.
+        Waits at most ``timeout`` seconds in all."""
+        end = _perf() + timeout
+        for s in list(self._streams):
+            s.close(policy, max(end - _perf(), 0.01))
+        self.stop(max(end - _perf(), 0.01))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads (streams stay open, their queues kept); bounded by ``timeout``."""
+        th = self._threads
+        if not th:
+            return
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._ring()
+        end = _perf() + timeout
+        for t in th:
+            t.join(max(end - _perf(), 0.0))
+        alive = [t.name for t in th if t.is_alive()]
+        self._threads = []
+        if alive:
+            raise RuntimeError(f"rtamt scheduler threads did not stop within {timeout} s: "
+                               f"{alive}")
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, et, ev, tb):
+        self.close("discard" if et is not None else "drain")
+
+    @property
+    def streams(self) -> list[Stream]:
+        """The open streams."""
+        return [s for s in self._streams if not s.closed]
+
+    # ================================================================ opening
+    def _build(self, model, fs, kwargs):
+        if isinstance(model, str):
+            from ..models import MODELS
+            cls = MODELS.get(model.lower())
+            if cls is None:
+                raise ValueError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
+            return cls(fs, **(kwargs or {}))
+        if kwargs:
+            raise ValueError("model keyword arguments need a model name, not an object")
+        if isinstance(model, dict):
+            return Parallel(model)
+        if not isinstance(model, Streaming):
+            raise TypeError(f"open: {type(model).__name__} does not follow the streaming "
+                            "contract (rtamt.Streaming)")
+        for s in self._streams:
+            if s.proc is model and not s.closed:
+                raise ValueError(f"open: this processor object already runs stream {s.name!r}; "
+                                 "give every stream its own instance")
+        return model
+
+    def _design_cost(self, proto, example_T, dkey) -> CostModel:
+        """Measure (once per design) the cost model on copies of ``proto``; this also
+        compiles or loads the design's kernels."""
+        c = self._costs.get(dkey)
+        if c is not None:
+            return c
+        if proto is None:     # not measured: a nominal model, corrected by every call
+            c = self._costs[dkey] = CostModel(1e-4, 0.0)
+            return c
+        T = 256
+        x1 = np.zeros(example_T.shape[:-1] + (T,), example_T.dtype)
+
+        def best(obj, x, reps):
+            obj(x)                       # first call: compile / load, state creation
+            ts = []
+            for _ in range(reps):
+                t0 = _perf()
+                obj(x)
+                ts.append(_perf() - t0)
+            return min(ts)
+
+        t1 = best(copy.deepcopy(proto), x1, 5)
+        leaves = proto._state_leaves() if getattr(proto, "batchable", False) else None
+        if leaves is not None:
+            k = min(8, self.max_batch) if self.max_batch > 1 else 1
+        else:
+            k = 1
+        if k > 1:
+            obj, _, _ = _make_runner(proto, k)
+            b = proto.state_dict()["stream"].get("batch")
+            xk = np.stack([x1] * k)
+            if b is not None:
+                xk = xk.reshape((k * b,) + xk.shape[2:])
+            tk = best(obj, xk, 3)
+            per = max((tk - t1) / ((k - 1) * T), 0.0)
+            fixed = max(t1 - per * T, 0.1 * t1)
+        else:
+            fixed, per = 0.3 * t1, 0.7 * t1 / T
+        c = self._costs[dkey] = CostModel(fixed, per)
+        return c
+
+    def open(self, model, fs: float, block: int | None = None, *, budget_ms: float | None = None,
+             dtype="float64", name: str | None = None, channels: int = 1,
+             admission: str = "strict", model_kwargs: dict | None = None,
+             idle_timeout: float | None = None, measure: bool = True,
+             **stream_kw) -> Stream:
+        """Open a stream and return its handle (:class:`Stream`).
+
+        model      : a model name (``'dau1997'``, ...; keyword arguments in
+                     ``model_kwargs``), a streaming object (used as the stream's own
+                     processor: one object per stream), or ``{name: object}`` (a
+                     :class:`~rtamt.engine.parallel.Parallel`).
+        fs         : sample rate, Hz.
+        block      : frames per processing block; ``None`` picks the largest power of two
+                     (16-4096) whose period plus predicted worst latency fits the budget.
+        budget_ms  : latency budget of a block's last sample (default: the block period;
+                     with ``block=None``: 20 ms).
+        dtype      : ``'float64'`` (AMT-exact) or ``'float32'``.
+        channels   : input channels (a processor taking ``(channels, T)`` blocks).
+        admission  : ``'strict'`` raises :class:`RtamtCapacityError` when the budget cannot
+                     be met at the current load; ``'best-effort'`` opens anyway.
+        idle_timeout: seconds without a push after which the stream is closed (drained)
+                     and reported ``aged-out`` (``None``: never).
+        measure    : measure the design's cost model on copies of the processor (the
+                     first stream of a design; also compiles its kernels).  ``False``
+                     starts from a nominal model corrected by the measured calls (for
+                     processors that cannot be copied; admission is then a guess).
+        Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
+        ``history``, ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
+        """
+        if admission not in ("strict", "best-effort"):
+            raise ValueError("admission must be 'strict' or 'best-effort'")
+        fs = float(fs)
+        if not fs > 0 or channels < 1:
+            raise ValueError("fs must be > 0 and channels >= 1")
+        dtype = np.dtype(dtype)
+        if dtype not in _C.FLOATS:
+            raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        proc = self._build(model, fs, model_kwargs)
+        example = np.zeros((1,) if channels == 1 else (channels, 1), dtype)
+        prep = getattr(proc, "prepare", None)
+        if prep is not None:
+            prep(example)
+        leaves = proc._state_leaves() if hasattr(proc, "_state_leaves") else None
+        # stateless objects run alone: nothing to batch, and their batched output layout
+        # is not known
+        batchable = bool(getattr(proc, "batchable", False)) and bool(leaves)
+        ident = proc.design_identity()
+        dkey = (type(proc).__name__, ident.get("fingerprint"), str(dtype), channels, fs)
+        if not batchable:
+            dkey += (id(proc),)
+        try:
+            proto = copy.deepcopy(proc)
+        except Exception:  # noqa: BLE001 - e.g. a user object holding locks
+            if batchable:
+                raise
+            proto = None
+        cost = self._design_cost(proto if measure else None, example, dkey)
+        if budget_ms is None:
+            budget_s = (block / fs) if block else 0.020
+        else:
+            budget_s = float(budget_ms) / 1e3
+            if not budget_s > 0:
+                raise ValueError(f"budget_ms must be > 0, got {budget_ms!r}")
+        with self._cv:
+            if block is None:
+                block = self._pick_block(dkey, cost, fs, budget_s, batchable)
+            block = int(block)
+            if block < 1:
+                raise ValueError(f"block must be >= 1, got {block}")
+            gkey = dkey + (block,)
+            self._names += 1
+            nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
+            s = Stream(self, proc, nm, fs, channels, block, budget_s, dtype,
+                       idle_timeout=idle_timeout, admission=admission, **stream_kw)
+            g = self._groups.get(gkey)
+            if g is None:
+                label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
+                g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch)
+            self._admit(g, s, admission)
+            self._groups[gkey] = g
+            if g.batchable and all(v is not None for v in g.slots):
+                self._quiesce(g)
+            g.add(s)
+            self._streams.append(s)
+        return s
+
+    def _quiesce(self, g: Group, timeout: float = 5.0) -> None:
+        """Under the lock: wait until no call of ``g`` is in flight (its store may move)."""
+        g.frozen = True
+        end = _perf() + timeout
+        try:
+            while g.inflight:
+                if _perf() > end:
+                    raise RuntimeError(f"group {g.label}: calls still in flight after "
+                                       f"{timeout} s")
+                self._cv.wait(0.05)
+        finally:
+            g.frozen = False
+
+    # ================================================================ admission
+    def _work(self, g: Group, m: int) -> float:
+        """Predicted busy seconds per second of group ``g`` with ``m`` streams."""
+        if m == 0:
+            return 0.0
+        calls = (g.fs / g.block) * (math.ceil(m / g.max_batch) if g.batchable else m)
+        c = g.cost
+        return c.scale * (calls * c.fixed_s + m * g.fs * c.per_sample_s)
+
+    def _predict(self, g: Group, s_budget: float, extra: bool = True):
+        """(load, latency) predicted for a stream of budget ``s_budget`` joining ``g``."""
+        load, tighter, cmax = 0.0, 0.0, 0.0
+        groups = set(self._groups.values()) | {g}
+        for h in groups:
+            m = len([x for x in h.members if not x.closed]) + (1 if (extra and h is g) else 0)
+            w = self._work(h, m)
+            load += w
+            if m:
+                ms = [x for x in h.members if not x.closed and x.budget_s <= s_budget]
+                k = len(ms) + (1 if (extra and h is g) else 0)
+                tighter += w * k / m
+                cmax = max(cmax, h.cost.cost(min(m, h.max_batch), h.block))
+        m = len(g.members) + (1 if extra else 0)
+        own = g.cost.cost(min(m, g.max_batch), g.block)
+        load /= self.threads
+        tighter /= self.threads
+        return load, own + cmax + tighter * g.period
+
+    def _admit(self, g: Group, s: Stream, admission: str) -> None:
+        load, lat = self._predict(g, s.budget_s)
+        s.predicted_latency_s = lat
+        s.predicted_load = load
+        if admission == "strict" and (load > self.max_load or lat > s.budget_s):
+            raise RtamtCapacityError(
+                f"cannot open {s.name!r} ({g.label}, budget {1e3 * s.budget_s:.2f} ms): "
+                f"predicted worker load {load:.2f} (limit {self.max_load:.2f}) and worst "
+                f"latency {1e3 * lat:.2f} ms with {len(self.streams)} open streams on "
+                f"{self.threads} threads; cost model {g.cost.describe()}; "
+                "close streams, lengthen the budget, or open with admission='best-effort'")
+
+    def _pick_block(self, dkey, cost, fs, budget_s, batchable) -> int:
+        for B in BLOCKS:
+            if B / fs >= budget_s:
+                continue
+            g = self._groups.get(dkey + (B,))
+            if g is None:
+                g = Group(dkey + (B,), "", None, B, fs, cost, False, 1)
+                g.batchable, g.max_batch = batchable, self.max_batch if batchable else 1
+            load, lat = self._predict(g, budget_s)
+            if B / fs + lat <= budget_s and load <= self.max_load:
+                return B
+        raise RtamtCapacityError(
+            f"no block from {BLOCKS[-1]} to {BLOCKS[0]} meets a budget of {1e3 * budget_s:.2f} "
+            f"ms at {fs:g} Hz (block period plus predicted latency); cost model "
+            f"{cost.describe()}")
+
+    def load(self) -> float:
+        """Predicted busy fraction of the workers for the open streams."""
+        with self._cv:
+            return sum(self._work(g, len(g.members)) for g in self._groups.values()) \
+                / self.threads
+
+    # ================================================================ producer notification
+    def _notify(self, s: Stream) -> None:
+        """From push(): the stream has new input (no lock; a deque append and a doorbell)."""
+        self._dirty.append(s)
+        self._ring()
+
+    def _ring(self) -> None:
+        try:
+            self._bell.release()
+        except RuntimeError:  # already rung, not yet answered
+            pass
+
+    # ================================================================ scheduler thread
+    def _dispatch(self) -> None:
+        ensure_ftz()
+        t_watch = 0.0
+        dirty = self._dirty
+        while not self._stopping:
+            self._bell.acquire(True, 0.02)
+            now = _perf()
+            with self._cv:
+                woke = False
+                while dirty:
+                    s = dirty.popleft()
+                    s._dirty = False
+                    if s.closed or s.busy:
+                        continue
+                    if s.closing:
+                        self._progress_close(s, now)
+                    else:
+                        s._intake(now)
+                    woke = woke or s.ready
+                if now - t_watch > 0.02:
+                    t_watch = now
+                    for s in self._streams:
+                        if s.closed:
+                            continue
+                        s._watch(now)
+                        if s.closing and not s.busy:
+                            self._progress_close(s, now)
+                            woke = woke or s.ready
+                if woke:
+                    self._cv.notify_all()
+
+    # ================================================================ workers
+    def _pick(self, now: float):
+        """Under the lock: the next call to run (EDF over groups), or ``(None, wake)``."""
+        best, best_d, wake = None, math.inf, now + 0.05
+        for g in self._groups.values():
+            if g.frozen or not g.members:
+                continue
+            ready = [s for s in g.members if s.ready and not s.busy]
+            if not ready:
+                continue
+            d = min(s.deadline for s in ready)
+            if d >= best_d:
+                continue
+            partial = any(s._fill != g.block for s in ready)
+            expected = sum(1 for s in g.members if not s.busy and not s.closed and
+                           (s.ready or now - s._t_push < 2.0 * g.period))
+            if not partial and len(ready) < min(expected, g.max_batch):
+                n_exp = min(expected, g.max_batch)
+                t0 = min(s.t_ready for s in ready)
+                until = min(t0 + self.max_queue_delay, d - 2.0 * g.cost.cost(n_exp, g.block))
+                if now < until:
+                    wake = min(wake, until)
+                    continue
+            best, best_d = (g, ready), d
+        if best is None:
+            return None, wake
+        g, ready = best
+        ready.sort(key=lambda s: s.deadline)
+        first = ready[0]
+        if first._fill != g.block:
+            job = [first]
+        else:
+            ready = [s for s in ready if s._fill == g.block]
+            if g.has_shared:
+                k0 = g.shared_key(first)
+                ready = [s for s in ready if g.shared_key(s) == k0]
+            share = max(1, self._idle + 1)
+            size = min(g.max_batch, max(1, math.ceil(len(ready) / share)))
+            job = ready[:size]
+            job.sort(key=lambda s: s.slot)
+        for s in job:
+            s.busy = True
+            s.ready = False
+        g.inflight += 1
+        return (g, job), wake
+
+    def _worker(self) -> None:
+        ensure_ftz()
+        cv = self._cv
+        while True:
+            with cv:
+                while True:
+                    if self._stopping:
+                        return
+                    now = _perf()
+                    job, wake = self._pick(now)
+                    if job is not None:
+                        break
+                    self._idle += 1
+                    cv.wait(max(wake - now, 0.0005))
+                    self._idle -= 1
+            self._run(*job)
+
+    def _run(self, g: Group, job: list) -> None:
+        """Run one call (outside the lock), publish, then hand the streams back."""
+        t0 = _perf()
+        err = None
+        try:
+            outs = g.run(job)
+        except RtamtInputError as e:      # a block slipped past intake's checks
+            outs, err = None, e
+        except Exception as e:  # noqa: BLE001 - reported on the streams, the worker lives
+            outs, err = None, e
+        t1 = _perf()
+        n = len(job)
+        if outs is not None:
+            g.cost.observe(n, job[0]._fill, t1 - t0)
+            for s, o in zip(job, outs):
+                key = getattr(s.proc, "name", "out")
+                try:
+                    s._publish(o if isinstance(s.proc, Parallel) else {key: o}, t0, t1,
+                               (t1 - t0) / n, n)
+                except Exception as e:  # noqa: BLE001 - a subscriber failed
+                    s._last_error = f"subscriber failed: {e!r}"
+        else:
+            msg = str(err) if isinstance(err, RtamtInputError) else repr(err)
+            self.errors.append(msg)
+            for s in job:
+                s._rejected += 1
+                s._last_error = msg
+                s._fill = 0
+                s._blk_gap = True
+                if s.on_error == "stop" or not isinstance(err, RtamtInputError):
+                    s.error = err
+                    s.closing = "discard"
+        now = _perf()
+        with self._cv:
+            g.inflight -= 1
+            for s in job:
+                s.busy = False
+                if s.closing:
+                    self._progress_close(s, now)
+                else:
+                    s._intake(now)
+            self._cv.notify_all()
+
+    # ================================================================ closing
+    def _progress_close(self, s: Stream, now: float) -> None:
+        """Under the lock, the stream not in flight: advance its close."""
+        if s.closed or s.busy:
+            return
+        if s.closing == "discard":
+            s._discarded += s.ring.queued_frames() - s._coff + s._fill
+            while s.ring.available():
+                s.ring.release(s.ring.chunk()[1])
+            s._coff = s._fill = 0
+            s.ready = False
+        else:
+            s._intake(now)
+            if s.ready:
+                return
+            if s._fill:
+                s.ready = True
+                s.t_capture = None
+                s.deadline = now + s.budget_s
+                s.t_ready = now
+                return
+        if s.group is not None:
+            s.group.remove(s)
+        s.closed = True
+        if s in self._streams:
+            self._streams.remove(s)
+        self._cv.notify_all()
+
+    def _close_stream(self, s: Stream, policy: str, timeout: float) -> None:
+        if policy not in ("drain", "discard"):
+            raise ValueError("close policy must be 'drain' or 'discard'")
+        s._src_armed = False
+        end = _perf() + timeout
+        with self._cv:
+            if s.closed:
+                return
+            if s.closing != "discard":
+                s.closing = policy
+            if not self.running and not s.busy:
+                if s.closing == "drain":
+                    self._drain_inline(s, end)
+                if not s.closed:
+                    s.closing = "discard"
+            self._progress_close(s, _perf())
+            self._cv.notify_all()
+            while not s.closed:
+                left = end - _perf()
+                if left <= 0:
+                    raise RuntimeError(f"stream {s.name!r} did not close within {timeout} s")
+                self._cv.wait(min(left, 0.05))
+                if not s.busy:
+                    self._progress_close(s, _perf())
+
+    def _drain_inline(self, s: Stream, end: float) -> None:
+        """Scheduler not running: process the stream's queue in the caller's thread."""
+        while _perf() < end and not s.closed:
+            s._intake(_perf())
+            if not s.ready:
+                if not s._fill:
+                    return
+                s.ready, s.t_capture = True, None
+            g = s.group
+            s.busy, s.ready = True, False
+            g.inflight += 1
+            self._cv.release()
+            try:
+                self._run(g, [s])
+            finally:
+                self._cv.acquire()
+
+    # ================================================================ between blocks
+    def _between_blocks(self, s: Stream, fn, timeout: float = 10.0):
+        """Run ``fn`` in the caller's thread while ``s`` is held between two blocks."""
+        end = _perf() + timeout
+        with self._cv:
+            while s.busy:
+                left = end - _perf()
+                if left <= 0:
+                    raise RuntimeError(f"stream {s.name!r}: no gap between blocks within "
+                                       f"{timeout} s")
+                self._cv.wait(min(left, 0.05))
+            s.busy = True
+            s.ready = False
+        try:
+            return fn()
+        finally:
+            with self._cv:
+                s.busy = False
+                if not s.closed and not s.closing:
+                    s._intake(_perf())
+                self._cv.notify_all()
+
+    def _attach_state(self, s: Stream) -> None:
+        """After the stream's processor got a new state (reset / restore): create it if
+        missing and put it back into the group's slot."""
+        prep = getattr(s.proc, "prepare", None)
+        if prep is not None:
+            prep(np.zeros((1,) if s.channels == 1 else (s.channels, 1), s.dtype))
+        g = s.group
+        if g is not None and g.batchable and s.slot >= 0:
+            with self._cv:
+                g.attach(s)
+
+    # ================================================================ introspection
+    def stats(self) -> dict:
+        """``{stream name: StreamStats}`` of the open streams, plus ``'_groups'``: per group
+        its label, members and cost model, and ``'_load'``: the predicted worker load."""
+        out = {s.name: s.stats() for s in self.streams}
+        with self._cv:
+            out["_groups"] = {g.label: {"streams": len(g.members), "cost": g.cost.describe(),
+                                        "scale": g.cost.scale}
+                              for g in self._groups.values() if g.members}
+        out["_load"] = self.load()
+        return out

@@ -1,0 +1,600 @@
+"""One scheduled stream: the input side (ring, re-blocking, overload policy, source
+watchdog), the output side (latest / history / subscribers) and its accounting.
+
+A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns.  Its processing
+happens in the scheduler's worker threads; everything here runs either in the producer's
+thread (:meth:`Stream.push`, :meth:`Stream.callback`: no lock, one copy) or under the
+scheduler's lock (``_intake``: move queued input into the next block).
+
+Terms:
+
+* a **chunk** is what one ``push`` delivered (any size); a **block** is ``block`` frames
+  re-cut from the chunks (results do not depend on the chunk sizes: every rtamt stream is
+  exact under any partition);
+* a block's **deadline** is the capture time of its last sample plus the stream's budget;
+  its **latency** is publication time minus that capture time (the capture time is the
+  push time minus the input latency the audio API reports, or the chunk's duration).
+"""
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..engine.contract import RtamtInputError, reject_nonfinite
+from .ring import InputRing
+
+_perf = time.perf_counter
+
+#: PortAudio callback status flags (portaudio.h, ``PaStreamCallbackFlags``).
+STATUS_FLAGS = {
+    "input_underflow": 0x1,
+    "input_overflow": 0x2,
+    "output_underflow": 0x4,
+    "output_overflow": 0x8,
+    "priming_output": 0x10,
+}
+
+POLICIES = ("drop-oldest", "drop-newest")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One processed block.
+
+    seq       : block number since the stream started (0-based).
+    start     : absolute stream index (frames) of the block's first sample; dropped
+                and skipped frames count, so ``start`` jumps over a gap.
+    frames    : number of samples in the block (``block`` except maybe the last).
+    outputs   : ``{name: output}`` (time-last arrays, as the stream's processor returns
+                them; one entry named after the processor, or one per chain of a
+                :class:`~rtamt.engine.parallel.Parallel`).
+    t_done    : ``time.perf_counter()`` when published.
+    latency_s : end-to-end latency of the block's last sample: from its capture (push
+                time minus the reported input latency) to publication.
+    proc_s    : wall time of the processing call that computed this block (shared by
+                every stream of a batched call).
+    gap       : input frames were dropped, skipped or rejected before/inside this block.
+    batch     : number of streams processed in the same call.
+    """
+
+    seq: int
+    start: int
+    frames: int
+    outputs: dict
+    t_done: float
+    latency_s: float
+    proc_s: float
+    gap: bool
+    batch: int = 1
+
+
+@dataclass
+class StreamStats:
+    """Accounting snapshot of one stream (see :meth:`Stream.stats`).  Times in µs unless
+    the name says ms."""
+
+    name: str
+    running: bool
+    fs: float
+    block: int
+    budget_us: float           # the stream's latency budget (deadline - last sample)
+    blocks: int
+    frames_processed: int
+    chunks_pushed: int         # accepted into the ring
+    frames_pushed: int
+    frames_received: int       # offered by the callback/source: pushed + dropped
+    dropped_chunks: int        # dropped by the ring (full) in the callback
+    dropped_frames: int
+    skipped_chunks: int        # skipped before processing (drop-oldest policy)
+    skipped_frames: int
+    discarded_frames: int      # thrown away by close(policy='discard')
+    rejected_blocks: int       # blocks refused (bad input); state unchanged
+    queue_chunks: int
+    queue_frames: int
+    queue_max_frames: int
+    proc_p50_us: float
+    proc_p99_us: float
+    proc_max_us: float
+    rtf: float                 # processing time (own share of each call) / audio time
+    misses: int                # blocks published after their deadline
+    callback_p50_us: float
+    callback_p99_us: float
+    callback_max_us: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_max_ms: float = 0.0
+    batch_mean: float = 0.0    # mean number of streams per call
+    status: dict = field(default_factory=dict)   # flag name -> number of chunks
+    dropped_status: list = field(default_factory=list)  # flags seen on dropped chunks
+    last_error: str | None = None
+    source_error: str | None = None  # the input stopped delivering (None: healthy)
+    source_stalls: int = 0           # input faults seen (stalls, stream errors)
+    group: str = ""
+    state: str = "open"              # 'open', 'closing', 'closed', 'aged-out'
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One-line human summary (used by the CLI)."""
+        st = ",".join(f"{k}={v}" for k, v in self.status.items() if v) or "none"
+        return (f"blocks {self.blocks}  "
+                f"latency p50/p99/max {self.latency_p50_ms:.2f}/{self.latency_p99_ms:.2f}/"
+                f"{self.latency_max_ms:.2f} ms (budget {self.budget_us / 1e3:.1f})  misses "
+                f"{self.misses}  proc p99 {self.proc_p99_us:.0f} us  rtf {self.rtf:.3f}  "
+                f"queue {self.queue_frames} fr (max {self.queue_max_frames})  dropped "
+                f"{self.dropped_frames}  skipped {self.skipped_frames}  rejected "
+                f"{self.rejected_blocks}  cb p99 {self.callback_p99_us:.1f} us  status {st}"
+                + (f"  SOURCE ERROR: {self.source_error}" if self.source_error else
+                   f"  source stalls {self.source_stalls}" if self.source_stalls else ""))
+
+
+def callback_latency(time_info, frames: int, fs: float) -> float:
+    """Seconds from capture of a callback's first frame to now: PortAudio's
+    ``currentTime - inputBufferAdcTime``, or the chunk's duration when the host API
+    reports none."""
+    try:
+        lat = time_info.currentTime - time_info.inputBufferAdcTime
+    except AttributeError:
+        lat = 0.0
+    return lat if 0.0 < lat < 1.0 else frames / fs
+
+
+def _pct(a: np.ndarray, n: int, q: float) -> float:
+    k = min(n, a.shape[0])
+    if k == 0:
+        return 0.0
+    return float(np.percentile(a[:k], q))
+
+
+class Stream:
+    """A stream scheduled by a :class:`~rtamt.scheduler.Scheduler` (made by
+    :meth:`~rtamt.scheduler.Scheduler.open`; see the module docstring).
+
+    Producer side: :meth:`push` / :meth:`callback` (inside an audio callback: one copy into
+    a preallocated ring, a few scalar writes, no lock, never blocks).  Reader side:
+    :meth:`latest`, :meth:`history`, :meth:`subscribe`, :meth:`stats`.  State:
+    :meth:`snapshot`, :meth:`restore`, :meth:`reset` (between two blocks, while the other
+    streams keep running).  :meth:`close` drains or discards what is queued and leaves.
+    """
+
+    def __init__(self, sched, proc, name: str, fs: float, channels: int, block: int,
+                 budget_s: float, dtype, *, sample_dtype="float32", ring_seconds: float = 2.0,
+                 max_chunks: int | None = None, policy: str = "drop-oldest",
+                 max_backlog_s: float = 0.25, history: int = 16, on_error: str = "skip",
+                 stats_window: int = 4096, source_timeout: float | None = 1.0,
+                 idle_timeout: float | None = None, admission: str = "strict"):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if on_error not in ("skip", "stop"):
+            raise ValueError("on_error must be 'skip' or 'stop'")
+        if block < 1 or channels < 1 or fs <= 0:
+            raise ValueError("block, channels must be >= 1 and fs > 0")
+        self._sched = sched
+        self.proc = proc
+        self.name = name
+        self.fs = float(fs)
+        self.channels = int(channels)
+        self.block = int(block)
+        self.budget_s = float(budget_s)
+        self.dtype = np.dtype(dtype)
+        self.policy = policy
+        self.on_error = on_error
+        self.admission = admission
+        self.limit = float(proc.input_limit)
+        cap = max(int(round(ring_seconds * self.fs)), 4 * self.block)
+        self.max_backlog = max(int(round(max_backlog_s * self.fs)), self.block)
+        if policy == "drop-oldest" and self.max_backlog > cap:
+            cap = 2 * self.max_backlog
+        self.ring = InputRing(self.channels, cap, max_chunks or max(64, cap // 16), sample_dtype)
+        # re-blocking (scheduler lock / the worker that owns the in-flight block)
+        self._acc = np.zeros((self.block, self.channels), self.dtype)
+        self._fill = 0
+        self._coff = 0                 # frames of the ring's head chunk already consumed
+        self._blk_start = 0
+        self._blk_gap = False
+        self._next = 0                 # absolute index expected next from the ring
+        self._seq = 0
+        # scheduling (scheduler lock)
+        self.group = None
+        self.slot = -1
+        self.busy = False              # a block (or a command) of this stream is in flight
+        self.ready = False             # _acc holds a full block waiting for a worker
+        self.deadline = 0.0
+        self.t_ready = 0.0
+        self.t_capture = None
+        self.closing: str | None = None    # 'drain' / 'discard' once close() was called
+        self.closed = False
+        self.aged_out = False
+        self.idle_timeout = float(idle_timeout) if idle_timeout else 0.0
+        self.error: BaseException | None = None
+        self._dirty = False
+        # results
+        self._latest: Result | None = None
+        self._hist: collections.deque = collections.deque(maxlen=max(1, int(history)))
+        self._subs: list = []
+        # accounting (preallocated rolling windows)
+        n = int(stats_window)
+        self._proc = np.zeros(n)
+        self._lat = np.zeros(n)
+        self._audio = np.zeros(n)
+        self._n_proc = 0
+        self._batch_sum = 0
+        self._cb = np.zeros(n)
+        self._n_cb = 0
+        self._status_counts = {k: 0 for k in STATUS_FLAGS}
+        self._skipped_chunks = 0
+        self._skipped_frames = 0
+        self._discarded = 0
+        self._rejected = 0
+        self._misses = 0
+        self._frames_done = 0
+        self._queue_max = 0
+        self._last_error: str | None = None
+        self._slow_until = 0.0
+        self._slow_factor = 1.0
+        # source watchdog; _t_push/_push_n are written by push()
+        self.source_timeout = float(source_timeout or 0.0)
+        if not self.source_timeout >= 0.0:
+            raise ValueError(f"source_timeout must be >= 0 or None, got {source_timeout!r}")
+        self._src_armed = False
+        self._t_push = _perf()
+        self._push_n = 0
+        self._source_error: str | None = None
+        self._src_err_t: float | None = None
+        self._source_stalls = 0
+
+    def __repr__(self):
+        return (f"<rtamt Stream {self.name!r} {self.fs:g} Hz block {self.block} budget "
+                f"{1e3 * self.budget_s:g} ms{' closed' if self.closed else ''}>")
+
+    # ================================================================ producer side
+    def push(self, block, status=0, in_latency: float | None = None, *, wait: bool = False,
+             timeout: float | None = None) -> bool:
+        """Queue one input chunk ``(frames, channels)`` (or ``(frames,)`` for one channel).
+
+        For use inside an audio callback: never blocks (unless ``wait=True``, meant for
+        file/demo sources that want backpressure instead of drops), copies once into the
+        preallocated ring, returns False if the chunk was dropped (ring full, or the
+        stream is closed).  ``status`` is a PortAudio flag word or a
+        ``sounddevice.CallbackFlags``; ``in_latency`` the seconds between capture of the
+        chunk's first frame and now (default: the chunk's duration).  A chunk with another
+        channel count raises :class:`~rtamt.RtamtInputError` (nothing is queued).
+        """
+        t0 = _perf()
+        if self.closed or self.closing:
+            return False
+        if not isinstance(status, int):
+            status = getattr(status, "_flags", 0) or 0
+        n = block.shape[0]
+        if wait:
+            ring = self.ring
+            deadline = None if timeout is None else t0 + timeout
+            while (ring.w_frame + n - ring.r_frame > ring.capacity
+                   or ring.w_chunk - ring.r_chunk >= ring.max_chunks) and n <= ring.capacity:
+                if not self._sched.running or self.closed:
+                    break
+                if deadline is not None and _perf() > deadline:
+                    break
+                time.sleep(0.0005)
+            t0 = _perf()        # the callback-duration statistic excludes the wait
+        ok = self.ring.push(block, status, n / self.fs if in_latency is None else in_latency, t0)
+        self._t_push = t0
+        self._push_n = n
+        if not self._dirty:
+            self._dirty = True
+            self._sched._notify(self)
+        i = self._n_cb % self._cb.shape[0]
+        self._cb[i] = _perf() - t0
+        self._n_cb += 1
+        return ok
+
+    def callback(self, indata, frames, time_info, status) -> None:
+        """A ``sounddevice.InputStream`` callback: ``callback=stream.callback``.
+
+        Uses PortAudio's timestamps for the latency estimate
+        (``currentTime - inputBufferAdcTime``); falls back to the chunk duration
+        when the host API reports none.
+        """
+        self.push(indata, status, callback_latency(time_info, frames, self.fs))
+
+    # ================================================================ source health
+    def source_started(self, period_s: float = 0.0) -> None:
+        """Arm the watchdog: a source now delivers (call after the stream or source thread
+        started).  ``period_s``: its expected callback period, if known (the timeout is at
+        least twice the period, and twice the last pushed chunk's duration)."""
+        self._push_n = max(self._push_n, int(round(float(period_s) * self.fs)))
+        self._t_push = _perf()
+        self._src_armed = True
+
+    def source_ended(self) -> None:
+        """Disarm the watchdog: the source stopped on purpose (end of a file, stop())."""
+        self._src_armed = False
+
+    def report_source_error(self, message: str) -> None:
+        """Report an input fault seen outside the scheduler (e.g. the audio API says the
+        stream died).  The first message of a fault is kept; it clears when pushes resume."""
+        if self._source_error is None:
+            self._src_err_t = _perf()
+            self._source_error = str(message)
+            self._source_stalls += 1
+
+    @property
+    def source_error(self) -> str | None:
+        """Why the input stopped delivering, or None while it is healthy."""
+        return self._source_error
+
+    @property
+    def source_deadline(self) -> float:
+        """Seconds without a push after which the watchdog reports the source."""
+        return max(self.source_timeout, 2.0 * self._push_n / self.fs)
+
+    def _watch(self, now: float) -> None:
+        """Scheduler thread, periodically: report a silent source; age out an idle stream."""
+        if self._src_armed and self.source_timeout and self._source_error is None:
+            if now - self._t_push > self.source_deadline:
+                self.report_source_error(f"input stopped delivering audio (no callback for "
+                                         f"{self.source_deadline:.1f} s)")
+        if (self.idle_timeout and self.closing is None and not self.closed
+                and now - self._t_push > self.idle_timeout):
+            self.aged_out = True
+            self.closing = "drain"
+
+    # ================================================================ readers
+    def latest(self) -> Result | None:
+        """Most recent result (an immutable object; safe to read from any thread)."""
+        return self._latest
+
+    def history(self) -> list[Result]:
+        """Recent results, oldest first (bounded by ``history``)."""
+        return list(self._hist)
+
+    def subscribe(self, fn) -> None:
+        """Call ``fn(result)`` in the worker thread after each block (keep it quick)."""
+        self._subs.append(fn)
+
+    @property
+    def state(self) -> str:
+        return ("aged-out" if self.aged_out and self.closed else "closed" if self.closed
+                else "closing" if self.closing else "open")
+
+    def stats(self) -> StreamStats:
+        r = self.ring
+        n = self._n_proc
+        k = min(n, self._proc.shape[0])
+        audio = float(self._audio[:k].sum()) if k else 0.0
+        return StreamStats(
+            name=self.name, running=self._sched.running and not self.closed, fs=self.fs,
+            block=self.block, budget_us=1e6 * self.budget_s, blocks=self._seq,
+            frames_processed=self._frames_done, chunks_pushed=r.pushed_chunks,
+            frames_pushed=r.pushed_frames, frames_received=r.pushed_frames + r.dropped_frames,
+            dropped_chunks=r.dropped_chunks,
+            dropped_frames=r.dropped_frames, skipped_chunks=self._skipped_chunks,
+            skipped_frames=self._skipped_frames, discarded_frames=self._discarded,
+            rejected_blocks=self._rejected, queue_chunks=r.available(),
+            queue_frames=r.queued_frames() - self._coff + self._fill,
+            queue_max_frames=self._queue_max,
+            proc_p50_us=1e6 * _pct(self._proc, n, 50), proc_p99_us=1e6 * _pct(self._proc, n, 99),
+            proc_max_us=1e6 * (float(self._proc[:k].max()) if k else 0.0),
+            rtf=float(self._proc[:k].sum()) / audio if audio > 0 else 0.0,
+            misses=self._misses,
+            callback_p50_us=1e6 * _pct(self._cb, self._n_cb, 50),
+            callback_p99_us=1e6 * _pct(self._cb, self._n_cb, 99),
+            callback_max_us=1e6 * (float(self._cb[:min(self._n_cb, self._cb.shape[0])].max())
+                                   if self._n_cb else 0.0),
+            latency_p50_ms=1e3 * _pct(self._lat, n, 50),
+            latency_p99_ms=1e3 * _pct(self._lat, n, 99),
+            latency_max_ms=1e3 * (float(self._lat[:k].max()) if k else 0.0),
+            batch_mean=self._batch_sum / n if n else 0.0,
+            status=dict(self._status_counts),
+            dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
+            last_error=self._last_error,
+            source_error=self._source_error, source_stalls=self._source_stalls,
+            group=self.group.label if self.group is not None else "", state=self.state,
+        )
+
+    # ================================================================ state (between blocks)
+    def reset(self) -> int:
+        """Reset the stream's state between two blocks while streaming (input already
+        queued is kept).  Returns the ``seq`` of the first block processed from the reset
+        state."""
+        def _do():
+            self.proc.reset()
+            self._sched._attach_state(self)
+            return self._seq
+        return self._sched._between_blocks(self, _do)
+
+    def snapshot(self) -> dict:
+        """Consistent copy of the stream's state (the processor's :meth:`state_dict`, which
+        an offline model of the same design loads) plus the re-blocking buffer and stream
+        position, taken between two blocks while the stream keeps running."""
+        def _do():
+            return {
+                "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
+                "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
+                "pending": self._acc[:self._fill].copy(),
+                "pending_start": int(self._blk_start if self._fill else self._next),
+                "state": self.proc.state_dict(),
+            }
+        return self._sched._between_blocks(self, _do)
+
+    def _check_snapshot(self, snap: dict) -> np.ndarray:
+        if not isinstance(snap, dict) or "state" not in snap:
+            raise RtamtInputError(
+                f"restore: expected a snapshot() dict, got {type(snap).__name__}")
+        for key, want in (("fs", self.fs), ("channels", self.channels), ("block", self.block),
+                          ("dtype", str(self.dtype))):
+            if snap.get(key) != want:
+                raise RtamtInputError(
+                    f"restore: snapshot {key}={snap.get(key)!r}, stream has {want!r}")
+        pend = np.asarray(snap["pending"])
+        if pend.ndim != 2 or pend.shape[1] != self.channels or pend.shape[0] > self.block:
+            raise RtamtInputError(f"restore: pending block has shape {pend.shape}")
+        reject_nonfinite(np.ascontiguousarray(pend, dtype=np.float64), "restore: pending block",
+                         lambda b: f"frame {b[0]}, channel {b[1]}")
+        return pend
+
+    def restore(self, snap: dict, *, _load=None) -> None:
+        """Load a :meth:`snapshot`.  Before the scheduler runs this also sets the stream
+        position (the next pushed frame continues the snapshot's stream); while running it
+        replaces the state and the stream continues.  The state is checked by the
+        processor's own ``load_state_dict``; nothing changes unless it loads."""
+        pend = self._check_snapshot(snap)
+        started = self._seq > 0 or self._sched.running
+
+        def _do():
+            if _load is None:
+                self.proc.load_state_dict(snap["state"])
+            else:
+                _load(snap)
+            self._sched._attach_state(self)
+            self._fill = pend.shape[0]
+            self._acc[:self._fill] = pend
+            self._blk_start = int(snap["pending_start"])
+            if not started:
+                self._seq = int(snap["seq"])
+                self._next = int(snap["position"])
+                self.ring.stream_pos = self._next
+        self._sched._between_blocks(self, _do)
+
+    def simulate_overload(self, factor: float, seconds: float) -> None:
+        """Test hook: for the next ``seconds``, every block of this stream takes ``factor``
+        × its real-time period in the worker (padded with sleep)."""
+        self._slow_factor = float(factor)
+        self._slow_until = _perf() + float(seconds)
+
+    def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
+        """Leave the scheduler: ``'drain'`` processes what is queued (then the partial last
+        block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s; the
+        state stays readable (:meth:`snapshot`) after closing.  Idempotent."""
+        self._sched._close_stream(self, policy, timeout)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until everything pushed so far has been processed (or skipped)."""
+        end = _perf() + timeout
+        while self.ring.available() > 0 or self.ready or self.busy:
+            if self.closed or not self._sched.running or _perf() > end:
+                return self.ring.available() == 0 and not self.ready
+            time.sleep(0.0005)
+        return True
+
+    # ================================================================ scheduler side
+    def _count_status(self, st: int) -> None:
+        if st:
+            for k, bit in STATUS_FLAGS.items():
+                if st & bit:
+                    self._status_counts[k] += 1
+
+    def _intake(self, now: float) -> None:
+        """Under the scheduler lock, with the stream not busy and not ready: apply the
+        overload policy, then move queued frames into the block buffer until it is full
+        (the block becomes ready, validated) or the ring is empty."""
+        ring = self.ring
+        B = self.block
+        if self._fill == B and not self.ready:      # a full block restored by restore()
+            self._make_ready(None, now)
+        while not self.ready and ring.available():
+            q = ring.queued_frames() - self._coff + self._fill
+            if q > self._queue_max:
+                self._queue_max = q
+            if self.policy == "drop-oldest" and self.closing is None:
+                while (ring.available() > 1
+                       and ring.queued_frames() - self._coff > self.max_backlog):
+                    _, n, _, _, _, st = ring.chunk()
+                    if self._coff == 0:
+                        self._count_status(st)
+                    ring.release(n)
+                    self._skipped_chunks += 1
+                    self._skipped_frames += n - self._coff
+                    self._coff = 0
+                    self._blk_gap = True
+            start, n, pos, tpush, inlat, st = ring.chunk()
+            if self._coff == 0:
+                self._count_status(st)
+                if start != self._next:
+                    self._blk_gap = True
+                if self._src_err_t is not None and tpush > self._src_err_t:
+                    # pushed after the fault was seen: the source is back (gap marked)
+                    self._source_error = self._src_err_t = None
+                    self._blk_gap = True
+            off = self._coff
+            if self._fill == 0:
+                self._blk_start = start + off
+            m = min(n - off, B - self._fill)
+            ring.copy_frames(pos, off, m, self._acc[self._fill:self._fill + m])
+            self._fill += m
+            off += m
+            if off == n:
+                self._next = start + n
+                ring.release(n)
+                self._coff = 0
+            else:
+                self._coff = off
+            if self._fill == B:
+                # capture time of the block's last sample (frame off-1 of this chunk)
+                self._make_ready(tpush - inlat + (off - 1) / self.fs, now)
+
+    def _make_ready(self, t_capture: float | None, now: float) -> None:
+        """The block buffer is complete: validate it (a bad block is rejected here, alone)
+        and mark it ready with its deadline."""
+        x = self._acc[:self._fill]
+        try:
+            reject_nonfinite(
+                x, lambda: f"{self.name}: block {self._seq}",
+                lambda b: f"channel {b[1]}, sample {b[0]} (stream sample "
+                          f"{self._blk_start + b[0]}); the stream's state unchanged",
+                limit=self.limit, limit_text="the processor's input_limit")
+        except RtamtInputError as e:
+            self._rejected += 1
+            self._last_error = str(e)
+            self._fill = 0
+            self._blk_gap = True
+            if self.on_error == "stop":
+                self.error = e
+                self.closing = "discard"
+            return
+        self.ready = True
+        self.t_capture = t_capture
+        self.t_ready = now
+        self.deadline = (now if t_capture is None else t_capture) + self.budget_s
+
+    def _block_input(self):
+        """The ready block in the processor's layout: ``(T,)`` or ``(channels, T)``."""
+        x = self._acc[:self._fill]
+        return x[:, 0] if self.channels == 1 else x.T
+
+    def _publish(self, outputs, t_start: float, t_done: float, share: float, batch: int) -> None:
+        """Worker thread, after the call: publish the block's result and account for it."""
+        frames = self._fill
+        period = frames / self.fs
+        if self._slow_until and t_start < self._slow_until:
+            end = min(t_start + self._slow_factor * period, self._slow_until)
+            while self.closing != "discard":
+                rest = end - _perf()
+                if rest <= 0:
+                    break
+                time.sleep(min(rest, 0.01))
+            t_done = _perf()
+        tc = self.t_capture
+        lat = 0.0 if tc is None else max(t_done - tc, 0.0)
+        r = Result(self._seq, self._blk_start, frames, outputs, t_done, lat, t_done - t_start,
+                   self._blk_gap, batch)
+        i = self._n_proc % self._proc.shape[0]
+        self._proc[i] = share
+        self._lat[i] = lat
+        self._audio[i] = period
+        self._n_proc += 1
+        self._batch_sum += batch
+        if tc is not None and t_done > tc + self.budget_s:
+            self._misses += 1
+        self._seq += 1
+        self._frames_done += frames
+        self._fill = 0
+        self._blk_gap = False
+        self._latest = r
+        self._hist.append(r)
+        for fn in self._subs:
+            fn(r)
