@@ -41,6 +41,7 @@ import collections
 import copy
 import math
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -282,6 +283,11 @@ class Scheduler:
                        never past what the earliest deadline allows).
     max_load         : admission refuses streams that would make the predicted busy
                        fraction of the workers exceed this (default 0.9).
+    gil_switch_ms    : while running, Python's thread switch interval
+                       (``sys.setswitchinterval``) is lowered to this (default 0.5 ms;
+                       ``None`` leaves it).  With the default 5 ms, a worker whose kernel
+                       returns waits up to 5 ms for the interpreter lock held by another
+                       thread's Python code, several times per call (docs/performance.md).
 
     ``s = Scheduler(); h = s.open('dau1997', 48000, budget_ms=10)``; ``h.push(x)`` from an
     audio callback; ``h.latest()``; ``h.close()``; ``s.close()``.  A scheduler is also a
@@ -289,13 +295,16 @@ class Scheduler:
     """
 
     def __init__(self, threads: int | None = None, *, max_batch: int = 16,
-                 max_queue_delay_ms: float = 1.0, max_load: float = 0.9, start: bool = True):
+                 max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
+                 gil_switch_ms: float | None = 0.5, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
             raise ValueError("threads and max_batch must be >= 1 and 0 < max_load <= 1")
         self.max_batch = int(max_batch)
         self.max_queue_delay = float(max_queue_delay_ms) / 1e3
         self.max_load = float(max_load)
+        self.gil_switch = None if gil_switch_ms is None else float(gil_switch_ms) / 1e3
+        self._old_switch = None
         self._cv = threading.Condition(threading.Lock())
         self._groups: dict = {}
         self._costs: dict = {}
@@ -321,6 +330,9 @@ class Scheduler:
         if self._threads:
             return self
         self._stopping = False
+        if self.gil_switch is not None and sys.getswitchinterval() > self.gil_switch:
+            self._old_switch = sys.getswitchinterval()
+            sys.setswitchinterval(self.gil_switch)
         th = [threading.Thread(target=self._dispatch, name="rtamt-scheduler", daemon=True)]
         th += [threading.Thread(target=self._worker, name=f"rtamt-worker-{i}", daemon=True)
                for i in range(self.threads)]
@@ -351,6 +363,9 @@ class Scheduler:
             t.join(max(end - _perf(), 0.0))
         alive = [t.name for t in th if t.is_alive()]
         self._threads = []
+        if self._old_switch is not None and sys.getswitchinterval() == self.gil_switch:
+            sys.setswitchinterval(self._old_switch)
+        self._old_switch = None
         if alive:
             raise RuntimeError(f"rtamt scheduler threads did not stop within {timeout} s: "
                                f"{alive}")
