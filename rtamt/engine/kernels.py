@@ -243,40 +243,46 @@ def sos_shared(sos, rectify, zi, x, y, yoff):
     First-order sections (``b2 = a2 = 0``, e.g. the IHC low-passes) take a shorter loop
     that leaves their (always zero) second memory alone.
     """
-    B, T, C = x.shape
+    for b in range(x.shape[0]):
+        sos_rows(sos, rectify, zi[b], x[b], y[b], yoff)
+
+
+@njit(**_JIT)
+def sos_rows(sos, rectify, zi, x, y, yoff):
+    """:func:`sos_shared` for one stream: ``zi`` (S, 2, C), ``x`` (T, C), ``y`` (T, Ftot)."""
+    T, C = x.shape
     S = sos.shape[0]
-    for b in range(B):
-        for t in range(T):
-            xt = x[b, t]
-            yt = y[b, t, yoff:yoff + C]
-            for c in range(C):
-                v = xt[c]
-                if rectify:
-                    v = max(v, 0.0)
-                yt[c] = v
-            for s_ in range(S):
-                b0 = sos[s_, 0]
-                b1 = sos[s_, 1]
-                b2 = sos[s_, 2]
-                a1 = sos[s_, 4]
-                a2 = sos[s_, 5]
-                z0 = zi[b, s_, 0]
-                z1 = zi[b, s_, 1]
-                if b2 == 0.0 and a2 == 0.0:
-                    # first-order section: the second memory stays exactly 0 (b2 v - a2 y);
-                    # skipping it changes no value (at most the sign of a zero)
-                    for c in range(C):
-                        v = yt[c]
-                        out = b0 * v + z0[c]
-                        z0[c] = b1 * v - a1 * out + z1[c]
-                        yt[c] = out
-                    continue
+    for t in range(T):
+        xt = x[t]
+        yt = y[t, yoff:yoff + C]
+        for c in range(C):
+            v = xt[c]
+            if rectify:
+                v = max(v, 0.0)
+            yt[c] = v
+        for s_ in range(S):
+            b0 = sos[s_, 0]
+            b1 = sos[s_, 1]
+            b2 = sos[s_, 2]
+            a1 = sos[s_, 4]
+            a2 = sos[s_, 5]
+            z0 = zi[s_, 0]
+            z1 = zi[s_, 1]
+            if b2 == 0.0 and a2 == 0.0:
+                # first-order section: the second memory stays exactly 0 (b2 v - a2 y);
+                # skipping it changes no value (at most the sign of a zero)
                 for c in range(C):
                     v = yt[c]
                     out = b0 * v + z0[c]
                     z0[c] = b1 * v - a1 * out + z1[c]
-                    z1[c] = b2 * v - a2 * out
                     yt[c] = out
+                continue
+            for c in range(C):
+                v = yt[c]
+                out = b0 * v + z0[c]
+                z0[c] = b1 * v - a1 * out + z1[c]
+                z1[c] = b2 * v - a2 * out
+                yt[c] = out
 
 
 # The modulation bank runs the same step in a 4-sample and a 1-sample path; with automatic
@@ -367,6 +373,20 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     """
     B, T, C = x.shape
     F = coef.shape[1]
+    # the inputs of four samples, gathered run by run; lane f at uf[j, 8 + f] (8 lanes of
+    # slack in front for the vector copies below)
+    uf = np.empty((4, F + 8), x.dtype)
+    xp = np.zeros(C + 16, x.dtype)  # one input row with 8 values of slack on both sides
+    for b in range(B):
+        efilt_rows(runs, nreal, coef, st[b], x[b], y[b], yoff, uf, xp)
+
+
+@njit(**_JIT_EXACT)
+def efilt_rows(runs, nreal, coef, st, x, y, yoff, uf, xp):
+    """:func:`cplx_onepole_bank` for one stream: ``st`` (2, F), ``x`` (T, C), ``y``
+    (T, Ftot); ``uf`` (4, F + 8) and ``xp`` (C + 16, zero) are scratch rows."""
+    T, C = x.shape
+    F = coef.shape[1]
     a = nreal
     R = runs.shape[0]
     # every lane view is sliced once, outside the sample loop: slices taken per step with a
@@ -379,9 +399,10 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     piB = coef[1, a:]
     gB = coef[2, a:]
     scB = coef[3, a:]
-    # the inputs of four samples, gathered run by run; lane f at uf[j, 8 + f] (8 lanes of
-    # slack in front for the vector copies below)
-    uf = np.empty((4, F + 8), x.dtype)
+    srA = st[0, :a]
+    siA = st[1, :a]
+    srB = st[0, a:]
+    siB = st[1, a:]
     u0A = uf[0, 8:8 + a]
     u1A = uf[1, 8:8 + a]
     u2A = uf[2, 8:8 + a]
@@ -390,58 +411,70 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
     u1B = uf[1, 8 + a:8 + F]
     u2B = uf[2, 8 + a:8 + F]
     u3B = uf[3, 8 + a:8 + F]
-    xp = np.zeros(C + 16, x.dtype)  # one input row with 8 values of slack on both sides
     ya = yoff + a
     ye = yoff + F
-    for b in range(B):
-        srA = st[b, 0, :a]
-        siA = st[b, 1, :a]
-        srB = st[b, 0, a:]
-        siB = st[b, 1, a:]
-        t = 0
-        while t < T:
-            n = min(4, T - t)
-            for j in range(n):
-                xt = x[b, t + j]
-                uj = uf[j]
-                if C >= 8:
-                    # 8-wide vector copies (`copy8`): the row into xp, then each run in
-                    # chunks aligned to its end, last run first, so a chunk reaching in
-                    # front of its run writes lanes of the run below, copied afterwards
-                    for c in range(0, C - 8, 8):
-                        copy8(xt, c, xp, 8 + c)
-                    copy8(xt, C - 8, xp, C)
-                    for r in range(R - 1, -1, -1):
-                        m = runs[r, 2]
-                        es = 8 + runs[r, 1] + m
-                        ed = 8 + runs[r, 0] + m
-                        k = 8
-                        while k < m + 8:
-                            copy8(xp, es - k, uj, ed - k)
-                            k += 8
-                else:
-                    for r in range(R):
-                        ud = uj[8 + runs[r, 0]:]
-                        xs = xt[runs[r, 1]:]
-                        for i in range(runs[r, 2]):
-                            ud[i] = xs[i]
-            if n == 4:
-                y0 = y[b, t]
-                y1 = y[b, t + 1]
-                y2 = y[b, t + 2]
-                y3 = y[b, t + 3]
-                _efilt_lanes4(prA, piA, gA, scA, srA, siA, u0A, u1A, u2A, u3A,
-                              y0[yoff:ya], y1[yoff:ya], y2[yoff:ya], y3[yoff:ya], False)
-                _efilt_lanes4(prB, piB, gB, scB, srB, siB, u0B, u1B, u2B, u3B,
-                              y0[ya:ye], y1[ya:ye], y2[ya:ye], y3[ya:ye], True)
+    t = 0
+    while t < T:
+        n = min(4, T - t)
+        for j in range(n):
+            xt = x[t + j]
+            uj = uf[j]
+            if C >= 8:
+                # 8-wide vector copies (`copy8`): the row into xp, then each run in
+                # chunks aligned to its end, last run first, so a chunk reaching in
+                # front of its run writes lanes of the run below, copied afterwards
+                for c in range(0, C - 8, 8):
+                    copy8(xt, c, xp, 8 + c)
+                copy8(xt, C - 8, xp, C)
+                for r in range(R - 1, -1, -1):
+                    m = runs[r, 2]
+                    es = 8 + runs[r, 1] + m
+                    ed = 8 + runs[r, 0] + m
+                    k = 8
+                    while k < m + 8:
+                        copy8(xp, es - k, uj, ed - k)
+                        k += 8
             else:
-                for j in range(n):
-                    yj = y[b, t + j]
-                    _efilt_lanes1(prA, piA, gA, scA, srA, siA, uf[j, 8:8 + a],
-                                  yj[yoff:ya], False)
-                    _efilt_lanes1(prB, piB, gB, scB, srB, siB, uf[j, 8 + a:8 + F],
-                                  yj[ya:ye], True)
-            t += n
+                for r in range(R):
+                    ud = uj[8 + runs[r, 0]:]
+                    xs = xt[runs[r, 1]:]
+                    for i in range(runs[r, 2]):
+                        ud[i] = xs[i]
+        if n == 4:
+            y0 = y[t]
+            y1 = y[t + 1]
+            y2 = y[t + 2]
+            y3 = y[t + 3]
+            _efilt_lanes4(prA, piA, gA, scA, srA, siA, u0A, u1A, u2A, u3A,
+                          y0[yoff:ya], y1[yoff:ya], y2[yoff:ya], y3[yoff:ya], False)
+            _efilt_lanes4(prB, piB, gB, scB, srB, siB, u0B, u1B, u2B, u3B,
+                          y0[ya:ye], y1[ya:ye], y2[ya:ye], y3[ya:ye], True)
+        else:
+            for j in range(n):
+                yj = y[t + j]
+                _efilt_lanes1(prA, piA, gA, scA, srA, siA, uf[j, 8:8 + a],
+                              yj[yoff:ya], False)
+                _efilt_lanes1(prB, piB, gB, scB, srB, siB, uf[j, 8 + a:8 + F],
+                              yj[ya:ye], True)
+        t += n
+
+
+@njit(**_JIT)
+def modfb_efilt(lp_sos, lp_zi, runs, nreal, coef, st, x, y):
+    """The Dau1997-lineage modulation bank in one call, stream by stream: the low-passes
+    (:func:`sos_rows`, outputs ``0 .. C-1``) then the band-pass filters
+    (:func:`efilt_rows`, outputs ``C ..``) of a stream, so that its output rows
+    (2.2 KB per sample for 275 filters) are completed while they are still in cache
+    rather than written in two passes over the whole batch.  Same functions, same
+    arithmetic as :func:`sos_shared` followed by :func:`cplx_onepole_bank`."""
+    B, T, C = x.shape
+    F = coef.shape[1]
+    uf = np.empty((4, F + 8), x.dtype)
+    xp = np.zeros(C + 16, x.dtype)
+    for b in range(B):
+        sos_rows(lp_sos, False, lp_zi[b], x[b], y[b], 0)
+        if F:
+            efilt_rows(runs, nreal, coef, st[b], x[b], y[b], C, uf, xp)
 
 
 @njit(**_JIT)

@@ -295,12 +295,13 @@ class ModFilterbank(PackedFilterbank):
             x = np.ascontiguousarray(x)
         x = cls._prefilter(coeffs, state, x)
         y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype)
+        if coeffs.filter_type == "efilt":
+            coef = coeffs.bp_coef if x.dtype == np.float64 else coeffs.bp_coef32
+            K.modfb_efilt(coeffs.lp_sos, state["lp"], coeffs.bp_runs, coeffs.bp_nreal, coef,
+                          state["bp"], x, y)
+            return y
         K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
-            if coeffs.filter_type == "efilt":
-                coef = coeffs.bp_coef if x.dtype == np.float64 else coeffs.bp_coef32
-                K.cplx_onepole_bank(coeffs.bp_runs, coeffs.bp_nreal, coef, state["bp"], x, y, C)
-            else:
-                K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
-                                   coeffs.bp_scale, state["bp"], x, y, C)
+            K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
+                               coeffs.bp_scale, state["bp"], x, y, C)
         return y
