@@ -12,6 +12,27 @@ Reported: ``rtf`` = total processing time / audio duration; ``p50_us``, ``p99_us
 ``--signal silence-after-loud`` feeds 90 dB SPL noise for the first half and exact
 digital zeros for the second, and reports both halves' p99 and their ratio
 (denormal check).
+
+Many streams on the scheduler (:mod:`latency_bench.streams`; block 256, budget 10 ms,
+every core and batches of up to 16 streams unless given)::
+
+    python -m latency_bench --streams 20 --seconds 3              # paced, real time
+    python -m latency_bench --find-capacity --max-streams 256     # largest N with 0 misses
+    python -m latency_bench --threads-scaling --streams 32        # throughput, 1 vs 2 threads
+
+``--streams N`` runs ``N`` streams through ``rtamt.scheduler.Scheduler(threads=--threads)``
+at real-time pace (one paced multichannel source thread, or ``--source per-stream``) and
+reports per stream latency p50 / p99 / max (capture of a block's last sample to its
+publication), misses (latency over ``--budget-ms``), drops (frames pushed but never
+processed) and mean batch size, the worst stream, and process CPU use.  The JSON keeps
+the single-stream keys (``p50_us`` ... are then the wall time of the call that computed
+each block; ``n_blocks`` counts stream-blocks; ``misses`` and ``budget_us`` are the
+latency budget's) and adds ``streams``, ``latency_p50_us`` (all blocks),
+``latency_p99_us`` (the worst stream's p99), ``latency_max_us``, ``drops``, ``cpu_util``
+(process CPU seconds per wall second, in cores; ``cpu_util_per_core`` divides by the
+cores), ``capacity`` (``--find-capacity`` only, else null), ``per_stream`` and more.
+In these modes ``--threads`` is the scheduler's worker threads (numba / BLAS use one
+thread each) and ``--batch`` its ``max_batch``.
 """
 from __future__ import annotations
 
@@ -60,18 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model configuration (default: the model's own; see rtamt models)")
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=48000.0,
                    help="sample rate, Hz (default 48000)")
-    p.add_argument("--block", type=int_range(1, MAX_FRAMES), default=64,
-                   help="frames per processing call; its period is the budget (default 64)")
+    p.add_argument("--block", type=int_range(1, MAX_FRAMES), default=None,
+                   help="frames per processing call; its period is the budget (default 64; "
+                        "256 with --streams)")
     p.add_argument("--seconds", type=positive_float(3600.0), default=5.0,
                    help="seconds of audio timed, after the warm-up (default 5)")
-    p.add_argument("--batch", type=int_range(1, 1024), default=1,
-                   help="streams processed together in one call (default 1)")
+    p.add_argument("--batch", type=int_range(1, 1024), default=None,
+                   help="streams processed together in one call (default 1; with --streams: "
+                        "the scheduler's max_batch, default 16)")
     p.add_argument("--channels", type=int_range(1, 64), default=1,
                    help="independent input channels per stream (2 = stereo for moore2016)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                    help="sample and state precision (default float64)")
-    p.add_argument("--threads", type=int_range(1, 1024), default=1,
-                   help="torch / BLAS / numba threads (default 1)")
+    p.add_argument("--threads", type=int_range(1, 1024), default=None,
+                   help="torch / BLAS / numba threads (default 1); with --streams: the "
+                        "scheduler's worker threads (default: every core; --threads-scaling "
+                        "compares 1 with this, at least 2)")
     p.add_argument("--signal", default="noise", choices=["noise", "demo", "silence-after-loud"],
                    help="input: 70 dB SPL noise (default), the demo signal, or 90 dB SPL noise "
                         "then digital silence (denormal check: reports both halves' p99)")
@@ -79,14 +104,108 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of noise processed before timing, reported apart "
                         "(default 0.5)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    g = p.add_argument_group("many streams (rtamt.scheduler)")
+    g.add_argument("--streams", type=int_range(1, 4096), default=None, metavar="N",
+                   help="run N streams at real-time pace through one Scheduler and report "
+                        "per-stream latency, misses, drops, CPU and batch size (with "
+                        "--find-capacity: the first N tried; --threads-scaling: default 16)")
+    g.add_argument("--budget-ms", type=positive_float(10000.0), default=None,
+                   help="latency budget of a block's last sample (capture to publication), "
+                        "ms (default 10); a block over it is a miss")
+    g.add_argument("--source", choices=["fanout", "per-stream"], default=None,
+                   help="fanout (default): one paced thread pushes a (block, N) chunk per "
+                        "period, column c to stream c; per-stream: one paced thread per "
+                        "stream")
+    g.add_argument("--find-capacity", action="store_true",
+                   help="find the largest N with 0 misses and 0 drops: trials of --seconds "
+                        "each on a fresh scheduler, doubling N, then bisection")
+    g.add_argument("--max-streams", type=int_range(1, 4096), default=None,
+                   help="largest N --find-capacity tries (default 256)")
+    g.add_argument("--threads-scaling", action="store_true",
+                   help="throughput (not paced): N streams x --seconds of audio queued, "
+                        "timed to the last result, on 1 worker thread and on --threads; "
+                        "prints stream-blocks per second and their ratio, also for the "
+                        "models alone in plain threads")
     return p
+
+
+def _model_names():
+    from rtamt.models import MODELS  # (numpy: after the thread-count variables are set)
+
+    return MODELS
+
+
+STREAM_ONLY = ("budget_ms", "source", "max_streams")
+
+
+def _defaults(p, args) -> bool:
+    """Fill the mode-dependent defaults; True for a many-stream run."""
+    multi = args.streams is not None or args.find_capacity or args.threads_scaling
+    if not multi:
+        for k in STREAM_ONLY:
+            if getattr(args, k) is not None:
+                p.error(f"argument --{k.replace('_', '-')}: needs --streams, --find-capacity "
+                        "or --threads-scaling")
+        args.block = 64 if args.block is None else args.block
+        args.batch = 1 if args.batch is None else args.batch
+        args.threads = 1 if args.threads is None else args.threads
+        return False
+    if args.find_capacity and args.threads_scaling:
+        p.error("argument --threads-scaling: not allowed with --find-capacity")
+    if args.signal != "noise":
+        p.error("argument --signal: only noise with --streams (every stream gets its own)")
+    args.block = 256 if args.block is None else args.block
+    args.batch = 16 if args.batch is None else args.batch
+    args.budget_ms = 10.0 if args.budget_ms is None else args.budget_ms
+    args.source = args.source or "fanout"
+    args.max_streams = 256 if args.max_streams is None else args.max_streams
+    if args.threads_scaling:
+        args.threads = max(2, args.threads or os.cpu_count() or 1)
+    elif args.threads is None:
+        args.threads = os.cpu_count() or 1
+    return True
+
+
+def _main_streams(args) -> int:
+    """--streams / --find-capacity / --threads-scaling (see :mod:`latency_bench.streams`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from rtamt.engine.denormal import ensure_ftz
+
+    from . import streams as ms
+
+    ensure_ftz()
+    head = {"model": args.model, "config": args.config, "fs": args.fs, "block": args.block,
+            "batch": args.batch, "channels": args.channels, "dtype": args.dtype,
+            "signal": args.signal, "device": f"cpu ({_cpu_name()})", "threads": args.threads,
+            "python": platform.python_version()}
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
+        (lambda m: print(m, flush=True))
+    if args.threads_scaling:
+        res = dict(head, **ms.threads_scaling(args, log))
+    elif args.find_capacity:
+        res = dict(head, **ms.find_capacity(args, log))
+    else:
+        res = dict(head, **ms.run_trial(args, args.streams), capacity=None)
+    if args.json:
+        print(json.dumps(res))
+    elif not args.threads_scaling:
+        ms.print_report(res)
+    return 1 if res.get("errors") else 0
 
 
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    multi = _defaults(p, args)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
+        os.environ[var] = "1" if multi else str(args.threads)
+    if args.model not in _model_names():
+        p.error(f"argument --model: unknown model {args.model!r}; choose from "
+                f"{', '.join(sorted(_model_names()))}")
+    if multi:
+        return _main_streams(args)
 
     import numpy as np
     import torch
@@ -96,9 +215,6 @@ def main(argv=None) -> int:
     from rtamt.models import MODELS
     from rtamt.signals import demo_signal, rms_for_spl
 
-    if args.model not in MODELS:
-        p.error(f"argument --model: unknown model {args.model!r}; choose from "
-                f"{', '.join(sorted(MODELS))}")
     fs = args.fs
     n = int(round(args.seconds * fs)) // args.block * args.block
     if n == 0:

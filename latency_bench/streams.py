@@ -1,0 +1,464 @@
+"""Many streams on :class:`rtamt.scheduler.Scheduler` (``python -m latency_bench --streams N``).
+
+Three measurements, all with a fresh scheduler each:
+
+* :func:`run_trial` (``--streams N``): ``N`` streams of one design at real-time pace for
+  ``--seconds`` after ``--warmup-seconds``.  One source thread pushes one ``(block, N ×
+  channels)`` float32 chunk per block period (``--source fanout``: stream ``c`` gets its
+  columns, as :class:`~rtamt.scheduler.FanOut` does), or one thread per stream paces its own
+  ``(block, channels)`` chunks (``--source per-stream``, phases spread over the period).
+  Every stream gets its own 70 dB SPL noise.  A chunk's capture time is its *scheduled*
+  time (like an audio device's ADC clock): a source thread that wakes late (GIL, load)
+  pushes with a larger input latency, so its lateness counts in the latency.  Only blocks
+  whose first frame lies after the warm-up are measured (``Result.start``, which counts
+  dropped frames, so a drop cannot shift the window); the warm-up is reported apart.
+* :func:`find_capacity` (``--find-capacity``): ramps ``N`` by doubling from ``--streams``
+  (default 1) until a trial misses or drops, then bisects; a trial passes with 0 misses and
+  0 drops.  ``--max-streams`` caps the search.
+* :func:`threads_scaling` (``--threads-scaling``): throughput, not pacing: ``N`` streams
+  × ``K`` blocks (``--seconds`` of audio each) are queued before the workers start, then
+  timed until the last block is published, on 1 worker thread and on ``--threads``
+  (default: every core, at least 2); the ratio of stream-blocks per second.  The same
+  work is also timed on the models alone (``model(batch)`` in one plain thread per core,
+  no scheduler) as the ceiling the scheduler's threads could reach.
+
+Per stream, from ``Result`` (subscribed): latency p50 / p99 / max (capture of the block's
+last sample to publication), misses (latency over ``--budget-ms``), drops (frames pushed in
+the measured window that were never processed: dropped by a full ring, skipped by the
+drop-oldest policy, or in a rejected block), mean batch size.  CPU: process CPU time
+(``time.process_time``) over the measured wall time, in cores and per core.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+_perf = time.perf_counter
+#: noise loop per stream, seconds (the source cycles through it)
+LOOP_SECONDS = 1.0
+LEVEL_DB = 70.0
+
+
+# ---------------------------------------------------------------------------- helpers
+def _noise(n_frames: int, cols: int, seed: int) -> np.ndarray:
+    from rtamt.signals import rms_for_spl
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n_frames, cols), dtype=np.float32)
+    x *= np.float32(rms_for_spl(LEVEL_DB))
+    return x
+
+
+def _open(sched, args, n: int, **kw) -> tuple[list, float, float]:
+    """Open ``n`` streams; returns (streams, seconds for all, seconds for the first)."""
+    model_kw = {} if args.config is None else {"config": args.config}
+    streams, first = [], 0.0
+    t0 = _perf()
+    for i in range(n):
+        streams.append(sched.open(args.model, args.fs, args.block, budget_ms=args.budget_ms,
+                                  dtype=args.dtype, channels=args.channels,
+                                  admission="best-effort", model_kwargs=model_kw,
+                                  name=f"{args.model}-{i}", **kw))
+        if i == 0:
+            first = _perf() - t0
+    return streams, _perf() - t0, first
+
+
+def _pusher(streams: list, ch: int):
+    """``push(chunk, in_latency)`` feeding column group ``c`` of a ``(block, n × ch)`` chunk
+    to ``streams[c]``: a :class:`~rtamt.scheduler.FanOut` for one channel per stream."""
+    if ch == 1:
+        from rtamt.scheduler import FanOut
+
+        fan = FanOut(streams)
+        return lambda chunk, lat: fan.push(chunk, 0, lat)
+    sl = [(s, slice(c * ch, (c + 1) * ch)) for c, s in enumerate(streams)]
+
+    def push(chunk, lat):
+        for s, cols in sl:
+            s.push(chunk[:, cols], 0, lat)
+    return push
+
+
+class _Source(threading.Thread):
+    """Pushes ``n_blocks`` chunks of ``buf`` (cycled), chunk ``k`` at ``t0 + (k+1) · period``
+    (the capture time of its last frame), with the input latency measured from that
+    schedule.  ``late[k]``: how late the push started (s)."""
+
+    def __init__(self, push, buf: np.ndarray, block: int, period: float, n_blocks: int,
+                 t0: float, name: str):
+        super().__init__(name=name, daemon=True)
+        self.push, self.buf, self.block, self.period = push, buf, block, period
+        self.n_blocks, self.t0 = n_blocks, t0
+        self.late = np.zeros(n_blocks)
+        self.error: BaseException | None = None
+
+    def run(self):
+        buf, B, P, t0 = self.buf, self.block, self.period, self.t0
+        loop = buf.shape[0] // B
+        late = self.late
+        try:
+            for k in range(self.n_blocks):
+                tk = t0 + (k + 1) * P
+                d = tk - _perf()
+                if d > 0:
+                    time.sleep(d)
+                now = _perf()
+                late[k] = now - tk
+                j = (k % loop) * B
+                self.push(buf[j:j + B], now - tk + P)
+        except BaseException as e:  # noqa: BLE001 - reported by the trial
+            self.error = e
+
+
+def _recorder(rec: list):
+    app = rec.append
+
+    def sub(r):     # worker thread, after each block: a tuple append, nothing else
+        app((r.start, r.frames, r.latency_s, r.proc_s, r.batch))
+    return sub
+
+
+def _pcts(a: np.ndarray) -> tuple[float, float, float]:
+    if a.size == 0:
+        return 0.0, 0.0, 0.0
+    p50, p99 = np.percentile(a, [50, 99])
+    return float(p50), float(p99), float(a.max())
+
+
+# ---------------------------------------------------------------------------- paced run
+def run_trial(args, n: int) -> dict:
+    """``n`` paced streams (see the module docstring); returns the report dict."""
+    from rtamt.scheduler import Scheduler
+
+    fs, B, ch = args.fs, args.block, args.channels
+    period = B / fs
+    k_warm = int(round(args.warmup_seconds / period))
+    k_meas = max(1, int(round(args.seconds / period)))
+    n_blocks = k_warm + k_meas
+    loop = max(1, min(n_blocks, int(round(LOOP_SECONDS / period)))) * B
+    buf = _noise(loop, n * ch, seed=n)
+    budget = args.budget_ms / 1e3
+
+    sched = Scheduler(threads=args.threads, max_batch=args.batch)
+    try:
+        streams, t_open, t_first = _open(sched, args, n)
+        recs = [[] for _ in streams]
+        for s, rec in zip(streams, recs):
+            s.subscribe(_recorder(rec))
+        t0 = _perf() + 0.05
+        if args.source == "fanout":
+            srcs = [_Source(_pusher(streams, ch), buf, B, period, n_blocks, t0, "bench-source")]
+        else:
+            srcs = [_Source(_pusher([s], ch), buf[:, c * ch:(c + 1) * ch], B, period, n_blocks,
+                            t0 + c * period / n, f"bench-source-{c}")
+                    for c, s in enumerate(streams)]
+        for src in srcs:
+            src.start()
+        t_warm = t0 + k_warm * period
+        time.sleep(max(t_warm - _perf(), 0.0))
+        w0, c0 = _perf(), time.process_time()
+        for src in srcs:
+            src.join()
+        w1, c1 = _perf(), time.process_time()
+        closed = True
+        try:
+            sched.close("drain", timeout=max(10.0, 2.0 * args.seconds))
+        except RuntimeError:
+            closed = False
+        final = [s.stats() for s in streams]
+    finally:
+        if sched.running:
+            sched.close("discard", timeout=10.0)
+    errors = [f"{src.name}: {src.error!r}" for src in srcs if src.error is not None]
+    errors += list(sched.errors)
+    if not closed:
+        errors.append("the streams did not drain within the close timeout")
+
+    start_warm = k_warm * B
+    per, all_lat, all_proc, warm_lat = [], [], [], []
+    n_calls = batch_sum = share_sum = 0.0
+    for s, rec, st in zip(streams, recs, final):
+        a = np.array(rec, dtype=np.float64).reshape(-1, 5)
+        meas = a[a[:, 0] >= start_warm]
+        warm_lat.append(a[a[:, 0] < start_warm, 2])
+        lat, proc, bat = meas[:, 2], meas[:, 3], meas[:, 4]
+        p50, p99, mx = _pcts(lat)
+        drops = int(k_meas * B - meas[:, 1].sum())
+        per.append({"name": s.name, "blocks": int(meas.shape[0]), "latency_p50_us": 1e6 * p50,
+                    "latency_p99_us": 1e6 * p99, "latency_max_us": 1e6 * mx,
+                    "misses": int((lat > budget).sum()), "drops": drops,
+                    "batch_mean": float(bat.mean()) if bat.size else 0.0,
+                    "dropped_frames": st.dropped_frames, "skipped_frames": st.skipped_frames,
+                    "rejected_blocks": st.rejected_blocks})
+        all_lat.append(lat)
+        all_proc.append(proc)
+        n_calls += float((1.0 / bat).sum())
+        share_sum += float((proc / bat).sum())
+        batch_sum += float(bat.sum())
+    lat = np.concatenate(all_lat)
+    proc = np.concatenate(all_proc)
+    wlat = np.concatenate(warm_lat)
+    worst = max(per, key=lambda r: (r["latency_p99_us"], r["misses"], r["drops"]))
+    p50, p99, mx = _pcts(proc)
+    late = np.concatenate([src.late[k_warm:] for src in srcs])
+    wall = w1 - w0
+    cores = os.cpu_count() or 1
+    cpu = (c1 - c0) / wall if wall > 0 else 0.0
+    n_meas = int(lat.size)
+    return {
+        # the single-stream keys, with their meaning for many streams
+        "n_blocks": n_meas,                          # stream-blocks measured
+        "seconds": k_meas * period,
+        "rtf": share_sum / (n * k_meas * period),         # own share of each call
+        "mean_us": 1e6 * float(proc.mean()) if proc.size else 0.0,
+        "p50_us": 1e6 * p50, "p99_us": 1e6 * p99, "max_us": 1e6 * mx,
+        "budget_us": 1e6 * budget,
+        "p99_budget_fraction": worst["latency_p99_us"] / (1e6 * budget),
+        "misses": sum(r["misses"] for r in per),
+        "build_s": t_open,
+        "warmup_first_call_s": t_first,
+        "warmup_s": k_warm * period,
+        # many streams
+        "config": getattr(streams[0].proc, "config", args.config),
+        "streams": n,
+        "source": args.source,
+        "threads": sched.threads,
+        "max_batch": sched.max_batch,
+        "latency_p50_us": 1e6 * float(np.percentile(lat, 50)) if n_meas else 0.0,
+        "latency_p99_us": worst["latency_p99_us"],
+        "latency_max_us": max(r["latency_max_us"] for r in per),
+        "drops": sum(r["drops"] for r in per),
+        "cpu_util": cpu,
+        "cpu_util_per_core": cpu / cores,
+        "cores": cores,
+        "batch_mean": batch_sum / n_meas if n_meas else 0.0,
+        "calls": int(round(n_calls)),
+        "worst_stream": worst["name"],
+        "source_late_p99_us": 1e6 * float(np.percentile(late, 99)) if late.size else 0.0,
+        "source_late_max_us": 1e6 * float(late.max()) if late.size else 0.0,
+        "warmup_latency_p99_us": 1e6 * float(np.percentile(wlat, 99)) if wlat.size else 0.0,
+        "warmup_misses": int((wlat > budget).sum()),
+        "errors": errors,
+        "per_stream": per,
+    }
+
+
+def passed(r: dict) -> bool:
+    """A trial holds the budget: no miss, no drop, no error, every block measured."""
+    return (r["misses"] == 0 and r["drops"] == 0 and not r["errors"]
+            and r["n_blocks"] == r["streams"] * int(round(r["seconds"] * r["fs"] / r["block"])))
+
+
+def find_capacity(args, log=print) -> dict:
+    """Largest ``N`` that :func:`passed` (doubling from ``args.streams``, or halving if it
+    fails, then bisection), at most ``args.max_streams``.  Returns the report of the
+    largest passing trial (of ``N = 1`` if none passed) with ``capacity`` and ``trials``."""
+    results: dict[int, dict] = {}
+    trials = []
+
+    def ok(n: int) -> bool:
+        r = run_trial(args, n)
+        r.update(fs=args.fs, block=args.block)
+        results[n] = r
+        good = passed(r)
+        trials.append({"streams": n, "pass": good, "misses": r["misses"], "drops": r["drops"],
+                       "latency_p99_us": r["latency_p99_us"], "cpu_util": r["cpu_util"],
+                       "batch_mean": r["batch_mean"]})
+        log(f"trial {len(trials):2d}: {n:4d} streams  misses {r['misses']:5d}  drops "
+            f"{r['drops']:7d}  p99 {r['latency_p99_us'] / 1e3:7.2f} ms  max "
+            f"{r['latency_max_us'] / 1e3:7.2f} ms  cpu {r['cpu_util']:.2f} cores  batch "
+            f"{r['batch_mean']:.1f}  {'ok' if good else 'FAIL'}"
+            + (f"  errors: {r['errors'][0]}" if r["errors"] else ""))
+        return good
+
+    cap = args.max_streams
+    n = min(args.streams or 1, cap)
+    good, bad = 0, None
+    if ok(n):
+        good = n
+        while n < cap:
+            n = min(2 * n, cap)
+            if not ok(n):
+                bad = n
+                break
+            good = n
+    else:
+        bad = n
+        while n > 1:
+            n //= 2
+            if ok(n):
+                good = n
+                break
+            bad = n
+    while bad is not None and bad - good > 1:
+        mid = (good + bad) // 2
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    rep = dict(results[good] if good else results[min(results)])
+    rep["capacity"] = good
+    rep["capacity_limited_by_max"] = good == cap
+    rep["trials"] = trials
+    return rep
+
+
+# ---------------------------------------------------------------------------- throughput
+def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
+    """Stream-blocks per second of ``threads`` workers on ``n`` streams × ``k`` blocks
+    queued before the workers start (after ``warm`` blocks per stream that build the
+    batched runners and fill the cost model)."""
+    from rtamt.scheduler import Scheduler
+
+    B, ch = args.block, args.channels
+    buf = _noise(k * B, n * ch, seed=1)
+    sched = Scheduler(threads=threads, max_batch=args.batch, start=False)
+    try:
+        streams, _, _ = _open(sched, args, n, policy="drop-newest",
+                              ring_seconds=(k + warm) * B / args.fs + 1.0)
+        last = [[0.0, 0] for _ in streams]
+
+        def mark(slot):
+            def sub(r):
+                slot[0] = r.t_done
+                slot[1] += 1
+            return sub
+        for s, slot in zip(streams, last):
+            s.subscribe(mark(slot))
+        push = _pusher(streams, ch)
+
+        def run(blocks: int) -> tuple[float, float]:
+            for j in range(blocks):
+                push(buf[j * B:(j + 1) * B], None)
+            c0, t0 = time.process_time(), _perf()
+            sched.start()
+            for s in streams:
+                s.wait_idle(timeout=600.0)
+            t1 = max(v[0] for v in last)
+            c1 = time.process_time()
+            sched.stop()
+            return t1 - t0, c1 - c0
+        run(warm)
+        done0 = sum(v[1] for v in last)
+        wall, cpu = run(k)
+        blocks = sum(v[1] for v in last) - done0
+        st = [s.stats() for s in streams]
+    finally:
+        sched.start()
+        sched.close("discard", timeout=30.0)
+    if blocks != n * k:
+        raise RuntimeError(f"threads={threads}: {blocks} of {n * k} blocks processed "
+                           f"(dropped {sum(x.dropped_frames for x in st)} frames)")
+    return {"threads": threads, "blocks": blocks, "wall_s": wall,
+            "blocks_per_s": blocks / wall, "cpu_util": cpu / wall,
+            "batch_mean": float(np.mean([x.batch_mean for x in st]))}
+
+
+def _model_rate(args, threads: int, n: int, k: int) -> dict:
+    """The same work on the models alone: ``threads`` plain threads, each running
+    ``model(batch)`` on its share of the ``n`` streams (batches of at most ``args.batch``),
+    ``k`` blocks each; no scheduler, no rings, no publication."""
+    from rtamt.models import MODELS
+
+    kw = {} if args.config is None else {"config": args.config}
+    B, ch = args.block, args.channels
+    per = [len(a) for a in np.array_split(np.arange(n), threads)]
+    jobs = []                       # per thread: [(model, x)] over its batches
+    for m in per:
+        calls = []
+        for b in [len(a) for a in np.array_split(np.arange(m), math.ceil(m / args.batch))]:
+            model = MODELS[args.model](args.fs, **kw)
+            shape = (b, B) if ch == 1 else (b, ch, B)
+            x = (np.random.default_rng(b).standard_normal(shape) * 1e-2).astype(args.dtype)
+            model(x)
+            model(x)
+            calls.append((model, x))
+        jobs.append(calls)
+    go = threading.Barrier(threads + 1)
+
+    def work(calls):
+        from rtamt.engine.denormal import ensure_ftz
+        ensure_ftz()
+        go.wait()
+        for _ in range(k):
+            for model, x in calls:
+                model(x)
+    th = [threading.Thread(target=work, args=(c,), daemon=True) for c in jobs]
+    for t in th:
+        t.start()
+    go.wait()
+    c0, t0 = time.process_time(), _perf()
+    for t in th:
+        t.join()
+    wall, cpu = _perf() - t0, time.process_time() - c0
+    return {"threads": threads, "blocks": n * k, "wall_s": wall, "blocks_per_s": n * k / wall,
+            "cpu_util": cpu / wall}
+
+
+def threads_scaling(args, log=print) -> dict:
+    """Throughput on 1 worker thread and on ``args.threads`` (see the module docstring)."""
+    n = args.streams or 16
+    k = max(1, int(round(args.seconds * args.fs / args.block)))
+    warm = max(2, int(round(args.warmup_seconds * args.fs / args.block)))
+    tt = (1, args.threads)
+    out = {"streams": n, "blocks_per_stream": k, "threads_compared": list(tt)}
+    log(f"{args.model} @ {args.fs:g} Hz, block {args.block}, {args.dtype}: {n} streams x {k} "
+        f"blocks, max batch {args.batch}, not paced")
+    for kind, fn in (("scheduler", lambda t: _scheduler_rate(args, t, n, k, warm)),
+                     ("models_only", lambda t: _model_rate(args, t, n, k))):
+        rs = [fn(t) for t in tt]
+        ratio = rs[1]["blocks_per_s"] / rs[0]["blocks_per_s"]
+        out[kind] = {"runs": rs, "ratio": ratio}
+        for r in rs:
+            log(f"{kind:11s} threads={r['threads']}: {r['blocks_per_s']:8.0f} stream-blocks/s "
+                f"({r['blocks']} in {r['wall_s']:.2f} s; cpu {r['cpu_util']:.2f} cores"
+                + (f"; mean batch {r['batch_mean']:.1f}" if "batch_mean" in r else "") + ")")
+        log(f"{kind:11s} ratio {ratio:.2f}")
+    out["ratio"] = out["scheduler"]["ratio"]
+    return out
+
+
+# ---------------------------------------------------------------------------- text report
+def print_report(r: dict, file=sys.stdout) -> None:
+    """Human summary of a :func:`run_trial` / :func:`find_capacity` report."""
+    def w(line=""):
+        print(line, file=file)
+    per = r["per_stream"]
+    ms = 1e-3
+    w(f"{r['model']} @ {r['fs']:g} Hz, block {r['block']} ({1e3 * r['block'] / r['fs']:.2f} "
+      f"ms), {r['dtype']}, budget {r['budget_us'] * ms:.2f} ms: {r['streams']} streams on "
+      f"{r['threads']} threads ({r['source']} source), {r['seconds']:.2f} s measured after "
+      f"{r['warmup_s']:.2f} s warm-up")
+    shown = per if len(per) <= 32 else sorted(
+        per, key=lambda p: -p["latency_p99_us"])[:10]
+    if len(per) > 32:
+        w(f"(the 10 worst of {len(per)} streams; --json lists all)")
+    w(f"{'stream':16s} {'blocks':>6s} {'p50 ms':>7s} {'p99 ms':>7s} {'max ms':>7s} "
+      f"{'misses':>6s} {'drops':>6s} {'batch':>5s}")
+    for p in shown:
+        w(f"{p['name']:16s} {p['blocks']:6d} {p['latency_p50_us'] * ms:7.2f} "
+          f"{p['latency_p99_us'] * ms:7.2f} {p['latency_max_us'] * ms:7.2f} {p['misses']:6d} "
+          f"{p['drops']:6d} {p['batch_mean']:5.1f}")
+    w(f"worst stream {r['worst_stream']}: p99 {r['latency_p99_us'] * ms:.2f} ms")
+    w(f"all streams: latency p50 {r['latency_p50_us'] * ms:.2f} ms, p99 (worst stream) "
+      f"{r['latency_p99_us'] * ms:.2f} ms, max {r['latency_max_us'] * ms:.2f} ms; misses "
+      f"{r['misses']}, drops {r['drops']} frames")
+    w(f"cpu {r['cpu_util']:.2f} cores ({100 * r['cpu_util_per_core']:.0f}% of "
+      f"{r['cores']}); rtf per stream {r['rtf']:.3f}; {r['calls']} calls, mean batch "
+      f"{r['batch_mean']:.1f}; call p50/p99/max {r['p50_us'] * ms:.2f}/{r['p99_us'] * ms:.2f}/"
+      f"{r['max_us'] * ms:.2f} ms; source late p99/max {r['source_late_p99_us'] * ms:.2f}/"
+      f"{r['source_late_max_us'] * ms:.2f} ms")
+    w(f"warm-up: {r['warmup_s']:.2f} s, latency p99 {r['warmup_latency_p99_us'] * ms:.2f} ms, "
+      f"misses {r['warmup_misses']}; opening {r['streams']} streams {r['build_s']:.2f} s (the "
+      f"first {r['warmup_first_call_s']:.2f} s: kernel load and cost model)")
+    for e in r["errors"]:
+        w(f"error: {e}")
+    if r.get("capacity") is not None:
+        w(f"capacity: {r['capacity']} streams"
+          + (" (the --max-streams cap)" if r.get("capacity_limited_by_max") else ""))

@@ -1,0 +1,96 @@
+"""``python -m latency_bench --streams N`` / ``--find-capacity`` / ``--threads-scaling``:
+the JSON report's keys and internal consistency (never wall-time thresholds)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _bench(*args, timeout=120):
+    r = subprocess.run([sys.executable, "-m", "latency_bench", *args, "--json"],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout), r
+
+
+def _check_run(res, n, seconds):
+    block, fs = res["block"], res["fs"]
+    k = round(seconds * fs / block)
+    assert res["streams"] == n and len(res["per_stream"]) == n
+    assert res["budget_us"] == pytest.approx(10000.0)
+    assert res["threads"] == (os.cpu_count() or 1)
+    # every frame pushed in the measured window is either processed or counted as dropped
+    assert res["n_blocks"] * block + res["drops"] == n * k * block
+    assert 0 <= res["misses"] <= res["n_blocks"]
+    assert 0 < res["latency_p50_us"] <= res["latency_p99_us"] <= res["latency_max_us"]
+    assert 0 < res["p50_us"] <= res["p99_us"] <= res["max_us"]
+    assert res["cpu_util"] > 0 and res["cpu_util_per_core"] <= res["cpu_util"]
+    assert 1.0 <= res["batch_mean"] <= min(n, res["max_batch"])
+    names = {p["name"] for p in res["per_stream"]}
+    assert len(names) == n and res["worst_stream"] in names
+    for p in res["per_stream"]:
+        assert p["blocks"] * block + p["drops"] == k * block
+        assert p["latency_p99_us"] <= res["latency_p99_us"]
+        assert p["latency_max_us"] <= res["latency_max_us"]
+    assert sum(p["misses"] for p in res["per_stream"]) == res["misses"]
+    assert sum(p["drops"] for p in res["per_stream"]) == res["drops"]
+
+
+def test_streams_json_report():
+    res, r = _bench("--streams", "3", "--seconds", "0.5")
+    for key in ("model", "fs", "block", "device", "threads", "n_blocks", "rtf", "p50_us",
+                "p99_us", "max_us", "budget_us", "misses", "warmup_s", "streams",
+                "latency_p50_us", "latency_p99_us", "latency_max_us", "drops", "cpu_util",
+                "capacity", "per_stream", "worst_stream", "batch_mean"):
+        assert key in res, key
+    assert res["capacity"] is None
+    assert res["block"] == 256 and res["source"] == "fanout"
+    assert r.returncode == (1 if res["errors"] else 0)
+    _check_run(res, 3, 0.5)
+
+
+def test_per_stream_sources_and_text_report():
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--streams", "2", "--seconds",
+                        "0.3", "--warmup-seconds", "0.1", "--source", "per-stream"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    assert "per-stream source" in r.stdout and "worst stream" in r.stdout
+    assert "dau1997-0" in r.stdout and "dau1997-1" in r.stdout
+
+
+def test_find_capacity_small():
+    res, r = _bench("--find-capacity", "--max-streams", "4", "--seconds", "0.3",
+                    "--warmup-seconds", "0.2")
+    trials = res["trials"]
+    assert trials and all(1 <= t["streams"] <= 4 for t in trials)
+    assert 0 <= res["capacity"] <= 4
+    assert "trial" in r.stderr              # every trial is logged (stderr under --json)
+    passing = [t["streams"] for t in trials if t["pass"]]
+    assert res["capacity"] == max(passing, default=0)
+    if res["capacity"]:
+        assert res["streams"] == res["capacity"]
+        assert res["misses"] == 0 and res["drops"] == 0
+        _check_run(res, res["capacity"], 0.3)
+
+
+def test_threads_scaling_small():
+    res, r = _bench("--threads-scaling", "--streams", "2", "--seconds", "0.1",
+                    "--warmup-seconds", "0.05")
+    assert res["threads_compared"] == [1, max(2, os.cpu_count() or 1)]
+    for kind in ("scheduler", "models_only"):
+        runs = res[kind]["runs"]
+        assert [x["threads"] for x in runs] == res["threads_compared"]
+        assert all(x["blocks"] == 2 * res["blocks_per_stream"] for x in runs)
+        assert res[kind]["ratio"] > 0
+    assert res["ratio"] == res["scheduler"]["ratio"]
+
+
+@pytest.mark.parametrize("args", [["--budget-ms", "5"], ["--source", "per-stream"],
+                                  ["--streams", "2", "--signal", "demo"],
+                                  ["--find-capacity", "--threads-scaling"]])
+def test_usage_errors(args):
+    r = subprocess.run([sys.executable, "-m", "latency_bench", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "error: argument" in r.stderr
