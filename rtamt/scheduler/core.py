@@ -315,6 +315,7 @@ class Scheduler:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._idle = 0
+        self._t_watch = 0.0
         self._names = 0
         self.errors: list[str] = []
         if start:
@@ -333,9 +334,8 @@ class Scheduler:
         if self.gil_switch is not None and sys.getswitchinterval() > self.gil_switch:
             self._old_switch = sys.getswitchinterval()
             sys.setswitchinterval(self.gil_switch)
-        th = [threading.Thread(target=self._dispatch, name="rtamt-scheduler", daemon=True)]
-        th += [threading.Thread(target=self._worker, name=f"rtamt-worker-{i}", daemon=True)
-               for i in range(self.threads)]
+        th = [threading.Thread(target=self._worker, name=f"rtamt-worker-{i}", daemon=True)
+              for i in range(self.threads)]
         self._threads = th
         for t in th:
             t.start()
@@ -357,7 +357,8 @@ class Scheduler:
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
-        self._ring()
+        for _ in th:
+            self._ring()
         end = _perf() + timeout
         for t in th:
             t.join(max(end - _perf(), 0.0))
@@ -446,7 +447,7 @@ class Scheduler:
     def open(self, model, fs: float, block: int | None = None, *, budget_ms: float | None = None,
              dtype="float64", name: str | None = None, channels: int = 1,
              admission: str = "strict", model_kwargs: dict | None = None,
-             idle_timeout: float | None = None, measure: bool = True,
+             idle_timeout: float | None = None, measure: bool = True, history: int = 2,
              **stream_kw) -> Stream:
         """Open a stream and return its handle (:class:`Stream`).
 
@@ -469,8 +470,13 @@ class Scheduler:
                      first stream of a design; also compiles its kernels).  ``False``
                      starts from a nominal model corrected by the measured calls (for
                      processors that cannot be copied; admission is then a guess).
+        history    : results kept for :meth:`Stream.history` (default 2).  Every result
+                     holds its block's outputs (Dau1997, float64: 563 KB per 256-sample
+                     block), and results of one call share one batched array, so a long
+                     history keeps many of them alive and every call writes fresh memory
+                     instead of cache-warm memory (docs/performance.md).
         Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
-        ``history``, ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
+        ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
         """
         if admission not in ("strict", "best-effort"):
             raise ValueError("admission must be 'strict' or 'best-effort'")
@@ -516,7 +522,8 @@ class Scheduler:
             self._names += 1
             nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
             s = Stream(self, proc, nm, fs, channels, block, budget_s, dtype,
-                       idle_timeout=idle_timeout, admission=admission, **stream_kw)
+                       idle_timeout=idle_timeout, admission=admission, history=history,
+                       **stream_kw)
             g = self._groups.get(gkey)
             if g is None:
                 label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
@@ -616,38 +623,6 @@ class Scheduler:
         except RuntimeError:  # already rung, not yet answered
             pass
 
-    # ================================================================ scheduler thread
-    def _dispatch(self) -> None:
-        ensure_ftz()
-        t_watch = 0.0
-        dirty = self._dirty
-        while not self._stopping:
-            self._bell.acquire(True, 0.02)
-            now = _perf()
-            with self._cv:
-                woke = False
-                while dirty:
-                    s = dirty.popleft()
-                    s._dirty = False
-                    if s.closed or s.busy:
-                        continue
-                    if s.closing:
-                        self._progress_close(s, now)
-                    else:
-                        s._intake(now)
-                    woke = woke or s.ready
-                if now - t_watch > 0.02:
-                    t_watch = now
-                    for s in self._streams:
-                        if s.closed:
-                            continue
-                        s._watch(now)
-                        if s.closing and not s.busy:
-                            self._progress_close(s, now)
-                            woke = woke or s.ready
-                if woke:
-                    self._cv.notify_all()
-
     # ================================================================ workers
     def _pick(self, now: float):
         """Under the lock: the next call to run (EDF over groups), or ``(None, wake)``."""
@@ -694,22 +669,53 @@ class Scheduler:
         g.inflight += 1
         return (g, job), wake
 
+    def _service(self, now: float) -> None:
+        """Under the lock: take in the input of every stream that was pushed to, and every
+        20 ms run the watchdogs (silent sources, idle streams, closes in progress)."""
+        dirty = self._dirty
+        while dirty:
+            s = dirty.popleft()
+            s._dirty = False
+            if s.closed or s.busy:
+                continue
+            if s.closing:
+                self._progress_close(s, now)
+            else:
+                s._intake(now)
+        if now - self._t_watch > 0.02:
+            self._t_watch = now
+            for s in self._streams:
+                if s.closed:
+                    continue
+                s._watch(now)
+                if s.closing and not s.busy:
+                    self._progress_close(s, now)
+
     def _worker(self) -> None:
+        """A worker: take in new input, pick the earliest-deadline call, run it; when there
+        is nothing to run, sleep on the doorbell that every push (and every worker that
+        leaves work behind) rings."""
         ensure_ftz()
         cv = self._cv
-        while True:
+        while not self._stopping:
             with cv:
-                while True:
-                    if self._stopping:
-                        return
-                    now = _perf()
-                    job, wake = self._pick(now)
-                    if job is not None:
-                        break
+                now = _perf()
+                self._service(now)
+                job, wake = self._pick(now)
+                if job is not None and self._idle and self._more_work(now):
+                    self._ring()               # wake an idle worker for the rest
+                if job is None:
                     self._idle += 1
-                    cv.wait(max(wake - now, 0.0005))
+            if job is None:
+                self._bell.acquire(True, min(max(wake - _perf(), 0.0002), 0.02))
+                with cv:
                     self._idle -= 1
+                continue
             self._run(*job)
+
+    def _more_work(self, now: float) -> bool:
+        """Under the lock: is any stream's block ready and not taken?"""
+        return any(s.ready and not s.busy for g in self._groups.values() for s in g.members)
 
     def _run(self, g: Group, job: list) -> None:
         """Run one call (outside the lock), publish, then hand the streams back."""
@@ -752,7 +758,7 @@ class Scheduler:
                     self._progress_close(s, now)
                 else:
                     s._intake(now)
-            self._cv.notify_all()
+            self._cv.notify_all()          # close() / between-blocks waiters
 
     # ================================================================ closing
     def _progress_close(self, s: Stream, now: float) -> None:
@@ -799,6 +805,7 @@ class Scheduler:
                     s.closing = "discard"
             self._progress_close(s, _perf())
             self._cv.notify_all()
+            self._ring()
             while not s.closed:
                 left = end - _perf()
                 if left <= 0:
@@ -806,6 +813,7 @@ class Scheduler:
                 self._cv.wait(min(left, 0.05))
                 if not s.busy:
                     self._progress_close(s, _perf())
+                    self._ring()
 
     def _drain_inline(self, s: Stream, end: float) -> None:
         """Scheduler not running: process the stream's queue in the caller's thread."""
@@ -845,6 +853,7 @@ class Scheduler:
                 if not s.closed and not s.closing:
                     s._intake(_perf())
                 self._cv.notify_all()
+            self._ring()
 
     def _attach_state(self, s: Stream) -> None:
         """After the stream's processor got a new state (reset / restore): create it if
