@@ -363,32 +363,38 @@ def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
 def _model_rate(args, threads: int, n: int, k: int) -> dict:
     """The same work on the models alone: ``threads`` plain threads, each running
     ``model(batch)`` on its share of the ``n`` streams (batches of at most ``args.batch``),
-    ``k`` blocks each; no scheduler, no rings, no publication."""
+    ``k`` blocks each, from the same noise as the scheduler run; no scheduler, no rings,
+    no publication."""
     from rtamt.models import MODELS
 
     kw = {} if args.config is None else {"config": args.config}
     B, ch = args.block, args.channels
-    per = [len(a) for a in np.array_split(np.arange(n), threads)]
-    jobs = []                       # per thread: [(model, x)] over its batches
-    for m in per:
+    loop = min(k, max(1, int(round(LOOP_SECONDS * args.fs / B))))
+    buf = _noise(loop * B, n * ch, seed=1)
+    jobs, c0 = [], 0                # per thread: [(model, first column, streams)]
+    for m in (len(a) for a in np.array_split(np.arange(n), threads)):
         calls = []
-        for b in [len(a) for a in np.array_split(np.arange(m), math.ceil(m / args.batch))]:
-            model = MODELS[args.model](args.fs, **kw)
-            shape = (b, B) if ch == 1 else (b, ch, B)
-            x = (np.random.default_rng(b).standard_normal(shape) * 1e-2).astype(args.dtype)
-            model(x)
-            model(x)
-            calls.append((model, x))
+        for b in (len(a) for a in np.array_split(np.arange(m), math.ceil(m / args.batch))):
+            calls.append((MODELS[args.model](args.fs, **kw), c0, b))
+            c0 += b
         jobs.append(calls)
+
+    def block(j, c, b):             # (b, B) or (b, ch, B), as the scheduler stacks it
+        x = buf[(j % loop) * B:(j % loop + 1) * B, c * ch:(c + b) * ch].T
+        x = x.reshape((b, ch, B)) if ch > 1 else x
+        return np.ascontiguousarray(x, dtype=args.dtype)
+    for calls in jobs:
+        for model, c, b in calls:
+            model(block(0, c, b))
     go = threading.Barrier(threads + 1)
 
     def work(calls):
         from rtamt.engine.denormal import ensure_ftz
         ensure_ftz()
         go.wait()
-        for _ in range(k):
-            for model, x in calls:
-                model(x)
+        for j in range(k):
+            for model, c, b in calls:
+                model(block(j, c, b))
     th = [threading.Thread(target=work, args=(c,), daemon=True) for c in jobs]
     for t in th:
         t.start()
@@ -401,25 +407,45 @@ def _model_rate(args, threads: int, n: int, k: int) -> dict:
             "cpu_util": cpu / wall}
 
 
-def threads_scaling(args, log=print) -> dict:
-    """Throughput on 1 worker thread and on ``args.threads`` (see the module docstring)."""
+def threads_scaling(args, log=print, repeats: int = 3) -> dict:
+    """Throughput on 1 worker thread and on ``args.threads`` (see the module docstring).
+    Every configuration runs ``repeats`` times, interleaved; the best run of each counts
+    (other load on the machine only ever slows a run down)."""
     n = args.streams or 16
     k = max(1, int(round(args.seconds * args.fs / args.block)))
     warm = max(2, int(round(args.warmup_seconds * args.fs / args.block)))
     tt = (1, args.threads)
-    out = {"streams": n, "blocks_per_stream": k, "threads_compared": list(tt)}
+    out = {"streams": n, "blocks_per_stream": k, "threads_compared": list(tt),
+           "repeats": repeats}
     log(f"{args.model} @ {args.fs:g} Hz, block {args.block}, {args.dtype}: {n} streams x {k} "
-        f"blocks, max batch {args.batch}, not paced")
-    for kind, fn in (("scheduler", lambda t: _scheduler_rate(args, t, n, k, warm)),
-                     ("models_only", lambda t: _model_rate(args, t, n, k))):
-        rs = [fn(t) for t in tt]
+        f"blocks, max batch {args.batch}, not paced; best of {repeats} interleaved runs")
+    runs = {(kind, t): [] for kind in ("scheduler", "models_only") for t in tt}
+    for _ in range(repeats):
+        for t in tt:
+            runs["scheduler", t].append(_scheduler_rate(args, t, n, k, warm))
+            runs["models_only", t].append(_model_rate(args, t, n, k))
+    for kind in ("scheduler", "models_only"):
+        rs = [max(runs[kind, t], key=lambda r: r["blocks_per_s"]) for t in tt]
+        for r, t in zip(rs, tt):
+            r["all_blocks_per_s"] = [x["blocks_per_s"] for x in runs[kind, t]]
         ratio = rs[1]["blocks_per_s"] / rs[0]["blocks_per_s"]
         out[kind] = {"runs": rs, "ratio": ratio}
         for r in rs:
             log(f"{kind:11s} threads={r['threads']}: {r['blocks_per_s']:8.0f} stream-blocks/s "
                 f"({r['blocks']} in {r['wall_s']:.2f} s; cpu {r['cpu_util']:.2f} cores"
-                + (f"; mean batch {r['batch_mean']:.1f}" if "batch_mean" in r else "") + ")")
+                + (f"; mean batch {r['batch_mean']:.1f}" if "batch_mean" in r else "")
+                + "; all runs " + ", ".join(f"{v:.0f}" for v in r["all_blocks_per_s"]) + ")")
         log(f"{kind:11s} ratio {ratio:.2f}")
+    # what the scheduler adds per stream-block on one thread; if all of it held the GIL
+    # (serial) and the models' part ran fully in parallel, T threads would give about this
+    per_s = 1e6 / out["scheduler"]["runs"][0]["blocks_per_s"]
+    per_m = 1e6 / out["models_only"]["runs"][0]["blocks_per_s"]
+    over = max(per_s - per_m, 0.0)
+    out["scheduler_overhead_us"] = over
+    out["serial_bound_ratio"] = per_s / (over + per_m / tt[1])
+    log(f"one thread: {per_s:.1f} us per stream-block with the scheduler, {per_m:.1f} us for "
+        f"the models alone: the scheduler adds {over:.1f} us; were all of it serial (GIL), "
+        f"{tt[1]} threads could reach at most a ratio of {out['serial_bound_ratio']:.2f}")
     out["ratio"] = out["scheduler"]["ratio"]
     return out
 

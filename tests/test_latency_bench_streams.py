@@ -84,7 +84,9 @@ def test_threads_scaling_small():
         assert [x["threads"] for x in runs] == res["threads_compared"]
         assert all(x["blocks"] == 2 * res["blocks_per_stream"] for x in runs)
         assert res[kind]["ratio"] > 0
-    assert res["ratio"] == res["scheduler"]["ratio"]
+    assert res["ratio"] == res["scheduler"]["ratio"] and res["repeats"] == 3
+    assert all(len(x["all_blocks_per_s"]) == 3 for x in res["scheduler"]["runs"])
+    assert res["scheduler_overhead_us"] >= 0 and res["serial_bound_ratio"] > 0
 
 
 @pytest.mark.parametrize("args", [["--budget-ms", "5"], ["--source", "per-stream"],
