@@ -6,6 +6,8 @@ rate, channels, and either a source thread or a device), :class:`Live` connects 
 to a :class:`~rtamt.runtime.Runtime` and starts / stops both in the right order, and
 :func:`add_calibration_arguments` adds the level options (``--spl-ref``,
 ``--calibration``, ``--field``) of the apps that report absolute levels.
+:func:`open_per_channel` opens one scheduled stream per input channel (``--per-channel``)
+behind a :class:`PerChannel`, which :class:`Live` drives like a runtime.
 """
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from .args import (
     SPL_REF_LIMITS,
+    UsageError,
     check_block,
+    int_range,
     looks_like_path,
     no_such_device,
     positive_float,
@@ -265,3 +269,82 @@ class Live:
                 self.abandoned += audio.abandoned
         else:
             self.runtime.stop(policy)
+
+
+def add_per_channel_arguments(p) -> None:
+    """The options of ``--per-channel`` (argparse): ``--per-channel``, ``--budget-ms``,
+    ``--threads`` (see :func:`open_per_channel`)."""
+    p.add_argument("--per-channel", action="store_true",
+                   help="run every input channel (device ports, WAV channels, the demo on "
+                        "--channels N) as its own stream on an rtamt.Scheduler; stats per "
+                        "stream, named ch0, ch1, ...")
+    p.add_argument("--budget-ms", type=positive_float(10000.0), default=None,
+                   help="--per-channel: latency budget of every stream, ms (default: the "
+                        "block period)")
+    p.add_argument("--threads", type=int_range(1, 256), default=None,
+                   help="--per-channel: scheduler worker threads (default: every core)")
+    p.add_argument("--admission", choices=["strict", "best-effort"], default=None,
+                   help="--per-channel: 'strict' refuses to start when the streams' budgets "
+                        "cannot be met (exit 2), 'best-effort' runs anyway and counts misses "
+                        "(default: strict live, best-effort with --fast)")
+
+
+def check_per_channel(args, *options: str) -> None:
+    """Refuse (:class:`UsageError`) any of ``options`` (attribute names of ``args``, e.g.
+    ``'threads'``) given without ``--per-channel``."""
+    if args.per_channel:
+        return
+    for opt in options:
+        if getattr(args, opt, None) is not None:
+            raise UsageError(f"argument --{opt.replace('_', '-')}: only with --per-channel")
+
+
+class PerChannel:
+    """One scheduled stream per input channel: a :class:`rtamt.scheduler.FanOut` over the
+    streams of its own :class:`rtamt.scheduler.Scheduler`, with what :class:`Live`
+    expects of a runtime (``stop`` also stops the scheduler's threads, bounded;
+    ``source_deadline`` for ``--reconnect``).  Everything else is the FanOut's."""
+
+    def __init__(self, scheduler, streams: list):
+        from rtamt.scheduler import FanOut
+
+        self.scheduler = scheduler
+        self.fan = FanOut(streams)
+        self.streams = self.fan.streams
+
+    def __getattr__(self, name):
+        if name == "fan":
+            raise AttributeError(name)
+        return getattr(self.fan, name)
+
+    @property
+    def source_deadline(self) -> float:
+        return max(s.source_deadline for s in self.streams)
+
+    def stop(self, policy: str = "drain", timeout: float = 30.0) -> None:
+        """Close every stream (``policy``), then stop the scheduler's threads."""
+        try:
+            self.fan.stop(policy, timeout)
+        finally:
+            self.scheduler.stop(5.0)
+
+
+def open_per_channel(args, inp: Input, open_one) -> PerChannel:
+    """A :class:`PerChannel` over ``inp.channels`` streams: ``open_one(scheduler, c,
+    name, **kw)`` opens channel ``c``'s stream (``Scheduler.open`` keywords ``kw``: the
+    budget, the admission and ``source_timeout`` from ``args``).  A budget that cannot be
+    met raises :class:`UsageError` naming the options that change it."""
+    from rtamt.scheduler import RtamtCapacityError, Scheduler
+
+    sched = Scheduler(threads=args.threads, start=False)
+    admission = args.admission or ("best-effort" if args.fast else "strict")
+    kw = dict(budget_ms=args.budget_ms, admission=admission,
+              source_timeout=args.source_timeout)
+    try:
+        streams = [open_one(sched, c, f"ch{c}", **kw) for c in range(inp.channels)]
+    except RtamtCapacityError as e:
+        sched.close("discard", 5.0)
+        raise UsageError(f"--per-channel: {inp.channels} streams cannot run in real time "
+                         f"here ({e}); try a longer --budget-ms or --block, more --threads, "
+                         "or --admission best-effort") from None
+    return PerChannel(sched, streams)

@@ -3,18 +3,38 @@
 Input: ``demo`` (built-in signal, looped), a WAV file, or a sound device (name
 substring or index; ``--hostapi JACK`` to pick the host API).  Prints one stats line
 per second (``--json``: one JSON object per line) and a final summary.
+
+``--per-channel``: every input channel is its own stream (named ``ch0``, ``ch1``, ...) on
+an :class:`rtamt.scheduler.Scheduler` (``--threads`` workers, ``--budget-ms`` per stream),
+fed by a :class:`rtamt.scheduler.FanOut`; one stats line per stream (``ch0: blocks ...``,
+at the end ``final ch0: blocks ...``; JSON objects carry the stream's ``name``).
+``--out DIR`` (only with ``--per-channel``) writes each stream's output to ``DIR/ch<c>/``
+(:class:`rtamt.io.OutputWriter`: ``<model>.npy`` time last, plus ``fs``, ``block_start``
+and ``block_frames`` per block, and ``rtamt.json``) when the run ends normally.
 """
 from __future__ import annotations
 
+import collections
 import json
+import os
 import sys
 import time
+
+import numpy as np
 
 from rtamt.models import MODELS
 from rtamt.runtime import Runtime
 
 from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
-from .inputs import EXIT_SOURCE_FAULT, Live, add_source_arguments, open_input
+from .inputs import (
+    EXIT_SOURCE_FAULT,
+    Live,
+    add_per_channel_arguments,
+    add_source_arguments,
+    check_per_channel,
+    open_input,
+    open_per_channel,
+)
 
 
 def add_arguments(p):
@@ -40,9 +60,61 @@ def add_arguments(p):
                    help="seconds (drop-oldest)")
     add_source_arguments(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
+    add_per_channel_arguments(p)
+    p.add_argument("--out", "--output", dest="out", default=None, metavar="DIR",
+                   help="--per-channel only: write each stream's model output to DIR/ch<c>/ "
+                        "(one output set per channel: <model>.npy, time last, float64, and "
+                        "rtamt.json) at the end of a normal run; without --per-channel this "
+                        "is refused (use rtamt process for one file)")
+
+
+class _Outputs:
+    """``--out``: each stream's results queued by a subscriber (worker thread, an append)
+    and written by the app's thread to ``DIR/<stream name>/`` (:class:`OutputWriter`)."""
+
+    def __init__(self, out: str, streams: list):
+        from rtamt.io import OutputWriter
+
+        os.makedirs(out, exist_ok=True)
+        self.q = {s.name: collections.deque() for s in streams}
+        self.starts = {s.name: [] for s in streams}
+        self.frames = {s.name: [] for s in streams}
+        self.w = {}
+        try:
+            for s in streams:
+                self.w[s.name] = OutputWriter(os.path.join(out, s.name))
+        except BaseException:
+            self.abort()
+            raise
+        for s in streams:
+            s.subscribe(self.q[s.name].append)
+
+    def flush(self) -> None:
+        for name, q in self.q.items():
+            while q:
+                r = q.popleft()
+                blk = {}
+                for k, v in r.outputs.items():
+                    blk.update(v if isinstance(v, dict) else {k: v})
+                self.w[name].write(blk)
+                self.starts[name].append(r.start)
+                self.frames[name].append(r.frames)
+
+    def commit(self, info: dict, fs: float) -> None:
+        self.flush()
+        for c, (name, w) in enumerate(self.w.items()):
+            w.add_meta(fs=np.float64(fs), block_start=np.asarray(self.starts[name], np.int64),
+                       block_frames=np.asarray(self.frames[name], np.int64))
+            w.commit({**info, "stream": name, "channel": c})
+
+    def abort(self) -> None:
+        for w in self.w.values():
+            if not w.done:
+                w.abort()
 
 
 def run(args) -> int:
+    check_per_channel(args, "budget_ms", "threads", "admission", "out")
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}
     try:
@@ -53,19 +125,38 @@ def run(args) -> int:
     except (LookupError, OSError, RuntimeError, ValueError) as e:
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
-    model = MODELS[args.model](inp.fs, **kw)
-    rt = Runtime(model, inp.fs, channels=inp.channels, block=args.block, policy=policy,
-                 max_backlog_s=args.max_backlog, source_timeout=args.source_timeout)
+    outputs = None
+    if args.per_channel:
+        def open_one(sched, c, name, **skw):
+            return sched.open(args.model, inp.fs, args.block, model_kwargs=kw or None,
+                              name=name, policy=policy, max_backlog_s=args.max_backlog, **skw)
+
+        rt = open_per_channel(args, inp, open_one)
+        streams = rt.streams
+        if args.out is not None:
+            try:
+                outputs = _Outputs(args.out, streams)
+            except OSError as e:
+                rt.stop("discard")
+                print(f"rtamt stream: --out {args.out}: {e}", file=sys.stderr)
+                return 2
+    else:
+        model = MODELS[args.model](inp.fs, **kw)
+        rt = Runtime(model, inp.fs, channels=inp.channels, block=args.block, policy=policy,
+                     max_backlog_s=args.max_backlog, source_timeout=args.source_timeout)
+        streams = [rt]
     live = Live(inp, rt, blocksize=args.blocksize, reconnect=args.reconnect)
 
     def show(final=False):
-        st = rt.stats()
-        if args.json:
-            d = st.as_dict()
-            d["final"] = final
-            print(json.dumps(d), flush=True)
-        else:
-            print(("final: " if final else "") + st.line(), flush=True)
+        for s in streams:
+            st = s.stats()
+            if args.json:
+                d = st.as_dict()
+                d["final"] = final
+                print(json.dumps(d), flush=True)
+            else:
+                tag = f"{st.name}: " if args.per_channel else ""
+                print(("final " if tag else "final: ") * final + tag + st.line(), flush=True)
 
     def notify(msg):
         print(f"rtamt stream: {msg}", file=sys.stderr, flush=True)
@@ -83,6 +174,8 @@ def run(args) -> int:
                 if left <= 0:
                     break
                 time.sleep(min(0.05, left))
+            if outputs is not None:
+                outputs.flush()
             if live.poll(notify):
                 break
             if time.monotonic() >= t_show:
@@ -93,13 +186,23 @@ def run(args) -> int:
         live.stop("discard")
     except (LookupError, RuntimeError, ValueError) as e:
         live.stop("discard")
+        if outputs is not None:
+            outputs.abort()
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
     except BaseException:           # e.g. a closed stdout (BrokenPipeError): stop the input
         live.stop("discard")
+        if outputs is not None:
+            outputs.abort()
         raise
     show(final=True)
     failure = live.failure()
+    if outputs is not None:
+        if failure:
+            outputs.abort()
+        else:
+            outputs.commit({"model": args.model, "config": args.config, "block": args.block,
+                            "input": inp.label}, inp.fs)
     if failure:
         print(f"rtamt stream: {failure}", file=sys.stderr, flush=True)
         return EXIT_SOURCE_FAULT
