@@ -10,6 +10,11 @@ stl_phon, spl_db, peak_db, max_peak_db, lufs_momentary, lufs_short_term,
 lufs_integrated`` (+ per-ear values for moore2016) and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
+``--per-channel``: every input channel gets its own three chains on its own stream of an
+:class:`rtamt.scheduler.Scheduler` (fed by a :class:`rtamt.scheduler.FanOut`; ``--threads``,
+``--budget-ms``, ``--admission``), any number of channels: one line per channel and update
+(``ch0 | t ...``; JSON records carry ``stream``), one final line per channel.
+
 Calibration: ``--spl-ref`` (dB SPL of digital RMS 1.0) or the file written by
 ``rtamt calibrate`` (``--calibration PATH``, default ``$RTAMT_CALIBRATION`` or
 ``~/.config/rtamt/calibration.json``); 100 dB if neither exists.
@@ -30,14 +35,24 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
 
-from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
+from .args import (
+    FS_LIMITS,
+    UsageError,
+    add_block_arguments,
+    float_range,
+    int_range,
+    positive_float,
+)
 from .feed import SoundLevel
 from .inputs import (
     EXIT_SOURCE_FAULT,
     Live,
     add_calibration_arguments,
+    add_per_channel_arguments,
     add_source_arguments,
+    check_per_channel,
     open_input,
+    open_per_channel,
 )
 from .warm import warm_up
 
@@ -52,8 +67,8 @@ def add_arguments(p):
     p.add_argument("--model", default="moore2016", choices=sorted(LOUDNESS_MODELS))
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
-    p.add_argument("--channels", type=int_range(1, 2), default=None,
-                   help="device channels (1 or 2)")
+    p.add_argument("--channels", type=int_range(1, 256), default=None,
+                   help="device / demo channels (1 or 2; more with --per-channel)")
     add_block_arguments(p, 512, 256)
     p.add_argument("--seconds", type=positive_float(), default=None,
                    help="stop after this many seconds")
@@ -63,6 +78,7 @@ def add_arguments(p):
     p.add_argument("--interval", type=positive_float(3600.0), default=0.1,
                    help="seconds of audio per update")
     p.add_argument("--json", action="store_true", help="one JSON object per update")
+    add_per_channel_arguments(p)
 
 
 def _db(v, ref):
@@ -142,6 +158,10 @@ def _line(d, model_name):
 
 
 def run(args) -> int:
+    check_per_channel(args, "budget_ms", "threads", "admission")
+    if not args.per_channel and args.channels is not None and args.channels > 2:
+        raise UsageError(f"argument --channels: must be <= 2, got {args.channels} (more "
+                         "with --per-channel)")
     try:
         spl_ref, spl_src = resolve_spl_ref(args.spl_ref, args.calibration)
     except CalibrationError as e:
@@ -152,43 +172,66 @@ def run(args) -> int:
                          blocksize=args.blocksize, realtime=not args.fast,
                          seconds=(args.seconds if args.seconds is not None else 10.0)
                          if args.input in (None, "demo") else args.seconds, spl_ref=spl_ref,
-                         block=args.block, force=args.force)
+                         block=args.block, force=args.force,
+                         max_channels=None if args.per_channel else 2)
         fs, channels = inp.fs, inp.channels
-        kw = {"presentation": "monaural"} if args.model == "glasberg2002" and channels == 2 else {}
-        model = LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref, field=args.field, **kw)
+        ch = 1 if args.per_channel else channels      # channels of one stream
+        kw = {"presentation": "monaural"} if args.model == "glasberg2002" and ch == 2 else {}
+
+        def chains_of():
+            return {"loudness": LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref,
+                                                            field=args.field, **kw),
+                    "bs1770": LoudnessMeter(fs=fs, channels=ch), "level": SoundLevel()}
+        chains = chains_of()
+        model = chains["loudness"]
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
     model.phon(1.0)  # build the phon table before streaming
-    chains = {"loudness": model, "bs1770": LoudnessMeter(fs=fs, channels=channels),
-              "level": SoundLevel()}
     policy = "drop-newest" if args.fast else "drop-oldest"
-    rt = Runtime(chains, fs, channels=channels, block=args.block, policy=policy,
-                 source_timeout=args.source_timeout)
-    upd = _Updates(rt, fs, args.interval, spl_ref, args.model)
-    rt.subscribe(upd)
     if not args.json:
-        print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch), spl_ref "
+        print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch"
+              f"{', one stream per channel' if args.per_channel else ''}), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
     for name in ("loudness", "bs1770"):   # kernels loaded (or compiled) before streaming
-        warm_up(chains[name], rt.dtype, () if channels == 1 else (channels,), name)
+        warm_up(chains[name], np.float64, () if ch == 1 else (ch,), name)
+    if args.per_channel:
+        def open_one(sched, c, name, **skw):
+            return sched.open(chains if c == 0 else chains_of(), fs, args.block, name=name,
+                              policy=policy, **skw)
+
+        rt = open_per_channel(args, inp, open_one)
+        streams = rt.streams
+    else:
+        rt = Runtime(chains, fs, channels=channels, block=args.block, policy=policy,
+                     source_timeout=args.source_timeout)
+        streams = [rt]
+    upds = [_Updates(s, fs, args.interval, spl_ref, args.model) for s in streams]
+    for s, upd in zip(streams, upds):
+        s.subscribe(upd)
     n_out = 0
-    tty = sys.stdout.isatty()       # a pipe or file gets one line per update, no \r
+    # a pipe or file gets one line per update, no \r; so does --per-channel (several lines)
+    tty = sys.stdout.isatty() and not args.per_channel
 
     def drain(final=False):
         nonlocal n_out
-        st = rt.stats()
-        while upd.q:
-            d = _record(upd.q.popleft(), model, spl_ref, st)
-            n_out += 1
-            if args.json:
-                print(json.dumps(d), flush=True)
-            elif tty:
-                print("\r" + _line(d, args.model), end="", flush=True)
-            else:
-                print(_line(d, args.model), flush=True)
+        for s, upd in zip(streams, upds):
+            st = s.stats()
+            tag = f"{st.name} | " if args.per_channel else ""
+            while upd.q:
+                d = _record(upd.q.popleft(), model, spl_ref, st)
+                n_out += 1
+                if args.json:
+                    print(json.dumps({"stream": st.name, **d} if tag else d), flush=True)
+                elif tty:
+                    print("\r" + _line(d, args.model), end="", flush=True)
+                else:
+                    print(tag + _line(d, args.model), flush=True)
         if final and not args.json:
-            print(("\n" if tty else "") + "final: " + st.line(), flush=True)
+            for s in streams:
+                st = s.stats()
+                print(("\n" if tty else "") + (f"final {st.name}: " if args.per_channel
+                                                else "final: ") + st.line(), flush=True)
 
     live = Live(inp, rt, blocksize=args.blocksize, reconnect=args.reconnect)
 
