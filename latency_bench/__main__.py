@@ -14,7 +14,7 @@ digital zeros for the second, and reports both halves' p99 and their ratio
 (denormal check).
 
 Many streams on the scheduler (:mod:`latency_bench.streams`; block 256, budget 10 ms,
-every core and batches of up to 16 streams unless given)::
+every core and the scheduler's default batch limit unless given)::
 
     python -m latency_bench --streams 20 --seconds 3              # paced, real time
     python -m latency_bench --find-capacity --max-streams 256     # largest N with 0 misses
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of audio timed, after the warm-up (default 5)")
     p.add_argument("--batch", type=int_range(1, 1024), default=None,
                    help="streams processed together in one call (default 1; with --streams: "
-                        "the scheduler's max_batch, default 16)")
+                        "the scheduler's max_batch default)")
     p.add_argument("--channels", type=int_range(1, 64), default=1,
                    help="independent input channels per stream (2 = stereo for moore2016)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
@@ -155,7 +155,11 @@ def _defaults(p, args) -> bool:
     if args.signal != "noise":
         p.error("argument --signal: only noise with --streams (every stream gets its own)")
     args.block = 256 if args.block is None else args.block
-    args.batch = 16 if args.batch is None else args.batch
+    if args.batch is None:
+        import inspect
+
+        from rtamt.scheduler import Scheduler
+        args.batch = inspect.signature(Scheduler).parameters["max_batch"].default
     args.budget_ms = 10.0 if args.budget_ms is None else args.budget_ms
     args.source = args.source or "fanout"
     args.max_streams = 256 if args.max_streams is None else args.max_streams

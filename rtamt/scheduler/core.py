@@ -277,7 +277,7 @@ class Scheduler:
     """Runs many streams on a pool of worker threads under latency budgets.
 
     threads          : worker threads (default: every core, ``os.cpu_count()``).
-    max_batch        : most streams of one group in one call (default 16).
+    max_batch        : most streams of one group in one call (default 8).
     max_queue_delay_ms: how long a group's first ready block may wait for the blocks of
                        the group's other streams before a call starts anyway (default 1 ms;
                        never past what the earliest deadline allows).
@@ -294,7 +294,7 @@ class Scheduler:
     context manager (closing every stream on exit).
     """
 
-    def __init__(self, threads: int | None = None, *, max_batch: int = 16,
+    def __init__(self, threads: int | None = None, *, max_batch: int = 8,
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
                  gil_switch_ms: float | None = 0.5, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,8 +41,7 @@ STATUS_FLAGS = {
 POLICIES = ("drop-oldest", "drop-newest")
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     """One processed block.
 
     seq       : block number since the stream started (0-based).
@@ -58,6 +58,8 @@ class Result:
                 every stream of a batched call).
     gap       : input frames were dropped, skipped or rejected before/inside this block.
     batch     : number of streams processed in the same call.
+
+    Immutable (a named tuple: built once per stream and block on the worker's path).
     """
 
     seq: int
