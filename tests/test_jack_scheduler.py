@@ -334,5 +334,44 @@ def test_jackd_killed_streams_report_and_everything_stops():
     assert all(rep["closed"]) and rep["threads_alive"] == [], rep
 
 
+# ------------------------------------------------------------------ the app on JACK
+
+def test_cli_stream_per_channel_from_jack_device():
+    """``rtamt stream --per-channel`` on the dummy server's 2 capture ports: one stream per
+    port, one final line each, nothing dropped."""
+    skip_unless_jack()
+    with jack_server(fs=FS, period=PERIOD, portaudio=False):
+        p = subprocess.run([sys.executable, "-m", "rtamt_apps", "stream", "--input", "system",
+                            "--hostapi", "JACK", "--channels", "2", "--per-channel",
+                            "--seconds", "2", "--blocksize", "0"],
+                           capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    finals = [ln for ln in p.stdout.splitlines() if ln.startswith("final ")]
+    assert [ln.split(":")[0] for ln in finals] == ["final ch0", "final ch1"], p.stdout
+    for ln in finals:
+        assert " dropped 0 " in ln and "skipped 0 " in ln, ln
+        assert 340 <= int(ln.split()[3]) <= 400, ln   # 2 s of 256-frame blocks = 375
+
+
+def test_cli_stream_per_channel_exits_3_when_jack_dies(tmp_path):
+    """jackd SIGKILLed under ``rtamt stream --per-channel``: the source error is reported
+    and the app exits with code 3 (bounded), as without --per-channel."""
+    from test_source_faults import _start, _stop, _wait_exit
+
+    skip_unless_jack()
+    with jack_server(fs=FS, period=PERIOD, portaudio=False) as server:
+        proc, out, err = _start("stream", server, tmp_path, "pc", "--per-channel")
+        try:
+            time.sleep(1.0)
+            rc, took = _wait_exit(proc, server.kill())
+        finally:
+            _stop(proc)
+    text = err.read_text()
+    assert rc == 3, f"exit code {rc} ({took:.1f} s after the kill):\n{out.read_text()}\n{text}"
+    assert "rtamt stream: input stopped delivering audio" in text and "Traceback" not in text
+    assert "final ch0: blocks" in out.read_text()
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["kill"]:
     print(json.dumps(_kill_scenario()), flush=True)
