@@ -69,6 +69,12 @@ class FanOut:
         return None
 
     @property
+    def source_deadline(self) -> float:
+        """Seconds without a push after which the watchdog reports the source (the
+        largest of the streams')."""
+        return max(s.source_deadline for s in self.streams)
+
+    @property
     def running(self) -> bool:
         return any(not s.closed for s in self.streams) and self.streams[0]._sched.running
 
