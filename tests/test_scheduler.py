@@ -199,6 +199,7 @@ def test_snapshot_restore_reset_between_blocks(sched):
     done = sum(o.shape[-1] for o in rec.outs)
     pend = snap["pending"]
     assert done + pend.shape[0] == 9000 and snap["position"] == 9000
+    assert snap["state"]["block"] == snap["seq"] == len(rec.outs)   # batched blocks counted
     off = MODELS["dau1997"](48000)
     off.load_state_dict(snap["state"])
     tail = off(np.concatenate([pend[:, 0], x[9000:]]))

@@ -116,8 +116,8 @@ class Registered:
       all streams of one call share (a frame clock, a resampler phase); ``None`` instead
       of a list means the object does not expose its state (the scheduler then runs
       each of its streams alone);
-    * ``_bump()`` counts one processed block (the ``block`` of :meth:`state_dict`) when
-      the block was processed by a batched copy of the object;
+    * ``_bump(k)`` counts ``k`` processed blocks (the ``block`` of :meth:`state_dict`)
+      that a batched copy of the object processed for it;
     * ``unbatched_outputs`` names outputs that have no batch axis (shared by the streams
       of one call, e.g. frame times).
     """
@@ -131,7 +131,7 @@ class Registered:
     def _state_leaves(self):
         return None
 
-    def _bump(self) -> None:
+    def _bump(self, k: int = 1) -> None:
         pass
 
 

@@ -89,10 +89,10 @@ class Parallel(_C.Composite):
             out.extend(lv)
         return out
 
-    def _bump(self) -> None:
-        self._block += 1
+    def _bump(self, k: int = 1) -> None:
+        self._block += k
         for c in self.children_map.values():
-            c._bump()
+            c._bump(k)
 
     def reset(self) -> None:
         for c in self.children_map.values():

@@ -302,8 +302,8 @@ class Stage(Registered):
         return [(st, k, None if k in self.shared_state else self.batch_axes.get(k, 0))
                 for k in st]
 
-    def _bump(self) -> None:
-        self._block += 1
+    def _bump(self, k: int = 1) -> None:
+        self._block += k
 
     def __call__(self, x):
         ensure_ftz()
@@ -597,9 +597,9 @@ class Chain(_C.Composite):
     def _state_leaves(self) -> list:
         return [leaf for s in self.stages for leaf in s._state_leaves()]
 
-    def _bump(self) -> None:
+    def _bump(self, k: int = 1) -> None:
         for s in self.stages:
-            s._block += 1
+            s._block += k
 
     def __call__(self, x):
         return self._run(x, keep_all=False)

@@ -244,8 +244,8 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
             return None if st is not None else []
         return [(st, k, None if k in self.shared_state else 0) for k in st]
 
-    def _bump(self) -> None:
-        self._block += 1
+    def _bump(self, k: int = 1) -> None:
+        self._block += k
 
     def __call__(self, x) -> dict:
         """Process one block; returns ``{output name: array}`` for the frames completed

@@ -171,6 +171,7 @@ class Group:
 
     def detach(self, s: Stream) -> None:
         """Give the processor its own copy of the state (the slot is freed)."""
+        s._flush_bumps()
         if self.batchable and s.slot >= 0:
             leaves = s.proc._state_leaves() or []
             for h, k, _ in leaves:
@@ -264,7 +265,7 @@ class Group:
             b = self.stream_batch
             outs = []
             for p, s in enumerate(streams):
-                s.proc._bump()
+                s._bumps += 1          # counted into the processor between blocks
                 outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
             return outs
         finally:
@@ -447,7 +448,7 @@ class Scheduler:
     def open(self, model, fs: float, block: int | None = None, *, budget_ms: float | None = None,
              dtype="float64", name: str | None = None, channels: int = 1,
              admission: str = "strict", model_kwargs: dict | None = None,
-             idle_timeout: float | None = None, measure: bool = True, history: int = 2,
+             idle_timeout: float | None = None, measure: bool = True, history: int = 1,
              **stream_kw) -> Stream:
         """Open a stream and return its handle (:class:`Stream`).
 
@@ -470,11 +471,11 @@ class Scheduler:
                      first stream of a design; also compiles its kernels).  ``False``
                      starts from a nominal model corrected by the measured calls (for
                      processors that cannot be copied; admission is then a guess).
-        history    : results kept for :meth:`Stream.history` (default 2).  Every result
-                     holds its block's outputs (Dau1997, float64: 563 KB per 256-sample
-                     block), and results of one call share one batched array, so a long
-                     history keeps many of them alive and every call writes fresh memory
-                     instead of cache-warm memory (docs/performance.md).
+        history    : results kept for :meth:`Stream.history` (default 1: the latest).
+                     Every result holds its block's outputs (Dau1997, float64: 563 KB per
+                     256-sample block), and the results of one call share one batched
+                     array: each result kept makes later calls write cache-cold memory
+                     (docs/performance.md).
         Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
         ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
         """
@@ -846,6 +847,7 @@ class Scheduler:
             s.busy = True
             s.ready = False
         try:
+            s._flush_bumps()
             return fn()
         finally:
             with self._cv:

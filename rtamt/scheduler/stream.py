@@ -214,6 +214,7 @@ class Stream:
         self.idle_timeout = float(idle_timeout) if idle_timeout else 0.0
         self.error: BaseException | None = None
         self._dirty = False
+        self._bumps = 0                # blocks batched calls processed for self.proc
         # results
         self._latest: Result | None = None
         self._hist: collections.deque = collections.deque(maxlen=max(1, int(history)))
@@ -484,6 +485,13 @@ class Stream:
         return True
 
     # ================================================================ scheduler side
+    def _flush_bumps(self) -> None:
+        """Count the blocks that batched calls processed into the processor's own block
+        counters (the ``block`` of its state; done between blocks, not per call)."""
+        if self._bumps:
+            self.proc._bump(self._bumps)
+            self._bumps = 0
+
     def _count_status(self, st: int) -> None:
         if st:
             for k, bit in STATUS_FLAGS.items():
