@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fanout (default): one paced thread pushes a (block, N) chunk per "
                         "period, column c to stream c; per-stream: one paced thread per "
                         "stream")
+    g.add_argument("--history", type=int_range(0, 1024), default=None,
+                   help="results each stream keeps (the scheduler's history; default: the "
+                        "scheduler's, 1).  0 = subscribers only: the benchmark's own "
+                        "subscriber records each block's latency and drops the outputs")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the largest N with 0 misses and 0 drops: trials of --seconds "
                         "each on a fresh scheduler, doubling N, then bisection")

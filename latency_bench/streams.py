@@ -57,6 +57,8 @@ def _noise(n_frames: int, cols: int, seed: int) -> np.ndarray:
 def _open(sched, args, n: int, **kw) -> tuple[list, float, float]:
     """Open ``n`` streams; returns (streams, seconds for all, seconds for the first)."""
     model_kw = {} if args.config is None else {"config": args.config}
+    if getattr(args, "history", None) is not None:
+        kw.setdefault("history", args.history)
     streams, first = [], 0.0
     t0 = _perf()
     for i in range(n):
@@ -116,12 +118,23 @@ class _Source(threading.Thread):
             self.error = e
 
 
-def _recorder(rec: list):
-    app = rec.append
+class _Recorder:
+    """Subscriber: each block's (start, frames, latency, proc, batch) into a preallocated
+    array (no Python object kept per block: a list of tuples would grow the collector's
+    work, and its full collections pause every thread)."""
 
-    def sub(r):     # worker thread, after each block: a tuple append, nothing else
-        app((r.start, r.frames, r.latency_s, r.proc_s, r.batch))
-    return sub
+    def __init__(self, rows: int):
+        self.a = np.zeros((rows, 5))
+        self.n = 0
+
+    def __call__(self, r):      # worker thread, after each block
+        i = self.n
+        if i < self.a.shape[0]:
+            self.a[i] = (r.start, r.frames, r.latency_s, r.proc_s, r.batch)
+            self.n = i + 1
+
+    def rows(self) -> np.ndarray:
+        return self.a[:self.n]
 
 
 def _pcts(a: np.ndarray) -> tuple[float, float, float]:
@@ -148,9 +161,9 @@ def run_trial(args, n: int) -> dict:
     sched = Scheduler(threads=args.threads, max_batch=args.batch)
     try:
         streams, t_open, t_first = _open(sched, args, n)
-        recs = [[] for _ in streams]
+        recs = [_Recorder(n_blocks + 2) for _ in streams]
         for s, rec in zip(streams, recs):
-            s.subscribe(_recorder(rec))
+            s.subscribe(rec)
         t0 = _perf() + 0.05
         if args.source == "fanout":
             srcs = [_Source(_pusher(streams, ch), buf, B, period, n_blocks, t0, "bench-source")]
@@ -184,7 +197,7 @@ def run_trial(args, n: int) -> dict:
     per, all_lat, all_proc, warm_lat = [], [], [], []
     n_calls = batch_sum = share_sum = 0.0
     for s, rec, st in zip(streams, recs, final):
-        a = np.array(rec, dtype=np.float64).reshape(-1, 5)
+        a = rec.rows()
         meas = a[a[:, 0] >= start_warm]
         warm_lat.append(a[a[:, 0] < start_warm, 2])
         lat, proc, bat = meas[:, 2], meas[:, 3], meas[:, 4]
@@ -230,6 +243,7 @@ def run_trial(args, n: int) -> dict:
         "source": args.source,
         "threads": sched.threads,
         "max_batch": sched.max_batch,
+        "history": streams[0]._hist.maxlen if streams[0]._keep else 0,
         "latency_p50_us": 1e6 * float(np.percentile(lat, 50)) if n_meas else 0.0,
         "latency_p99_us": worst["latency_p99_us"],
         "latency_max_us": max(r["latency_max_us"] for r in per),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 import math
 import os
 import sys
@@ -284,6 +285,15 @@ class Scheduler:
                        never past what the earliest deadline allows).
     max_load         : admission refuses streams that would make the predicted busy
                        fraction of the workers exceed this (default 0.9).
+    freeze_gc        : ``gc.freeze()`` when starting and after opening a stream while
+                       running: the objects alive then (modules, models, streams) leave the
+                       garbage collector's scans.  A full collection otherwise scans every
+                       object numba, numpy and torch created at import and pauses every
+                       thread for about 100 ms (measured on this machine) in the middle of
+                       a stream.
+    worker_nice      : nice value the workers give themselves (Linux; 0 leaves it).  A
+                       positive value lets audio and source threads of the same process
+                       preempt a worker when the cores are busy.
     gil_switch_ms    : while running, Python's thread switch interval
                        (``sys.setswitchinterval``) is lowered to this (default 0.5 ms;
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
@@ -297,7 +307,8 @@ class Scheduler:
 
     def __init__(self, threads: int | None = None, *, max_batch: int = 8,
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
-                 gil_switch_ms: float | None = 0.5, start: bool = True):
+                 gil_switch_ms: float | None = 0.5, worker_nice: int = 0,
+                 freeze_gc: bool = True, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
             raise ValueError("threads and max_batch must be >= 1 and 0 < max_load <= 1")
@@ -305,6 +316,8 @@ class Scheduler:
         self.max_queue_delay = float(max_queue_delay_ms) / 1e3
         self.max_load = float(max_load)
         self.gil_switch = None if gil_switch_ms is None else float(gil_switch_ms) / 1e3
+        self.worker_nice = int(worker_nice)
+        self.freeze_gc = bool(freeze_gc)
         self._old_switch = None
         self._cv = threading.Condition(threading.Lock())
         self._groups: dict = {}
@@ -332,6 +345,8 @@ class Scheduler:
         if self._threads:
             return self
         self._stopping = False
+        if self.freeze_gc:
+            gc.freeze()
         if self.gil_switch is not None and sys.getswitchinterval() > self.gil_switch:
             self._old_switch = sys.getswitchinterval()
             sys.setswitchinterval(self.gil_switch)
@@ -432,14 +447,19 @@ class Scheduler:
         else:
             k = 1
         if k > 1:
-            obj, _, _ = _make_runner(proto, k)
             b = proto.state_dict()["stream"].get("batch")
-            xk = np.stack([x1] * k)
-            if b is not None:
-                xk = xk.reshape((k * b,) + xk.shape[2:])
-            tk = best(obj, xk, 3)
+
+            def batch(n):
+                x = np.stack([x1] * n)
+                return x if b is None else x.reshape((n * b,) + x.shape[2:])
+            tk = best(_make_runner(proto, k)[0], batch(k), 3)
             per = max((tk - t1) / ((k - 1) * T), 0.0)
             fixed = max(t1 - per * T, 0.1 * t1)
+            # every other batch size once: kernels that a batch size selects are loaded (or
+            # compiled) here, not in the first call of a running stream
+            for n in range(2, self.max_batch + 1):
+                if n != k:
+                    _make_runner(proto, n)[0](batch(n))
         else:
             fixed, per = 0.3 * t1, 0.7 * t1 / T
         c = self._costs[dkey] = CostModel(fixed, per)
@@ -475,7 +495,8 @@ class Scheduler:
                      Every result holds its block's outputs (Dau1997, float64: 563 KB per
                      256-sample block), and the results of one call share one batched
                      array: each result kept makes later calls write cache-cold memory
-                     (docs/performance.md).
+                     (docs/performance.md).  ``0`` keeps none (``latest()`` is ``None``;
+                     subscribers get every result): the calls then reuse cache-warm memory.
         Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
         ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
         """
@@ -535,6 +556,8 @@ class Scheduler:
                 self._quiesce(g)
             g.add(s)
             self._streams.append(s)
+        if self.freeze_gc and self.running:
+            gc.freeze()
         return s
 
     def _quiesce(self, g: Group, timeout: float = 5.0) -> None:
@@ -697,6 +720,11 @@ class Scheduler:
         is nothing to run, sleep on the doorbell that every push (and every worker that
         leaves work behind) rings."""
         ensure_ftz()
+        if self.worker_nice:
+            try:           # Linux: a thread's own nice value (raising it needs no privilege)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.worker_nice)
+            except (AttributeError, OSError):
+                pass
         cv = self._cv
         while not self._stopping:
             with cv:

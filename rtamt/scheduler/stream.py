@@ -217,6 +217,9 @@ class Stream:
         self._bumps = 0                # blocks batched calls processed for self.proc
         # results
         self._latest: Result | None = None
+        if int(history) < 0:
+            raise ValueError(f"history must be >= 0, got {history!r}")
+        self._keep = int(history) > 0          # 0: results go to subscribers only
         self._hist: collections.deque = collections.deque(maxlen=max(1, int(history)))
         self._subs: list = []
         # accounting (preallocated rolling windows)
@@ -348,7 +351,8 @@ class Stream:
 
     # ================================================================ readers
     def latest(self) -> Result | None:
-        """Most recent result (an immutable object; safe to read from any thread)."""
+        """Most recent result (an immutable object; safe to read from any thread); always
+        ``None`` for a stream opened with ``history=0`` (results go to subscribers only)."""
         return self._latest
 
     def history(self) -> list[Result]:
@@ -604,7 +608,8 @@ class Stream:
         self._frames_done += frames
         self._fill = 0
         self._blk_gap = False
-        self._latest = r
-        self._hist.append(r)
+        if self._keep:
+            self._latest = r
+            self._hist.append(r)
         for fn in self._subs:
             fn(r)
