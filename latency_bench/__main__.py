@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results each stream keeps (the scheduler's history; default: the "
                         "scheduler's, 1).  0 = subscribers only: the benchmark's own "
                         "subscriber records each block's latency and drops the outputs")
+    g.add_argument("--probe-budget-ms", type=positive_float(10000.0), default=None,
+                   help="open one more stream of the same model with this budget (e.g. 5 "
+                        "next to N streams of 10 ms) and report its latency apart")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the largest N with 0 misses and 0 drops: trials of --seconds "
                         "each on a fresh scheduler, doubling N, then bisection")

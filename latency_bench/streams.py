@@ -161,6 +161,14 @@ def run_trial(args, n: int) -> dict:
     sched = Scheduler(threads=args.threads, max_batch=args.batch)
     try:
         streams, t_open, t_first = _open(sched, args, n)
+        probe = getattr(args, "probe_budget_ms", None)
+        if probe:                   # one more stream of the same design, its own budget
+            streams.append(sched.open(
+                args.model, args.fs, args.block, budget_ms=probe, dtype=args.dtype,
+                channels=args.channels, admission="best-effort", name=f"{args.model}-probe",
+                model_kwargs={} if args.config is None else {"config": args.config},
+                **({} if args.history is None else {"history": args.history})))
+            buf = np.concatenate([buf, _noise(loop, ch, seed=n + 7)], axis=1)
         recs = [_Recorder(n_blocks + 2) for _ in streams]
         for s, rec in zip(streams, recs):
             s.subscribe(rec)
@@ -205,7 +213,8 @@ def run_trial(args, n: int) -> dict:
         drops = int(k_meas * B - meas[:, 1].sum())
         per.append({"name": s.name, "blocks": int(meas.shape[0]), "latency_p50_us": 1e6 * p50,
                     "latency_p99_us": 1e6 * p99, "latency_max_us": 1e6 * mx,
-                    "misses": int((lat > budget).sum()), "drops": drops,
+                    "budget_us": 1e6 * s.budget_s,
+                    "misses": int((lat > s.budget_s).sum()), "drops": drops,
                     "batch_mean": float(bat.mean()) if bat.size else 0.0,
                     "dropped_frames": st.dropped_frames, "skipped_frames": st.skipped_frames,
                     "rejected_blocks": st.rejected_blocks})
@@ -228,7 +237,7 @@ def run_trial(args, n: int) -> dict:
         # the single-stream keys, with their meaning for many streams
         "n_blocks": n_meas,                          # stream-blocks measured
         "seconds": k_meas * period,
-        "rtf": share_sum / (n * k_meas * period),         # own share of each call
+        "rtf": share_sum / (len(streams) * k_meas * period),   # own share of each call
         "mean_us": 1e6 * float(proc.mean()) if proc.size else 0.0,
         "p50_us": 1e6 * p50, "p99_us": 1e6 * p99, "max_us": 1e6 * mx,
         "budget_us": 1e6 * budget,
@@ -240,6 +249,7 @@ def run_trial(args, n: int) -> dict:
         # many streams
         "config": getattr(streams[0].proc, "config", args.config),
         "streams": n,
+        "streams_total": len(streams),               # with the probe stream, if any
         "source": args.source,
         "threads": sched.threads,
         "max_batch": sched.max_batch,
@@ -259,6 +269,7 @@ def run_trial(args, n: int) -> dict:
         "warmup_latency_p99_us": 1e6 * float(np.percentile(wlat, 99)) if wlat.size else 0.0,
         "warmup_misses": int((wlat > budget).sum()),
         "errors": errors,
+        "probe": next((r for r in per if r["name"].endswith("-probe")), None),
         "per_stream": per,
     }
 
@@ -266,7 +277,8 @@ def run_trial(args, n: int) -> dict:
 def passed(r: dict) -> bool:
     """A trial holds the budget: no miss, no drop, no error, every block measured."""
     return (r["misses"] == 0 and r["drops"] == 0 and not r["errors"]
-            and r["n_blocks"] == r["streams"] * int(round(r["seconds"] * r["fs"] / r["block"])))
+            and r["n_blocks"] == r.get("streams_total", r["streams"])
+            * int(round(r["seconds"] * r["fs"] / r["block"])))
 
 
 def find_capacity(args, log=print) -> dict:
@@ -486,6 +498,11 @@ def print_report(r: dict, file=sys.stdout) -> None:
           f"{p['latency_p99_us'] * ms:7.2f} {p['latency_max_us'] * ms:7.2f} {p['misses']:6d} "
           f"{p['drops']:6d} {p['batch_mean']:5.1f}")
     w(f"worst stream {r['worst_stream']}: p99 {r['latency_p99_us'] * ms:.2f} ms")
+    pr = r.get("probe")
+    if pr:
+        w(f"probe stream (budget {pr['budget_us'] * ms:.2f} ms): latency p50/p99/max "
+          f"{pr['latency_p50_us'] * ms:.2f}/{pr['latency_p99_us'] * ms:.2f}/"
+          f"{pr['latency_max_us'] * ms:.2f} ms, misses {pr['misses']}")
     w(f"all streams: latency p50 {r['latency_p50_us'] * ms:.2f} ms, p99 (worst stream) "
       f"{r['latency_p99_us'] * ms:.2f} ms, max {r['latency_max_us'] * ms:.2f} ms; misses "
       f"{r['misses']}, drops {r['drops']} frames")

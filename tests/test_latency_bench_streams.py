@@ -96,3 +96,18 @@ def test_usage_errors(args):
     r = subprocess.run([sys.executable, "-m", "latency_bench", *args], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "error: argument" in r.stderr
+
+
+def test_probe_stream_is_reported_apart():
+    """--probe-budget-ms opens one more stream with its own budget: reported apart, with
+    every block measured and its misses counted against its own budget."""
+    res, _ = _bench("--streams", "2", "--seconds", "0.5", "--probe-budget-ms", "5")
+    k = round(0.5 * res["fs"] / res["block"])
+    pr = res["probe"]
+    assert res["streams"] == 2 and res["streams_total"] == 3 and len(res["per_stream"]) == 3
+    assert pr["name"].endswith("-probe") and pr["budget_us"] == 5000.0
+    assert [p["budget_us"] for p in res["per_stream"]].count(10000.0) == 2
+    assert pr["blocks"] == k and res["n_blocks"] == 3 * k
+    assert 0 <= pr["misses"] <= pr["blocks"]
+    assert (pr["misses"] > 0) == (pr["latency_max_us"] > 5000.0)
+    assert sum(p["misses"] for p in res["per_stream"]) == res["misses"]
