@@ -104,8 +104,7 @@ class Runtime:
         self.proc = Parallel(self.chains)
         # a block is checked once, against every chain's limit, before any chain runs
         self._limit = self.proc.input_limit
-        # one worker at the priority of the processing thread it replaces
-        self.scheduler = Scheduler(threads=1, max_batch=1, worker_nice=0, start=False)
+        self.scheduler = Scheduler(threads=1, max_batch=1, start=False)
         self.stream = self.scheduler.open(
             self.proc, fs, block, channels=channels, dtype=dtype,
             budget_ms=1e3 * block / fs if budget_ms is None else budget_ms,

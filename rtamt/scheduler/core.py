@@ -291,10 +291,10 @@ class Scheduler:
                        object numba, numpy and torch created at import and pauses every
                        thread for about 100 ms (measured on this machine) in the middle of
                        a stream.
-    worker_nice      : nice value the workers give themselves (Linux; default 5, 0 leaves
-                       it): the process's source, audio and GUI threads preempt a worker
-                       when the cores are busy, so that pushes are not late (32 Dau1997
-                       streams on 2 cores: latency max 7.2-8.2 ms with 5, 9.9-10.8 ms with 0).
+    worker_nice      : nice value the workers give themselves (Linux; 0, the default, leaves
+                       it).  A positive value lets the process's source and GUI threads
+                       preempt a worker, but a worker holding the interpreter lock then
+                       waits longer for a core (docs/performance.md: no net gain measured).
     gil_switch_ms    : while running, Python's thread switch interval
                        (``sys.setswitchinterval``) is lowered to this (default 0.5 ms;
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
@@ -308,7 +308,7 @@ class Scheduler:
 
     def __init__(self, threads: int | None = None, *, max_batch: int = 8,
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
-                 gil_switch_ms: float | None = 0.5, worker_nice: int = 5,
+                 gil_switch_ms: float | None = 0.5, worker_nice: int = 0,
                  freeze_gc: bool = True, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
