@@ -519,6 +519,20 @@ class TonePlayer:
         self.pos = (self.pos + frames) % n
 
 
+def play_through(player, server, frames: int, timeout: float) -> None:
+    """Start ``player`` (an object whose callback advances ``pos`` once ``go`` is set) and
+    wait until it has played ``frames`` frames, then 0.1 s more for the last periods to
+    arrive; fails if the server died or ``timeout`` seconds passed."""
+    time.sleep(0.1)
+    player.go = True
+    deadline = time.monotonic() + timeout
+    while player.pos < frames:
+        assert time.monotonic() < deadline, "playback did not finish"
+        assert server.alive(), server.log()
+        time.sleep(0.02)
+    time.sleep(0.1)
+
+
 def wait_for_input_port(proc, before, server, deadline: float, what: str = "client"):
     """The single new JACK input port of the process ``proc`` (an app reading from JACK), once
     its stream has started (PortAudio auto-connects it to ``system:capture_*``); None if the

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -33,6 +32,7 @@ from _jack import (
     jack_server,
     list_ports,
     new_ports,
+    play_through,
     skip_unless_jack,
 )
 
@@ -106,14 +106,7 @@ def _attempt(sd, server):
         disconnect_system([src, dst])
         connect(src, dst)
         assert connections()[dst] == [src]
-        time.sleep(0.1)
-        player.go = True
-        deadline = time.monotonic() + 20
-        while player.pos < N_PLAY + 4 * PERIOD:
-            assert time.monotonic() < deadline, "playback did not finish"
-            assert server.alive(), server.log()
-            time.sleep(0.02)
-        time.sleep(0.1)
+        play_through(player, server, N_PLAY + 4 * PERIOD, 20)
     finally:
         if server.alive():
             if ai is not None:

@@ -36,6 +36,7 @@ from _jack import (
     jack_server,
     list_ports,
     new_ports,
+    play_through,
     reinit_portaudio,
     skip_unless_jack,
 )
@@ -222,14 +223,7 @@ def test_eight_jack_ports_eight_streams_equal_offline(record_property):
     with jack_server(fs=FS, period=PERIOD) as server:
         player, sched, streams, got, tap, ai = _open(sd, sig)
         try:
-            time.sleep(0.1)
-            player.go = True
-            deadline = time.monotonic() + 30
-            while player.pos < N_PLAY + 4 * PERIOD:
-                assert time.monotonic() < deadline, "playback did not finish"
-                assert server.alive(), server.log()
-                time.sleep(0.02)
-            time.sleep(0.1)
+            play_through(player, server, N_PLAY + 4 * PERIOD, 30)
         finally:
             if server.alive():
                 ai.stop("drain")                # the streams drain (FanOut.stop)
