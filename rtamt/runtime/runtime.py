@@ -199,6 +199,6 @@ class Runtime:
         if set(snap["chains"]) != set(self.chains):
             raise RtamtInputError(f"restore: snapshot chains {sorted(snap['chains'])} != "
                                   f"{sorted(self.chains)}")
-        s2 = dict(snap)
-        s2["state"] = None
-        self.stream.restore(s2, _load=lambda sn: self.proc.load_children(sn["chains"]))
+        state = self.proc.state_dict()          # the chains' states in the Parallel's schema
+        state["children"] = snap["chains"]
+        self.stream.restore({**snap, "state": state})

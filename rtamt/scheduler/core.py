@@ -522,13 +522,14 @@ class Scheduler:
         dkey = (type(proc).__name__, ident.get("fingerprint"), str(dtype), channels, fs)
         if not batchable:
             dkey += (id(proc),)
-        try:
-            proto = copy.deepcopy(proc)
-        except Exception:  # noqa: BLE001 - e.g. a user object holding locks
-            if batchable:
-                raise
-            proto = None
-        cost = self._design_cost(proto if measure else None, example, dkey)
+        proto = None            # a pristine copy of the processor, made only when needed:
+        if measure and dkey not in self._costs:       # to measure a new design's cost
+            try:
+                proto = copy.deepcopy(proc)
+            except Exception:  # noqa: BLE001 - e.g. a user object holding locks
+                if batchable:
+                    raise
+        cost = self._design_cost(proto, example, dkey)
         if budget_ms is None:
             budget_s = (block / fs) if block else 0.020
         else:
@@ -550,6 +551,8 @@ class Scheduler:
             g = self._groups.get(gkey)
             if g is None:
                 label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
+                if batchable and proto is None:          # the batched copies' template
+                    proto = copy.deepcopy(proc)
                 g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch)
             self._admit(g, s, admission)
             self._groups[gkey] = g

@@ -444,7 +444,7 @@ class Stream:
                          lambda b: f"frame {b[0]}, channel {b[1]}")
         return pend
 
-    def restore(self, snap: dict, *, _load=None) -> None:
+    def restore(self, snap: dict) -> None:
         """Load a :meth:`snapshot`.  Before the scheduler runs this also sets the stream
         position (the next pushed frame continues the snapshot's stream); while running it
         replaces the state and the stream continues.  The state is checked by the
@@ -453,10 +453,7 @@ class Stream:
         started = self._seq > 0 or self._sched.running
 
         def _do():
-            if _load is None:
-                self.proc.load_state_dict(snap["state"])
-            else:
-                _load(snap)
+            self.proc.load_state_dict(snap["state"])
             self._sched._attach_state(self)
             self._fill = pend.shape[0]
             self._acc[:self._fill] = pend
