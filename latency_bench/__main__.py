@@ -123,9 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--probe-budget-ms", type=positive_float(10000.0), default=None,
                    help="open one more stream of the same model with this budget (e.g. 5 "
                         "next to N streams of 10 ms) and report its latency apart")
+    g.add_argument("--realtime", type=int_range(0, 99), default=None, metavar="PRIO",
+                   help="SCHED_FIFO priority of the scheduler's workers (default: the "
+                        "scheduler's, 5; 0 = normal priority).  The source thread, like an "
+                        "audio device's, runs one above them when they got it")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the largest N with 0 misses and 0 drops: trials of --seconds "
                         "each on a fresh scheduler, doubling N, then bisection")
+    g.add_argument("--max-miss-rate", type=float_range(0.0, 1.0), default=None,
+                   metavar="RATE",
+                   help="--find-capacity: a trial passes with misses up to RATE of its "
+                        "stream-blocks (default 0: none; drops never pass)")
     g.add_argument("--max-streams", type=int_range(1, 4096), default=None,
                    help="largest N --find-capacity tries (default 256)")
     g.add_argument("--threads-scaling", action="store_true",
@@ -142,7 +150,7 @@ def _model_names():
     return MODELS
 
 
-STREAM_ONLY = ("budget_ms", "source", "max_streams")
+STREAM_ONLY = ("budget_ms", "source", "max_streams", "realtime", "max_miss_rate")
 
 
 def _defaults(p, args) -> bool:
@@ -170,6 +178,10 @@ def _defaults(p, args) -> bool:
     args.budget_ms = 10.0 if args.budget_ms is None else args.budget_ms
     args.source = args.source or "fanout"
     args.max_streams = 256 if args.max_streams is None else args.max_streams
+    if args.realtime is None:
+        from rtamt.engine.realtime import DEFAULT_PRIORITY
+        args.realtime = DEFAULT_PRIORITY
+    args.realtime = args.realtime or None          # 0: normal priority
     if args.threads_scaling:
         args.threads = max(2, args.threads or os.cpu_count() or 1)
     elif args.threads is None:

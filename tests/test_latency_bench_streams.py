@@ -111,3 +111,37 @@ def test_probe_stream_is_reported_apart():
     assert 0 <= pr["misses"] <= pr["blocks"]
     assert (pr["misses"] > 0) == (pr["latency_max_us"] > 5000.0)
     assert sum(p["misses"] for p in res["per_stream"]) == res["misses"]
+
+
+def test_realtime_option_is_reported():
+    """--realtime PRIO sets the workers' SCHED_FIFO priority (0: normal priority); the
+    report says what the OS granted."""
+    res, _ = _bench("--streams", "2", "--seconds", "0.3", "--realtime", "0")
+    assert res["realtime"] == {"priority": None, "workers": 0, "refused": None}
+    res, _ = _bench("--streams", "2", "--seconds", "0.3", "--realtime", "3")
+    rt = res["realtime"]
+    assert rt["priority"] == 3
+    assert rt["workers"] == res["threads"] or rt["refused"]
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--realtime", "3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--realtime" in r.stderr
+
+
+def test_pass_criterion_with_a_miss_rate():
+    """A trial passes with 0 misses by default; --max-miss-rate allows misses up to that
+    fraction of the measured stream-blocks; drops and errors never pass."""
+    from latency_bench.streams import passed
+    r = {"misses": 0, "drops": 0, "errors": [], "n_blocks": 2000, "streams": 2,
+         "seconds": 1000 * 256 / 48000, "fs": 48000, "block": 256}
+    assert passed(r)
+    assert not passed(dict(r, misses=1))
+    assert passed(dict(r, misses=2), 1e-3) and not passed(dict(r, misses=3), 1e-3)
+    assert not passed(dict(r, drops=256), 1.0)
+    assert not passed(dict(r, errors=["x"]), 1.0)
+    assert not passed(dict(r, n_blocks=1999), 1.0)     # a block not measured
+    res, _ = _bench("--find-capacity", "--max-streams", "2", "--seconds", "0.2",
+                    "--warmup-seconds", "0.1", "--max-miss-rate", "0.5")
+    assert res["max_miss_rate"] == 0.5
+    for t in res["trials"]:
+        n_blocks = t["streams"] * round(0.2 * res["fs"] / res["block"])
+        assert t["pass"] == (t["misses"] <= 0.5 * n_blocks and t["drops"] == 0)

@@ -426,3 +426,61 @@ def test_close_stops_every_thread():
     assert not s.running and h.closed
     assert not [t for t in threading.enumerate() if t.name.startswith("rtamt-")]
     assert h.stats().frames_processed == 1000      # drained, the partial block included
+
+
+# ============================================================================ real time
+def _policy_of(tid: int) -> int:
+    import os
+    return os.sched_getscheduler(tid)
+
+
+def test_workers_run_sched_fifo_when_the_os_allows_it():
+    """Workers ask for SCHED_FIFO (default priority 5); where the OS grants it (CI runs as
+    root), the worker threads really are SCHED_FIFO at that priority and stats say so;
+    realtime=None leaves them time-sharing."""
+    import os
+
+    from rtamt.engine.realtime import DEFAULT_PRIORITY, request_realtime
+    probe = {}
+    t = threading.Thread(target=lambda: probe.setdefault("r", request_realtime(1)))
+    t.start()
+    t.join()
+    if probe["r"] is not None:
+        pytest.skip(f"SCHED_FIFO refused here: {probe['r']}")
+    for rt, policy in ((DEFAULT_PRIORITY, os.SCHED_FIFO), (None, os.SCHED_OTHER)):
+        s = Scheduler(threads=2, realtime=rt)
+        try:
+            workers = [t for t in threading.enumerate() if t.name.startswith("rtamt-worker")]
+            assert len(workers) == 2
+            for w in workers:
+                assert _policy_of(w.native_id) == policy
+                if rt is not None:
+                    assert os.sched_getparam(w.native_id).sched_priority == rt
+            info = s.stats()["_realtime"]
+            assert info == {"priority": rt, "workers": 2 if rt else 0, "refused": None}
+            h = s.open("dau1997", 48000, 256, budget_ms=20)   # and they still work
+            h.push(np.zeros(512, np.float32))
+            assert h.wait_idle(timeout=30) and h.stats().frames_processed == 512
+        finally:
+            s.close("discard", timeout=30)
+    assert _policy_of(0) == os.SCHED_OTHER          # the caller's own thread untouched
+
+
+def test_refused_realtime_is_reported_and_the_workers_run(monkeypatch):
+    import os
+
+    def refuse(*a):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    s = Scheduler(threads=2, realtime=7)
+    try:
+        info = s.stats()["_realtime"]
+        assert info["priority"] == 7 and info["workers"] == 0
+        assert "not permitted" in info["refused"]
+        h = s.open("dau1997", 48000, 256, budget_ms=20)
+        h.push(np.zeros(512, np.float32))
+        assert h.wait_idle(timeout=30) and h.stats().frames_processed == 512
+    finally:
+        s.close("discard", timeout=30)
+    with pytest.raises(ValueError, match="1..99"):
+        Scheduler(realtime=0, start=False)

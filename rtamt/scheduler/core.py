@@ -53,6 +53,7 @@ from ..engine import contract as _C
 from ..engine.contract import RtamtInputError, Streaming
 from ..engine.denormal import ensure_ftz
 from ..engine.parallel import Parallel
+from ..engine.realtime import DEFAULT_PRIORITY, request_realtime
 from .stream import Stream
 
 _perf = time.perf_counter
@@ -291,10 +292,13 @@ class Scheduler:
                        object numba, numpy and torch created at import and pauses every
                        thread for about 100 ms (measured on this machine) in the middle of
                        a stream.
-    worker_nice      : nice value the workers give themselves (Linux; 0, the default, leaves
-                       it).  A positive value lets the process's source and GUI threads
-                       preempt a worker, but a worker holding the interpreter lock then
-                       waits longer for a core (docs/performance.md: no net gain measured).
+    realtime         : SCHED_FIFO priority the workers ask for (default
+                       ``rtamt.engine.realtime.DEFAULT_PRIORITY`` = 5; ``None``: normal
+                       priority).  Without it a time-sharing task (on the benchmark machine
+                       the kernel's ``kdamond``) takes a busy core for 4-12 ms at a time and
+                       the blocks on it miss their budget (docs/performance.md).  When the
+                       OS refuses (no ``CAP_SYS_NICE`` / ``RLIMIT_RTPRIO``) the workers run
+                       at normal priority; ``stats()['_realtime']`` says which.
     gil_switch_ms    : while running, Python's thread switch interval
                        (``sys.setswitchinterval``) is lowered to this (default 0.5 ms;
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
@@ -308,7 +312,8 @@ class Scheduler:
 
     def __init__(self, threads: int | None = None, *, max_batch: int = 8,
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
-                 gil_switch_ms: float | None = 0.5, worker_nice: int = 0,
+                 gil_switch_ms: float | None = 0.5,
+                 realtime: int | None = DEFAULT_PRIORITY,
                  freeze_gc: bool = True, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
@@ -317,7 +322,12 @@ class Scheduler:
         self.max_queue_delay = float(max_queue_delay_ms) / 1e3
         self.max_load = float(max_load)
         self.gil_switch = None if gil_switch_ms is None else float(gil_switch_ms) / 1e3
-        self.worker_nice = int(worker_nice)
+        self.realtime = None if realtime is None else int(realtime)
+        if self.realtime is not None and not 1 <= self.realtime <= 99:
+            raise ValueError(f"realtime must be a SCHED_FIFO priority 1..99 or None, "
+                             f"got {realtime}")
+        #: per worker name: None (SCHED_FIFO granted) or why not
+        self.realtime_status: dict[str, str | None] = {}
         self.freeze_gc = bool(freeze_gc)
         self._old_switch = None
         self._cv = threading.Condition(threading.Lock())
@@ -356,6 +366,10 @@ class Scheduler:
         self._threads = th
         for t in th:
             t.start()
+        if self.realtime is not None:      # each worker reports its SCHED_FIFO request
+            end = _perf() + 1.0
+            while len(self.realtime_status) < len(th) and _perf() < end:
+                time.sleep(0.0005)
         return self
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
@@ -724,11 +738,9 @@ class Scheduler:
         is nothing to run, sleep on the doorbell that every push (and every worker that
         leaves work behind) rings."""
         ensure_ftz()
-        if self.worker_nice:
-            try:           # Linux: a thread's own nice value (raising it needs no privilege)
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.worker_nice)
-            except (AttributeError, OSError):
-                pass
+        if self.realtime is not None:
+            self.realtime_status[threading.current_thread().name] = \
+                request_realtime(self.realtime)
         cv = self._cv
         while not self._stopping:
             with cv:
@@ -910,4 +922,13 @@ class Scheduler:
                                         "scale": g.cost.scale}
                               for g in self._groups.values() if g.members}
         out["_load"] = self.load()
+        out["_realtime"] = self.realtime_info()
         return out
+
+    def realtime_info(self) -> dict:
+        """``{'priority': asked (None: not asked), 'workers': how many run SCHED_FIFO,
+        'refused': the OS's reason for the others (None if all got it)}``."""
+        st = dict(self.realtime_status)
+        bad = [r for r in st.values() if r is not None]
+        return {"priority": self.realtime, "workers": sum(r is None for r in st.values()),
+                "refused": bad[0] if bad else None}
