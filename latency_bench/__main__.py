@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the scheduler's max_batch default)")
     p.add_argument("--channels", type=int_range(1, 64), default=1,
                    help="independent input channels per stream (2 = stereo for moore2016)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cpu (numba kernels, default) or cuda (the Triton kernels on the GPU: "
+                        "reports kernel time, host-device copies and end-to-end block "
+                        "latency apart; needs a CUDA device and pip install 'rtamt[gpu]')")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                    help="sample and state precision (default float64)")
     p.add_argument("--threads", type=int_range(1, 1024), default=None,
@@ -125,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "next to N streams of 10 ms) and report its latency apart")
     g.add_argument("--realtime", type=int_range(0, 99), default=None, metavar="PRIO",
                    help="SCHED_FIFO priority of the scheduler's workers (default: the "
-                        "scheduler's, 5; 0 = normal priority).  The source thread, like an "
+                        "scheduler's, 1; 0 = normal priority).  The source thread, like an "
                         "audio device's, runs one above them when they got it")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the largest N with 0 misses and 0 drops: trials of --seconds "
@@ -227,6 +231,16 @@ def main(argv=None) -> int:
     if args.model not in _model_names():
         p.error(f"argument --model: unknown model {args.model!r}; choose from "
                 f"{', '.join(sorted(_model_names()))}")
+    if args.device == "cuda":
+        if multi:
+            p.error("argument --device: cuda with --streams / --find-capacity / "
+                    "--threads-scaling needs the scheduler's GPU placement, not built yet")
+        from rtamt.engine.backend import RtamtBackendError, resolve
+        try:
+            resolve("triton", "cuda")
+        except RtamtBackendError as e:       # one line, not the usage: the option is fine
+            print(f"latency_bench: error: --device cuda: {e}", file=sys.stderr)
+            return 2
     if multi:
         return _main_streams(args)
 
@@ -261,6 +275,8 @@ def main(argv=None) -> int:
     blocks = [np.ascontiguousarray(x[..., i:i + args.block]) for i in range(0, n, args.block)]
 
     kw = {} if args.config is None else {"config": args.config}
+    if args.device == "cuda":
+        return _main_cuda(args, MODELS[args.model], kw, blocks, fs)
     t0 = time.perf_counter()
     model = MODELS[args.model](fs, **kw)
     ensure_ftz()
@@ -315,12 +331,75 @@ def main(argv=None) -> int:
         res["median_signal_us"] = float(np.median(us[:h]))
         res["median_silence_us"] = float(np.median(us[h:]))
         res["silence_p99_ratio"] = res["p99_silence_us"] / res["p99_signal_us"]
-    if args.json:
+    return _print_single(res, args.json)
+
+
+def _print_single(res: dict, as_json: bool) -> int:
+    """Print a single-stream report (one JSON object, or one line per key)."""
+    if as_json:
         print(json.dumps(res))
     else:
         for k, v in res.items():
             print(f"{k:22s} {v:.4g}" if isinstance(v, float) else f"{k:22s} {v}")
     return 0
+
+
+def _main_cuda(args, model_cls, kw, blocks, fs) -> int:
+    """``--device cuda``: the model on the Triton backend on the GPU; per block, timed with
+    CUDA events on one stream: the host-to-device copy of the input (from pinned memory),
+    the model call (kernels), the device-to-host copy of the output, and the end-to-end
+    latency from the start of the input copy to the output on the host."""
+    import numpy as np
+    import torch
+
+    from rtamt.engine.backend import RtamtBackendError
+
+    dev = torch.device("cuda")
+    try:
+        model = model_cls(fs, **kw, device="cuda")
+    except (TypeError, RtamtBackendError) as e:    # a model without the GPU path yet
+        print(f"latency_bench: error: --device cuda: {args.model}: {e}", file=sys.stderr)
+        return 2
+    pinned = torch.empty(blocks[0].shape, dtype=getattr(torch, args.dtype)).pin_memory()
+    dev_in = torch.empty(pinned.shape, dtype=pinned.dtype, device=dev)
+    model(dev_in.copy_(pinned.copy_(torch.from_numpy(blocks[0]))))      # compile, state
+    torch.cuda.synchronize()
+    model.reset()
+    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in blocks]
+    out_host = None
+    wall = np.empty(len(blocks))
+    for i, b in enumerate(blocks):
+        t = time.perf_counter()
+        e = ev[i]
+        pinned.copy_(torch.from_numpy(b))
+        e[0].record()
+        dev_in.copy_(pinned, non_blocking=True)
+        e[1].record()
+        y = model(dev_in)
+        e[2].record()
+        if out_host is None:
+            out_host = torch.empty(y.shape, dtype=y.dtype).pin_memory()
+        out_host.copy_(y, non_blocking=True)
+        e[3].record()
+        e[3].synchronize()
+        wall[i] = time.perf_counter() - t
+    h2d = np.array([e[0].elapsed_time(e[1]) for e in ev]) * 1e3      # µs
+    ker = np.array([e[1].elapsed_time(e[2]) for e in ev]) * 1e3
+    d2h = np.array([e[2].elapsed_time(e[3]) for e in ev]) * 1e3
+    e2e = wall * 1e6
+    budget = args.block / fs * 1e6
+
+    def pct(a):
+        return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
+                "max": float(a.max())}
+    res = {"model": args.model, "fs": fs, "block": args.block, "batch": args.batch,
+           "channels": args.channels, "dtype": args.dtype, "device": torch.cuda.get_device_name(),
+           "backend": "triton", "n_blocks": len(blocks),
+           "rtf": float(wall.sum() / (len(blocks) * args.block / fs)),
+           "h2d_us": pct(h2d), "kernel_us": pct(ker), "d2h_us": pct(d2h),
+           "end_to_end_us": pct(e2e), "budget_us": budget,
+           "misses": int((e2e > budget).sum()), "python": platform.python_version()}
+    return _print_single(res, args.json)
 
 
 if __name__ == "__main__":

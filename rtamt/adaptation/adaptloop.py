@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine import backend as _B
 from ..engine import kernels as K
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
@@ -119,6 +120,7 @@ class AdaptLoop(Stage):
 
     name = "adaptloop"
     Params = AdaptLoopParams
+    triton_ready = True
     design = staticmethod(design)
 
     def _coeffs_for(self, n_in):
@@ -139,6 +141,8 @@ class AdaptLoop(Stage):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        y = work_buffer(out, x.shape, x.dtype)
-        K.adaptloop(coeffs.a, coeffs.b, coeffs.lanes, coeffs.limit_on, state["s"], x, y)
+        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
+        y = work_buffer(out, x.shape, x.dtype, like=x)
+        k.adaptloop(c(coeffs.a), c(coeffs.b), c(coeffs.lanes), bool(coeffs.limit_on),
+                    state["s"], x, y)
         return y

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from . import backend as _B
 from . import contract as _C
-from . import kernels as K
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from .denormal import ensure_ftz
 
@@ -129,15 +129,42 @@ class Stateless(Registered):
         return _C.deep(state)
 
 
-def work_buffer(out, shape, dtype) -> np.ndarray:
+def work_buffer(out, shape, dtype, like=None):
     """The output array of a ``process_tm`` call: ``out`` if it is a C-contiguous array of
     exactly ``shape`` and ``dtype`` (a chain hands back a stage's previous output as its
-    work buffer for the next block of the same size), else a new uninitialised array."""
+    work buffer for the next block of the same size), else a new uninitialised array.
+    With ``like`` a torch tensor (the Triton backend) the buffer is a tensor in ``like``'s
+    dtype on its device."""
     shape = tuple(shape)
+    if like is not None and type(like) is not np.ndarray:
+        if (out is not None and tuple(out.shape) == shape and out.dtype == like.dtype
+                and out.device == like.device and out.is_contiguous()):
+            return out
+        return _B.empty_like_block(like, shape)
     if (out is not None and out.shape == shape and out.dtype == dtype
             and out.flags.c_contiguous):
         return out
     return np.empty(shape, dtype)
+
+
+def _time_last(yt):
+    """(B, T, C) -> (B, C, T) view, numpy or torch."""
+    return yt.transpose(0, 2, 1) if type(yt) is np.ndarray else yt.permute(0, 2, 1)
+
+
+def _to_device(state: dict, device) -> dict:
+    import torch
+
+    return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in state.items()}
+
+
+def _device_block(x, arr: np.ndarray, device):
+    """The validated time-major block ``arr`` (numpy) as a tensor on ``device``: ``x``'s own
+    memory when ``x`` was a tensor there already and ``arr`` is a view of it, else a copy."""
+    import torch
+
+    t = torch.from_numpy(arr)
+    return t if t.device == device else t.to(device, non_blocking=False)
 
 
 class Stage(Registered):
@@ -152,6 +179,10 @@ class Stage(Registered):
     name = "stage"
     in_kind = "channels"  # or "signal"
     Params: type = object
+    #: the stage's process_tm also runs the Triton kernels (:mod:`rtamt.engine.backend`)
+    triton_ready = False
+    backend = "numba"
+    device = None
 
     # -- to override -----------------------------------------------------------------
     @staticmethod
@@ -282,8 +313,26 @@ class Stage(Registered):
     def _ensure_state(self, lead, n_in, dtype):
         if self._state is None:
             self.coeffs = self._coeffs_for(n_in)
-            self._state = self.init_state(self.coeffs, self._batch_of(lead), n_in, dtype)
+            st = self.init_state(self.coeffs, self._batch_of(lead), n_in, dtype)
+            self._state = _to_device(st, self.device) if self.backend == "triton" else st
             self._meta = (lead, n_in, dtype)
+
+    def _set_backend(self, backend: str, device) -> None:
+        """Switch to a resolved ``(backend, device)``, moving the state (kept exactly)."""
+        if backend == "triton" and not self.triton_ready:
+            raise _B.RtamtBackendError(
+                f"{self.name} ({type(self).__name__}) has no Triton kernel yet; use "
+                "backend='numba'")
+        if self._state is not None:
+            st = {k: _B.to_numpy(v) for k, v in self._state.items()}
+            self._state = _to_device(st, device) if backend == "triton" else st
+        self.backend, self.device = backend, device
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
+        :func:`rtamt.engine.backend.resolve`); the state moves along.  Returns self."""
+        self._set_backend(*_B.resolve(backend, device))
+        return self
 
     def _coeffs_for(self, n_in):
         return self.coeffs
@@ -310,6 +359,8 @@ class Stage(Registered):
         arr, back = as_numpy_block(x)
         xt, lead, n_in = self._check(arr)
         self._ensure_state(lead, n_in, arr.dtype)
+        if self.backend == "triton":
+            xt, back = _device_block(x, xt, self.device), _identity
         yt = self.process_tm(self.coeffs, self._state, xt)
         self._block += 1
         return back(self._to_public(yt, lead))
@@ -325,7 +376,7 @@ class Stage(Registered):
         stages (docs/performance.md), and most consumers reduce over time or take a few
         rows; ``np.ascontiguousarray(y)`` gives contiguous rows to a caller that needs them.
         """
-        y = yt.transpose(0, 2, 1)
+        y = _time_last(yt)
         if self.in_kind == "signal":  # lead () or (batch,)
             return y if lead else y[0]
         shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]
@@ -395,7 +446,7 @@ class Stage(Registered):
             sd["design"] = self.design_identity(self._coeffs0)
             return sd
         return _C.header(self, self._block, self._stream_meta(),
-                         arrays={k: v.copy() for k, v in self._state.items()})
+                         arrays={k: _B.to_numpy(v) for k, v in self._state.items()})
 
     def _meta_from(self, st: dict) -> tuple:
         """Internal (lead, n_in, dtype) from a snapshot's ``stream`` entry (validated)."""
@@ -431,7 +482,7 @@ class Stage(Registered):
         ref = self.init_state(coeffs, self._batch_of(lead), n_in, dtype)
         state = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
         self.coeffs = coeffs
-        self._state = state
+        self._state = _to_device(state, self.device) if self.backend == "triton" else state
         self._meta = (lead, n_in, dtype)
         self._block = int(sd["block"])
 
@@ -457,10 +508,13 @@ class SharedSOSStage(Stage):
     def init_state(coeffs, batch, n_in, dtype):
         return {"zi": np.zeros((batch, coeffs.sos.shape[0], 2, n_in), dtype)}
 
+    triton_ready = True
+
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
-        y = work_buffer(out, x.shape, x.dtype)
-        K.sos_shared(coeffs.sos, cls.rectify, state["zi"], x, y, 0)
+        k, c = _B.dispatch(x)
+        y = work_buffer(out, x.shape, x.dtype, like=x)
+        k.sos_shared(c(coeffs.sos), cls.rectify, state["zi"], x, y, 0)
         return y
 
 
@@ -535,14 +589,37 @@ class Chain(_C.Composite):
             fp = self._fp = _C.fingerprint(*parts)
         return _C.identity(self, self.identity_fields, fp)
 
+    backend = "numba"
+    device = None
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run every stage on ``backend`` ('numba' or 'triton') and ``device`` (see
+        :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton); the
+        stream's state moves along and continues exactly.  All stages or none: a stage
+        without a kernel for the backend raises :class:`~rtamt.engine.backend.
+        RtamtBackendError` and nothing changes.  Returns self."""
+        backend, device = _B.resolve(backend, device)
+        missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
+        if missing:
+            raise _B.RtamtBackendError(
+                f"{self.name}: no Triton kernel yet for stage(s) {missing}; use "
+                "backend='numba'")
+        for s in self.stages:
+            s._set_backend(backend, device)
+        self.backend, self.device = backend, device
+        self._bufs = [None] * len(self.stages)
+        return self
+
     def _run(self, x, keep_all: bool):
         ensure_ftz()
         arr, back = as_numpy_block(x)
         first = self.stages[0]
         xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
+        if self.backend == "triton":       # validated on the host; processed on the device
+            xt, back = _device_block(x, xt, self.device), _identity
         g = self.input_gain
-        if g != 1.0:
-            xt = xt * xt.dtype.type(g)   # new array: the caller's block is never written
+        if g != 1.0:     # a new array: the caller's block is never written
+            xt = xt * g if self.backend == "triton" else xt * xt.dtype.type(g)
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
             self._init_states(lead, arr.dtype)

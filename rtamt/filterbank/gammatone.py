@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine import backend as _B
 from ..engine import kernels as K
 from ..engine.stage import Stage, work_buffer
 from .erb import erb, erb_space
@@ -107,6 +108,7 @@ class Gammatone(Stage):
 
     name = "gammatone"
     in_kind = "signal"
+    triton_ready = True
     Params = GammatoneParams
     design = staticmethod(design)
 
@@ -123,6 +125,7 @@ class Gammatone(Stage):
     def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
-        y = work_buffer(out, (B, T, C), x.dtype)  # C-contiguous: the kernel writes it flat
-        K.gammatone4(coeffs.lanes, state["sr"], state["si"], x, y)
+        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
+        y = work_buffer(out, (B, T, C), x.dtype, like=x)  # C-contiguous: written flat
+        k.gammatone4(c(coeffs.lanes), state["sr"], state["si"], x, y)
         return y

@@ -26,9 +26,11 @@ class ModulationModel(SplLimit, Chain):
     spl_ref = 100.0
     identity_fields = ("fs", "config", "spl_ref")
 
-    def __init__(self, stages):
+    def __init__(self, stages, backend: str | None = None, device=None):
         super().__init__(stages)
         self.input_gain = self._calibration_gain()
+        if backend is not None or device is not None:
+            self.to(device, backend=backend)
 
     def _calibration_gain(self) -> float:
         return 10.0 ** ((self.spl_ref - 100.0) / 20.0)

@@ -55,7 +55,8 @@ class Dau1997(ModulationModel):
     def __init__(self, fs: float, config: str = "amt0910", *, flow: float = 80.0,
                  fhigh: float = 8000.0, spacing: float = 1.0, basef: float | None = 1000.0,
                  fc=None, spl_ref: float = 100.0, ihc: dict | None = None,
-                 adapt: dict | None = None, modfb: dict | None = None):
+                 adapt: dict | None = None, modfb: dict | None = None,
+                 backend: str | None = None, device=None):
         if config in ALIASES:
             warnings.warn(f"Dau1997 config {config!r} is renamed {ALIASES[config]!r}",
                           DeprecationWarning, stacklevel=2)
@@ -73,4 +74,4 @@ class Dau1997(ModulationModel):
         mkw = dict(CONFIGS[config]["modfb"])
         mkw.update(modfb or {})
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc), **mkw))
-        super().__init__([gt, ih, ad, mf])
+        super().__init__([gt, ih, ad, mf], backend=backend, device=device)

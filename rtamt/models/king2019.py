@@ -58,7 +58,8 @@ class King2019(ModulationModel):
                  compression: str = "brokenstick", knee_db: float = 30.0,
                  exponent: float = 0.3, adapt_cutoff: float = 3.0, adapt_order: int = 1,
                  mflow: float = 2.0, mfhigh: float = 150.0, qfactor: float = 1.0,
-                 nmod: int | None = None, lp150: bool = False, ihc: dict | None = None):
+                 nmod: int | None = None, lp150: bool = False, ihc: dict | None = None,
+                 backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown King2019 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
@@ -84,4 +85,4 @@ class King2019(ModulationModel):
         mf = KingModFilterbank(KingModFilterbankParams(
             fs=self.fs, fc=tuple(gt.coeffs.fc), mflow=mflow, mfhigh=mfhigh, qfactor=qfactor,
             nmod=nmod, lp150=lp150))
-        super().__init__([gt, comp, ih, ad, mf])
+        super().__init__([gt, comp, ih, ad, mf], backend=backend, device=device)

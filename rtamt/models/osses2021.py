@@ -54,7 +54,8 @@ class Osses2021(ModulationModel):
                  fhigh: float = 8000.0, spacing: float = 1.0, basef: float | None = None,
                  fc=None, spl_ref: float = 100.0, headphone: dict | None = None,
                  middleear: dict | None = None, ihc: dict | None = None,
-                 adapt: dict | None = None, modfb: dict | None = None):
+                 adapt: dict | None = None, modfb: dict | None = None,
+                 backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown Osses2021 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
@@ -72,4 +73,4 @@ class Osses2021(ModulationModel):
                                        **({"preset": "osses2021"} | (adapt or {}))))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc),
                                                **({"preset": "jepsen2008"} | (modfb or {}))))
-        super().__init__([hp, me, gt, ih, ad, mf])
+        super().__init__([hp, me, gt, ih, ad, mf], backend=backend, device=device)

@@ -91,7 +91,8 @@ class Paulick2024(ModulationModel):
     def __init__(self, fs: float = 44100.0, config: str = "paper", *, spl_ref: float = 100.0,
                  flow: float = 250.0, fhigh: float = 8000.0, n_channels: int = 50,
                  subject: str = "NH", resample_factor: int = 4, drnl: dict | None = None,
-                 ihc: dict | None = None, modfb: dict | None = None):
+                 ihc: dict | None = None, modfb: dict | None = None,
+                 backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown Paulick2024 config {config!r}; choose from "
                              f"{sorted(CONFIGS)}")
@@ -113,7 +114,7 @@ class Paulick2024(ModulationModel):
         rs = Resampler(ResamplerParams(fs_in=self.fs, up=1, down=int(resample_factor)))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs_mod, fc=tuple(fc),
                                                **({"preset": "paulick2024"} | (modfb or {}))))
-        super().__init__([hp, me, dr, ih, ad, rs, mf])
+        super().__init__([hp, me, dr, ih, ad, rs, mf], backend=backend, device=device)
 
     def _calibration_gain(self) -> float:
         """Digital samples (RMS 1 = ``spl_ref`` dB SPL) -> sound pressure in Pa (the DRNL's

@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import signal
 
+from ..engine import backend as _B
 from ..engine import kernels as K
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
@@ -264,8 +265,9 @@ class PackedFilterbank(Stage):
         """The optional low-pass before the bank (``coeffs.pre_sos``, state ``pre``)."""
         if coeffs.pre_sos is None:
             return x
-        u = np.empty_like(x)
-        K.sos_shared(coeffs.pre_sos, False, state["pre"], x, u, 0)
+        k, c = _B.dispatch(x)
+        u = work_buffer(None, x.shape, x.dtype, like=x)
+        k.sos_shared(c(coeffs.pre_sos), False, state["pre"], x, u, 0)
         return u
 
 
@@ -274,6 +276,7 @@ class ModFilterbank(PackedFilterbank):
 
     Params = ModFilterbankParams
     design = staticmethod(design)
+    triton_ready = True
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -291,17 +294,26 @@ class ModFilterbank(PackedFilterbank):
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
         B, T, C = x.shape
-        if not x.flags.c_contiguous:  # the kernels copy rows as vectors
-            x = np.ascontiguousarray(x)
+        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
+        if type(x) is np.ndarray:
+            if not x.flags.c_contiguous:  # the kernels copy rows as vectors
+                x = np.ascontiguousarray(x)
+        else:
+            x = x.contiguous()
         x = cls._prefilter(coeffs, state, x)
-        y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype)
+        y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype, like=x)
         if coeffs.filter_type == "efilt":
-            coef = coeffs.bp_coef if x.dtype == np.float64 else coeffs.bp_coef32
-            K.modfb_efilt(coeffs.lp_sos, state["lp"], coeffs.bp_runs, coeffs.bp_nreal, coef,
-                          state["bp"], x, y)
+            coef = coeffs.bp_coef if _B.is_float64(x) else coeffs.bp_coef32
+            if k is K:
+                K.modfb_efilt(coeffs.lp_sos, state["lp"], coeffs.bp_runs, coeffs.bp_nreal,
+                              coef, state["bp"], x, y)
+            else:                  # the Triton bank takes the filter -> channel map
+                k.modfb_efilt(c(coeffs.lp_sos), state["lp"], c(coeffs.bp_runs),
+                              int(coeffs.bp_nreal), c(coef), state["bp"], x, y,
+                              channel=c(coeffs.bp_channel))
             return y
-        K.sos_shared(coeffs.lp_sos, False, state["lp"], x, y, 0)
+        k.sos_shared(c(coeffs.lp_sos), False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:
-            K.cplx_biquad_bank(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b, coeffs.bp_a,
-                               coeffs.bp_scale, state["bp"], x, y, C)
+            k.cplx_biquad_bank(c(coeffs.bp_channel), int(coeffs.bp_nreal), c(coeffs.bp_b),
+                               c(coeffs.bp_a), c(coeffs.bp_scale), state["bp"], x, y, C)
         return y

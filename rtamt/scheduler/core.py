@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine import backend as _B
 from ..engine import contract as _C
 from ..engine.contract import RtamtInputError, Streaming
 from ..engine.denormal import ensure_ftz
@@ -108,6 +109,22 @@ def _make_runner(proto, n: int):
     return r, leaves, [h[k] for h, k, _ in leaves]
 
 
+def _is_tensor(a) -> bool:
+    return type(a) is not np.ndarray
+
+
+def _zeros(shape, like):
+    """Zeros of ``shape`` in the dtype, library and device of ``like`` (a state leaf)."""
+    if type(like) is np.ndarray:
+        return np.zeros(shape, like.dtype)
+    import torch
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+def _copy(a):
+    return np.array(a, copy=True) if type(a) is np.ndarray else a.clone()
+
+
 def _split(obj, out, sl):
     """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
     if isinstance(out, dict):
@@ -142,7 +159,9 @@ class Group:
             sd = proto.state_dict()["stream"]
             self.stream_batch = sd.get("batch")
             leaves = proto._state_leaves()
-            self.spec = [(axis, h[k].shape, h[k].dtype) for h, k, axis in leaves]
+            # (axis, shape, a leaf to copy dtype / library / device from: numpy arrays on
+            # the numba backend, tensors on a device on the Triton backend)
+            self.spec = [(axis, tuple(h[k].shape), h[k]) for h, k, axis in leaves]
             self.has_shared = any(a is None for a, _, _ in self.spec)
             self._alloc(4)
         else:
@@ -150,7 +169,7 @@ class Group:
 
     def _alloc(self, S: int) -> None:
         old = getattr(self, "store", None)
-        self.store = [np.zeros((S,) + shape, dt) for _, shape, dt in self.spec]
+        self.store = [_zeros((S,) + shape, like) for _, shape, like in self.spec]
         slots = getattr(self, "slots", [])
         if old is not None:
             for new, o in zip(self.store, old):
@@ -177,7 +196,7 @@ class Group:
         if self.batchable and s.slot >= 0:
             leaves = s.proc._state_leaves() or []
             for h, k, _ in leaves:
-                h[k] = np.array(h[k], copy=True)
+                h[k] = _copy(h[k])
             self.slots[s.slot] = None
         s.slot = -1
 
@@ -205,7 +224,7 @@ class Group:
     def shared_key(self, s: Stream):
         if not self.has_shared:
             return None
-        return tuple(self.store[j][s.slot].tobytes()
+        return tuple(np.asarray(_B.to_numpy(self.store[j][s.slot])).tobytes()
                      for j, (a, _, _) in enumerate(self.spec) if a is None)
 
     # -- a call (worker thread, outside the lock) --------------------------------------
@@ -233,10 +252,17 @@ class Group:
                 elif axis == 0 and contiguous:
                     v = st[idx[0]:idx[0] + n].reshape(buf.shape)
                 elif axis == 0:
-                    np.take(st, idx, axis=0, out=buf.reshape((n,) + st.shape[1:]))
+                    if _is_tensor(st):
+                        buf.view((n,) + tuple(st.shape[1:]))[...] = st[idx]
+                    else:
+                        np.take(st, idx, axis=0, out=buf.reshape((n,) + st.shape[1:]))
                     v = buf
                 else:
-                    np.concatenate([st[i] for i in idx], axis=axis, out=buf)
+                    if _is_tensor(st):
+                        import torch
+                        torch.cat([st[i] for i in idx], dim=axis, out=buf)
+                    else:
+                        np.concatenate([st[i] for i in idx], axis=axis, out=buf)
                     v = buf
                 h[k] = v
                 set_.append(v)
@@ -293,7 +319,7 @@ class Scheduler:
                        thread for about 100 ms (measured on this machine) in the middle of
                        a stream.
     realtime         : SCHED_FIFO priority the workers ask for (default
-                       ``rtamt.engine.realtime.DEFAULT_PRIORITY`` = 5; ``None``: normal
+                       ``rtamt.engine.realtime.DEFAULT_PRIORITY`` = 1; ``None``: normal
                        priority).  Without it a time-sharing task (on the benchmark machine
                        the kernel's ``kdamond``) takes a busy core for 4-12 ms at a time and
                        the blocks on it miss their budget (docs/performance.md).  When the
@@ -314,6 +340,7 @@ class Scheduler:
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
                  gil_switch_ms: float | None = 0.5,
                  realtime: int | None = DEFAULT_PRIORITY,
+                 backend: str | None = None, device=None,
                  freeze_gc: bool = True, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
@@ -322,6 +349,9 @@ class Scheduler:
         self.max_queue_delay = float(max_queue_delay_ms) / 1e3
         self.max_load = float(max_load)
         self.gil_switch = None if gil_switch_ms is None else float(gil_switch_ms) / 1e3
+        #: compute backend of every stream's processor (None: the processor's own)
+        self.backend, self.device = (None, None) if backend is None and device is None \
+            else _B.resolve(backend, device)
         self.realtime = None if realtime is None else int(realtime)
         if self.realtime is not None and not 1 <= self.realtime <= 99:
             raise ValueError(f"realtime must be a SCHED_FIFO priority 1..99 or None, "
@@ -524,6 +554,13 @@ class Scheduler:
         if dtype not in _C.FLOATS:
             raise ValueError(f"dtype must be float32 or float64, got {dtype}")
         proc = self._build(model, fs, model_kwargs)
+        if self.backend is not None and getattr(proc, "backend", "numba") != self.backend:
+            to = getattr(proc, "to", None)
+            if to is None:
+                raise _B.RtamtBackendError(
+                    f"open: {type(proc).__name__} cannot change backend; the scheduler runs "
+                    f"backend={self.backend!r}")
+            to(self.device, backend=self.backend)
         example = np.zeros((1,) if channels == 1 else (channels, 1), dtype)
         prep = getattr(proc, "prepare", None)
         if prep is not None:
@@ -533,7 +570,8 @@ class Scheduler:
         # is not known
         batchable = bool(getattr(proc, "batchable", False)) and bool(leaves)
         ident = proc.design_identity()
-        dkey = (type(proc).__name__, ident.get("fingerprint"), str(dtype), channels, fs)
+        dkey = (type(proc).__name__, ident.get("fingerprint"), str(dtype), channels, fs,
+                getattr(proc, "backend", "numba"), str(getattr(proc, "device", None)))
         if not batchable:
             dkey += (id(proc),)
         proto = None            # a pristine copy of the processor, made only when needed:

@@ -1,0 +1,196 @@
+"""Compute backends of the stages: numba kernels on numpy arrays, or Triton kernels on torch
+tensors.
+
+* ``'numba'`` (default): :mod:`rtamt.engine.kernels` and the other numba kernels, on the
+  CPU; state and outputs are numpy arrays.
+* ``'triton'``: :mod:`rtamt.engine.kernels_triton`, the same recursions written once more
+  in Triton, kernel by kernel with the same names and arguments, on torch tensors of one
+  device.  State lives on that device; outputs are tensors there.  On a CUDA device the
+  kernels are compiled for the GPU; on CPU tensors they run only in Triton's interpreter
+  (``TRITON_INTERPRET=1`` set before triton is imported), which is how CI checks them
+  against the numba kernels on a machine without a GPU.
+
+A stage's ``process_tm`` is written once for both: :func:`dispatch` returns the kernel
+module and the coefficient adapter that match its input array.  Coefficients are designed
+once as float64 numpy arrays (``Coeffs``); :func:`dispatch` hands the Triton kernels a copy
+on the input's device, made once per array and device and cached.
+
+Triton is an optional extra (``pip install 'rtamt[gpu]'``); it is imported only when a
+``'triton'`` backend is selected, because importing it costs start-up time.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BACKENDS", "RtamtBackendError", "resolve", "dispatch", "is_tensor", "to_numpy"]
+
+BACKENDS = ("numba", "triton")
+
+
+class RtamtBackendError(RuntimeError):
+    """A backend or device that cannot run here (missing package, no GPU, a stage without
+    a kernel for it).  The message says what to install or choose instead."""
+
+
+def is_tensor(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def to_numpy(v: Any) -> np.ndarray:
+    """A numpy copy of a state array or tensor (on the host)."""
+    if is_tensor(v):
+        return v.detach().to("cpu").numpy().copy()
+    return np.array(v, copy=True)
+
+
+def _triton_available() -> str | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+def resolve(backend: str | None, device: Any = None) -> tuple[str, Any]:
+    """Check a ``(backend, device)`` choice and fill its defaults; returns ``(backend,
+    torch.device or None)``.
+
+    ``backend=None`` means ``'triton'`` when ``device`` is a GPU device, else ``'numba'``.
+    ``'triton'`` without a device uses CUDA when torch sees one, else the CPU (the
+    interpreter).  Raises :class:`RtamtBackendError` saying what is missing."""
+    if backend is not None and backend not in BACKENDS:
+        raise RtamtBackendError(f"unknown backend {backend!r}; choose from {BACKENDS}")
+    if backend in (None, "numba") and device is None:
+        return "numba", None
+    import torch
+
+    dev = None if device is None else torch.device(device)
+    if backend is None:
+        backend = "numba" if dev.type == "cpu" else "triton"
+    if backend == "numba":
+        if dev.type != "cpu":
+            raise RtamtBackendError(
+                f"the numba kernels run on the CPU; device={str(dev)!r} needs backend='triton'")
+        return "numba", None
+    why = _triton_available()
+    if why is not None:
+        raise RtamtBackendError(
+            f"backend='triton'{'' if dev is None else f' (device={str(dev)!r})'} needs the "
+            f"triton package ({why}): pip install 'rtamt[gpu]', or pip install -e '.[gpu]' in "
+            "a checkout")
+    if dev is None:
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RtamtBackendError(
+            f"device={str(dev)!r}: torch sees no CUDA device (torch.cuda.is_available() is "
+            "False); use device='cpu' with TRITON_INTERPRET=1 to run the Triton kernels in "
+            "the interpreter")
+    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        raise RtamtBackendError(
+            "Triton kernels on CPU tensors run only in Triton's interpreter: set "
+            "TRITON_INTERPRET=1 in the environment before triton is imported (or use "
+            "device='cuda')")
+    if dev.type not in ("cpu", "cuda"):
+        raise RtamtBackendError(f"device {str(dev)!r} is not supported (cpu or cuda)")
+    return "triton", dev
+
+
+# ------------------------------------------------------------------ per-call dispatch
+def _same(a):
+    return a
+
+
+class _TorchCoeffs:
+    """``coef(a)``: a float numpy coefficient array ``a`` as a tensor on ``device``, made on
+    first use and kept (keyed by the array's identity, which the cache keeps alive)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.cache: dict[int, tuple[np.ndarray, Any]] = {}
+
+    def __call__(self, a):
+        if a is None or is_tensor(a):
+            return a
+        hit = self.cache.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        self.cache[id(a)] = (a, t)
+        return t
+
+
+_coef_by_device: dict[str, _TorchCoeffs] = {}
+
+
+class _Serialized:
+    """The Triton kernel module with every launch under one process-wide lock: Triton's
+    interpreter swaps ``triton.language`` functions for its own while a kernel runs, so two
+    threads interpreting kernels at once break each other ("Did you forget to add
+    @triton.jit?").  Compiled GPU kernels need no lock."""
+
+    def __init__(self, module):
+        import threading
+
+        self._m, self._lock, self._fns = module, threading.Lock(), {}
+
+    def __getattr__(self, name):
+        fn = self._fns.get(name)
+        if fn is None:
+            f, lock = getattr(self._m, name), self._lock
+
+            def fn(*a, **k):
+                with lock:
+                    return f(*a, **k)
+            self._fns[name] = fn
+        return fn
+
+
+_triton_module = None
+
+
+def _triton_kernels():
+    global _triton_module
+    if _triton_module is None:
+        from . import kernels_triton
+
+        interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        _triton_module = _Serialized(kernels_triton) if interp else kernels_triton
+    return _triton_module
+
+
+def dispatch(x):
+    """``(kernels, coef)`` for a stage's time-major input ``x``: for a numpy array the numba
+    kernel module :mod:`rtamt.engine.kernels` and the identity; for a torch tensor
+    :mod:`rtamt.engine.kernels_triton` and an adapter that returns each numpy coefficient
+    array as a (cached) tensor on ``x``'s device."""
+    if type(x) is np.ndarray:
+        from . import kernels
+
+        return kernels, _same
+    key = str(x.device)
+    c = _coef_by_device.get(key)
+    if c is None:
+        c = _coef_by_device[key] = _TorchCoeffs(x.device)
+    return _triton_kernels(), c
+
+
+def empty_like_block(x, shape):
+    """An uninitialised output of ``shape`` in ``x``'s dtype, library and device."""
+    if type(x) is np.ndarray:
+        return np.empty(shape, x.dtype)
+    import torch
+
+    return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+def is_float64(x) -> bool:
+    if type(x) is np.ndarray:
+        return x.dtype == np.float64
+    import torch
+
+    return x.dtype == torch.float64

@@ -1,0 +1,200 @@
+"""Models on the Triton backend (issue 21), run in Triton's interpreter on CPU tensors:
+equal to the numba models within 1e-12 (float64) / 1e-5 (float32), exact under any block
+partition on the Triton path itself, snapshots that cross between the backends, and clear
+errors for a backend or device that cannot run."""
+import numpy as np
+import pytest
+
+triton = pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+import rtamt  # noqa: E402
+from rtamt.engine import backend as B  # noqa: E402
+
+FS = 48000
+TOL = {np.float64: 1e-12, np.float32: 1e-5}
+# a small Dau1997 (5 channels) keeps the interpreter fast; the kernels are the full ones
+SMALL = dict(flow=500.0, fhigh=2000.0)
+
+
+def _signal(n, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * 0.05
+    x[n // 3:n // 3 + 20] *= 40.0            # a loud burst: the overshoot limiter acts
+    return x.astype(dtype)
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _np(t):
+    return t.detach().cpu().numpy()
+
+
+def _parts(n, seed):
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=3, replace=False))
+    return np.split(np.arange(n), cuts)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dau1997_triton_equals_numba_per_stage(dtype):
+    x = _signal(160, 1, dtype)
+    ref = rtamt.Dau1997(FS, **SMALL).process_all(x)
+    m = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    assert m.backend == "triton" and all(s.backend == "triton" for s in m.stages)
+    outs = {k: [] for k in ref}
+    for idx in _parts(x.size, 2):           # random partition, state carried
+        for k, v in m.process_all(x[idx]).items():
+            assert isinstance(v, torch.Tensor) and v.device.type == "cpu"
+            outs[k].append(_np(v))
+    for k, v in ref.items():
+        got = np.concatenate(outs[k], axis=-1)
+        assert got.shape == v.shape and got.dtype == v.dtype
+        err = _rel(got, v)
+        assert err <= TOL[dtype], (k, err)
+    # the limiter really was active (the burst drives the adaptation loops above 1)
+    assert np.max(ref["adaptloop"]) > 100.0
+
+
+def test_triton_path_is_exact_under_any_partition_and_batch():
+    """Triton path vs itself: one call == random partition == block size 1 prefix, and a
+    stream batched with another gives the same bits as alone."""
+    x = _signal(96, 3, np.float64)
+    one = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")(x))
+    m = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    parts = [_np(m(x[i])) for i in _parts(x.size, 4)]
+    assert np.array_equal(np.concatenate(parts, axis=-1), one)
+    m1 = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    head = np.concatenate([_np(m1(x[i:i + 1])) for i in range(8)], axis=-1)
+    assert np.array_equal(head, one[..., :8])
+    other = _signal(96, 9, np.float64)
+    mb = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    both = _np(mb(np.stack([other, x])))
+    assert np.array_equal(both[1], one)
+
+
+def test_snapshot_crosses_between_cpu_and_triton():
+    """A state taken on the numba model continues on the Triton one, and back (float64,
+    within 1e-12 of the numba model run straight through)."""
+    x = _signal(150, 5, np.float64)
+    ref = rtamt.Dau1997(FS, **SMALL)(x)
+    cpu = rtamt.Dau1997(FS, **SMALL)
+    a = cpu(x[:50])
+    tri = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    tri.load_state_dict(cpu.state_dict())
+    b = _np(tri(x[50:100]))
+    back = rtamt.Dau1997(FS, **SMALL)
+    sd = tri.state_dict()
+    assert all(isinstance(v, np.ndarray)
+               for ch in sd["children"].values() for v in (ch["arrays"] or {}).values())
+    back.load_state_dict(sd)
+    c = back(x[100:])
+    got = np.concatenate([a, b, c], axis=-1)
+    assert _rel(got, ref) <= 1e-12
+    # switching a running model's backend keeps its stream going too
+    m = rtamt.Dau1997(FS, **SMALL)
+    p = m(x[:70])
+    m.to("cpu", backend="triton")
+    q = _np(m(x[70:]))
+    m.to(backend="numba")
+    assert m.backend == "numba" and isinstance(m.stages[0].state["sr"], np.ndarray)
+    assert _rel(np.concatenate([p, q], axis=-1), ref) <= 1e-12
+
+
+def test_backend_errors_say_what_to_do(monkeypatch):
+    with pytest.raises(B.RtamtBackendError, match="unknown backend"):
+        B.resolve("opencl")
+    if not torch.cuda.is_available():
+        with pytest.raises(B.RtamtBackendError, match="no CUDA device"):
+            rtamt.Dau1997(FS, device="cuda")
+    with pytest.raises(B.RtamtBackendError, match="needs backend='triton'"):
+        B.resolve("numba", "cuda")
+    monkeypatch.setattr(B, "_triton_available", lambda: "No module named 'triton'")
+    with pytest.raises(B.RtamtBackendError, match=r"pip install 'rtamt\[gpu\]'"):
+        rtamt.Dau1997(FS, device="cuda")
+    monkeypatch.undo()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(B.RtamtBackendError, match="TRITON_INTERPRET=1"):
+        B.resolve("triton", "cpu")
+
+
+def test_stage_without_a_triton_kernel_is_refused_and_nothing_changes():
+    m = rtamt.Osses2021(FS)
+    x = _signal(64, 7, np.float64)
+    m(x)
+    sd = m.state_dict()
+    with pytest.raises(B.RtamtBackendError, match="no Triton kernel yet"):
+        m.to("cpu", backend="triton")
+    assert m.backend == "numba" and all(s.backend == "numba" for s in m.stages)
+    y = m(x)
+    ref = rtamt.Osses2021(FS)
+    ref.load_state_dict(sd)
+    assert np.array_equal(y, ref(x))
+
+
+def test_latency_bench_device_cuda_without_a_gpu_is_one_clear_line():
+    import subprocess
+    import sys
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda" in lines[0] and "CUDA" in lines[0]
+
+
+def test_scheduler_on_the_triton_backend_is_exact_per_stream():
+    """Scheduler(backend='triton'): 3 Dau1997 streams in random chunks, one closing and one
+    opening mid-run; each stream's outputs equal its own offline Triton run bit for bit,
+    whatever batches the scheduler formed, and batches really formed."""
+    from rtamt.scheduler import Scheduler
+
+    rng = np.random.default_rng(11)
+    n = 256
+    sigs = [_signal(n, 20 + i, np.float64) for i in range(4)]
+    got = {i: [] for i in range(4)}
+    batches = []
+
+    def rec(i):
+        def sub(r):
+            got[i].append(_np(r.outputs["dau1997"]))
+            batches.append(r.batch)
+        return sub
+    kw = dict(model_kwargs=SMALL, measure=False, admission="best-effort", budget_ms=60000.0,
+              sample_dtype="float64", policy="drop-newest", history=0)
+    s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None)
+    try:
+        hs = {i: s.open("dau1997", FS, 32, **kw) for i in range(3)}
+        for i, h in hs.items():
+            h.subscribe(rec(i))
+        pos = [0] * 4
+        for step in range(40):
+            if step == 12:                      # stream 3 joins, stream 0 leaves
+                hs[0].close("drain", timeout=120)
+                hs[3] = s.open("dau1997", FS, 32, **kw)
+                hs[3].subscribe(rec(3))
+            for i, h in list(hs.items()):
+                if h.closed or pos[i] >= n:
+                    continue
+                k = int(rng.integers(1, 40))
+                assert h.push(sigs[i][pos[i]:pos[i] + k], wait=True, timeout=120)
+                pos[i] += k
+        for i, h in hs.items():
+            if not h.closed:
+                while pos[i] < n:
+                    assert h.push(sigs[i][pos[i]:pos[i] + 50], wait=True, timeout=120)
+                    pos[i] += 50
+                h.close("drain", timeout=120)
+    finally:
+        s.close("discard", timeout=120)
+    for i in range(4):
+        assert got[i], i
+        y = np.concatenate(got[i], axis=-1)
+        ref = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")(sigs[i][:pos[i]]))
+        assert np.array_equal(y, ref[..., :y.shape[-1]]), i
+        assert y.shape[-1] >= (pos[i] // 32) * 32 - 32
+    assert max(batches) > 1
