@@ -435,7 +435,7 @@ def _policy_of(tid: int) -> int:
 
 
 def test_workers_run_sched_fifo_when_the_os_allows_it():
-    """Workers ask for SCHED_FIFO (default priority 5); where the OS grants it (CI runs as
+    """Workers ask for SCHED_FIFO (default priority 1); where the OS grants it (CI runs as
     root), the worker threads really are SCHED_FIFO at that priority and stats say so;
     realtime=None leaves them time-sharing."""
     import os

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 
-#: SCHED_FIFO priority of rtamt's processing threads: above every time-sharing task, below
-#: an audio server's own threads (jackd's default is 10, its clients' 9).
-DEFAULT_PRIORITY = 5
+#: SCHED_FIFO priority of rtamt's processing threads: the lowest real-time one, above every
+#: time-sharing task and below any audio thread (jackd's driver runs at 10 by default, the
+#: process threads of its clients, PortAudio's included, at 5), so that a capture callback
+#: always preempts processing.
+DEFAULT_PRIORITY = 1
 
 
 def request_realtime(priority: int = DEFAULT_PRIORITY) -> str | None:
