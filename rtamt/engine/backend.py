@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "RtamtBackendError", "resolve", "dispatch", "is_tensor", "to_numpy"]
+__all__ = ["BACKENDS", "RtamtBackendError", "resolve", "dispatch", "triton_module",
+           "coef_adapter", "is_tensor", "to_numpy", "empty_like_block", "is_float64"]
 
 BACKENDS = ("numba", "triton")
 
@@ -150,17 +151,32 @@ class _Serialized:
         return fn
 
 
-_triton_module = None
+_triton_modules: dict = {}
 
 
-def _triton_kernels():
-    global _triton_module
-    if _triton_module is None:
-        from . import kernels_triton
+def triton_module(name: str = "rtamt.engine.kernels_triton"):
+    """The Triton kernel module ``name`` (imported on first use), its launches serialised
+    when they run in the interpreter.  Stages whose numba kernels live in their own module
+    keep the Triton twin beside it (``rtamt/ear/fir.py`` / ``rtamt/ear/fir_triton.py``) and
+    call it through this."""
+    m = _triton_modules.get(name)
+    if m is None:
+        import importlib
 
+        mod = importlib.import_module(name)
         interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-        _triton_module = _Serialized(kernels_triton) if interp else kernels_triton
-    return _triton_module
+        m = _triton_modules[name] = _Serialized(mod) if interp else mod
+    return m
+
+
+def coef_adapter(x):
+    """The coefficient adapter of :func:`dispatch` for tensor ``x`` (numpy float64
+    coefficient arrays -> cached tensors on ``x``'s device)."""
+    key = str(x.device)
+    c = _coef_by_device.get(key)
+    if c is None:
+        c = _coef_by_device[key] = _TorchCoeffs(x.device)
+    return c
 
 
 def dispatch(x):
@@ -172,11 +188,7 @@ def dispatch(x):
         from . import kernels
 
         return kernels, _same
-    key = str(x.device)
-    c = _coef_by_device.get(key)
-    if c is None:
-        c = _coef_by_device[key] = _TorchCoeffs(x.device)
-    return _triton_kernels(), c
+    return triton_module(), coef_adapter(x)
 
 
 def empty_like_block(x, shape):
