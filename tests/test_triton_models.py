@@ -122,17 +122,50 @@ def test_backend_errors_say_what_to_do(monkeypatch):
 
 
 def test_stage_without_a_triton_kernel_is_refused_and_nothing_changes():
-    m = rtamt.Osses2021(FS)
+    """A chain with one stage that has no Triton kernel refuses the backend as a whole,
+    naming the stage, and goes on exactly on the numba kernels."""
+    from rtamt.engine.stage import Chain
+    from rtamt.filterbank.gammatone import Gammatone, GammatoneParams
+    from rtamt.ihc.envelope import IHCEnvelope, IHCEnvelopeParams
+
+    class NoKernel(IHCEnvelope):
+        name = "nokernel"
+        triton_ready = False
+
+    def chain():
+        return Chain([Gammatone(GammatoneParams(fs=FS, flow=500.0, fhigh=2000.0)),
+                      NoKernel(IHCEnvelopeParams(fs=FS))])
+    m = chain()
     x = _signal(64, 7, np.float64)
     m(x)
     sd = m.state_dict()
-    with pytest.raises(B.RtamtBackendError, match="no Triton kernel yet"):
+    with pytest.raises(B.RtamtBackendError, match=r"no Triton kernel yet.*nokernel"):
         m.to("cpu", backend="triton")
     assert m.backend == "numba" and all(s.backend == "numba" for s in m.stages)
     y = m(x)
-    ref = rtamt.Osses2021(FS)
+    ref = chain()
     ref.load_state_dict(sd)
     assert np.array_equal(y, ref(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("comp", ["brokenstick", "power"])
+def test_king2019_triton_equals_numba_per_stage(dtype, comp):
+    """King2019 (gammatone, compression, IHC, adaptation high-pass, IIR modulation bank) on
+    the Triton backend, both compression kinds, against the numba model."""
+    x = _signal(120, 12, dtype)
+    x[40:60] *= 30.0                     # above the compression knee
+    kw = dict(SMALL, compression=comp)
+    ref = rtamt.King2019(FS, **kw).process_all(x)
+    m = rtamt.King2019(FS, **kw, backend="triton", device="cpu")
+    outs = {k: [] for k in ref}
+    for idx in _parts(x.size, 13):
+        for k, v in m.process_all(x[idx]).items():
+            outs[k].append(_np(v))
+    for k, v in ref.items():
+        got = np.concatenate(outs[k], axis=-1)
+        assert got.shape == v.shape and got.dtype == v.dtype
+        assert _rel(got, v) <= TOL[dtype], (k, _rel(got, v))
 
 
 def test_latency_bench_device_cuda_without_a_gpu_is_one_clear_line():

@@ -105,23 +105,29 @@ def _same(a):
 
 
 class _TorchCoeffs:
-    """``coef(a)``: a float numpy coefficient array ``a`` as a tensor on ``device``, made on
-    first use and kept (keyed by the array's identity, which the cache keeps alive)."""
+    """``coef(a)``: a numpy coefficient array ``a`` as a tensor on ``device``, made on first
+    use and kept.  Keyed by the memory ``a`` views (address, shape, strides, dtype), so a
+    fresh view of the same coefficients (``coeffs.sos[m]``) finds its tensor; the cache
+    keeps that memory alive, so the address cannot be reused by other values.
+    Coefficients are designed once and never written, which this relies on."""
 
     def __init__(self, device):
         self.device = device
-        self.cache: dict[int, tuple[np.ndarray, Any]] = {}
+        self.cache: dict[tuple, tuple[np.ndarray, Any]] = {}
 
     def __call__(self, a):
         if a is None or is_tensor(a):
             return a
-        hit = self.cache.get(id(a))
-        if hit is not None and hit[0] is a:
+        a = np.asarray(a)
+        key = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+        hit = self.cache.get(key)
+        if hit is not None:
             return hit[1]
         import torch
 
         t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
-        self.cache[id(a)] = (a, t)
+        owner = a if a.base is None else a.base
+        self.cache[key] = (owner, t)
         return t
 
 

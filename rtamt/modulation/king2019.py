@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from ..engine import kernels as K
+from ..engine import backend as _B
 from ..engine.stage import work_buffer
 from .modfb import PackedFilterbank
 
@@ -110,6 +110,7 @@ class KingModFilterbank(PackedFilterbank):
 
     Params = KingModFilterbankParams
     design = staticmethod(design)
+    triton_ready = True
     batch_axes = {"bp": 1}          # (M, batch, 1, 2, C): the batch is axis 1
 
     @staticmethod
@@ -122,10 +123,11 @@ class KingModFilterbank(PackedFilterbank):
     @classmethod
     def process_tm(cls, coeffs, state, x, out=None):
         B, T, C = x.shape
+        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
         x = cls._prefilter(coeffs, state, x)
         F = coeffs.n_filters
-        y = work_buffer(out, (B, T, F), x.dtype)
+        y = work_buffer(out, (B, T, F), x.dtype, like=x)
         bp = state["bp"]
         for m in range(coeffs.mfc.size):   # one compiled kernel call per modulation filter
-            K.sos_shared(coeffs.sos[m], False, bp[m], x, y, m * C)
+            k.sos_shared(c(coeffs.sos[m]), False, bp[m], x, y, m * C)
         return y

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.stage import RtamtInputError, Stage
+from ..engine import backend as _B
+from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,27 @@ class _Compression(Stage):
         return {}
 
 
+def _np_dtype(x):
+    return x.dtype if type(x) is np.ndarray else np.dtype(str(x.dtype).split(".")[-1])
+
+
 class BrokenStick(_Compression):
     """Broken-stick compression, ``(…, C, T)`` -> same shape."""
 
     name = "brokenstick"
+    triton_ready = True
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        n = coeffs.exponent.astype(x.dtype)  # broadcasts over the channel (last) axis
-        k = x.dtype.type(coeffs.knee)
+        dt = _np_dtype(x)
+        n = coeffs.exponent.astype(dt)  # broadcasts over the channel (last) axis
+        k = dt.type(coeffs.knee)
+        if type(x) is not np.ndarray:     # the Triton backend (rtamt.engine.backend)
+            import torch
+            kt = _B.triton_module("rtamt.nonlinear.compression_triton")
+            y = work_buffer(None, tuple(x.shape), None, like=x)
+            return kt.broken_stick(x.contiguous(), y, torch.from_numpy(n),
+                                   torch.from_numpy(np.asarray(k ** (1 - n))), float(k))
         ax = np.abs(x)
         comp = np.sign(x) * ax ** n * k ** (1 - n)
         return np.where(ax > k, comp, x)
@@ -73,9 +86,16 @@ class PowerCompression(_Compression):
     """Power-law compression, ``(…, C, T)`` -> same shape."""
 
     name = "power"
+    triton_ready = True
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        n = coeffs.exponent.astype(x.dtype)
-        k = x.dtype.type(coeffs.knee)
+        dt = _np_dtype(x)
+        n = coeffs.exponent.astype(dt)
+        k = dt.type(coeffs.knee)
+        if type(x) is not np.ndarray:
+            import torch
+            kt = _B.triton_module("rtamt.nonlinear.compression_triton")
+            y = work_buffer(None, tuple(x.shape), None, like=x)
+            return kt.power_compression(x.contiguous(), y, torch.from_numpy(n), float(k))
         return np.sign(x) * np.abs(x / k) ** n * k
