@@ -12,7 +12,8 @@
 * :func:`fir_tm` - compiled direct-form convolution on time-major arrays with an input
   history; any block partition gives bit-identical output because every output sample
   is accumulated as ``sum_k h[k] x[t-k]`` in the same order (k = 0, 1, ..., N-1)
-  whatever the block boundaries.
+  whatever the block boundaries.  Its Triton twin (``backend='triton'``, torch tensors) is
+  :func:`rtamt.ear.fir_triton.fir_tm`, with the same per-output operation sequence.
 * :class:`FIRSignalStage` - the signal -> signal :class:`~rtamt.engine.stage.Stage`
   base of :class:`~rtamt.ear.HeadphoneFilter`, :class:`~rtamt.ear.MiddleEarFilter` and
   :class:`~rtamt.ear.OuterMiddleEarFilter`.
@@ -34,6 +35,7 @@ import numpy as np
 from numba import njit
 from scipy import signal
 
+from ..engine import backend as _B
 from ..engine.jit import JIT as _JIT
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
@@ -224,6 +226,7 @@ class FIRSignalStage(Stage):
     """
 
     in_kind = "signal"
+    triton_ready = True
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -231,11 +234,23 @@ class FIRSignalStage(Stage):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape."""
+        """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape.
+
+        numpy ``x``: the numba kernel :func:`fir_tm`; torch ``x`` (``backend='triton'``,
+        ``state["hist"]`` a tensor on ``x``'s device): its Triton twin
+        :func:`rtamt.ear.fir_triton.fir_tm`, with the taps of ``x``'s dtype as a cached
+        tensor on that device."""
         x3 = x[:, :, None] if x.ndim == 2 else x
-        y = work_buffer(out, x.shape, x.dtype)
+        if type(x) is np.ndarray:
+            y = work_buffer(out, x.shape, x.dtype)
+            y3 = y[:, :, None] if y.ndim == 2 else y
+            fir_tm(coeffs.taps(x.dtype), state["hist"], x3, y3)
+            return y
+        y = work_buffer(out, x.shape, x.dtype, like=x)
         y3 = y[:, :, None] if y.ndim == 2 else y
-        fir_tm(coeffs.taps(x.dtype), state["hist"], x3, y3)
+        h = coeffs.h if _B.is_float64(x) else coeffs.h32
+        _B.triton_module("rtamt.ear.fir_triton").fir_tm(_B.coef_adapter(x)(h), state["hist"],
+                                                         x3, y3)
         return y
 
     @classmethod
