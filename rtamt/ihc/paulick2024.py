@@ -138,6 +138,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..engine import backend as _B
 from ..engine.jit import JIT as _JIT
 from ..engine.stage import Stage, work_buffer
 
@@ -340,6 +341,7 @@ class IHCPaulick2024(Stage):
 
     name = "ihc"
     Params = IHCPaulick2024Params
+    triton_ready = True
     design = staticmethod(design)
 
     @staticmethod
@@ -349,10 +351,19 @@ class IHCPaulick2024(Stage):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        y = work_buffer(out, x.shape, x.dtype)
+        """Advance ``state["v"]`` over ``x`` (B, T, C) BM velocity (m/s); return the
+        receptor potential (B, T, C) (V) in x's dtype.  numpy ``x``: the numba kernel;
+        torch ``x`` (Triton backend, state on x's device): :mod:`rtamt.ihc.paulick2024_triton`."""
         c = coeffs
-        ihc_paulick2024_kernel(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf,
-                               c.gks, c.eks, c.k, c.method, c.offset, state["v"], x, y)
+        if type(x) is np.ndarray:
+            y = work_buffer(out, x.shape, x.dtype)
+            kernel = ihc_paulick2024_kernel
+        else:
+            x = x.contiguous()
+            y = work_buffer(out, x.shape, x.dtype, like=x)
+            kernel = _B.triton_module("rtamt.ihc.paulick2024_triton").ihc_paulick2024_kernel
+        kernel(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf, c.gks, c.eks,
+               c.k, c.method, c.offset, state["v"], x, y)
         return y
 
     @property

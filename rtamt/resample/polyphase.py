@@ -76,6 +76,7 @@ import numba
 import numpy as np
 from scipy import signal
 
+from ..engine import backend as _B
 from ..engine.jit import JIT as _JIT
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
@@ -312,6 +313,7 @@ class Resampler(Stage):
 
     name = "resample"
     in_kind = "channels"
+    triton_ready = True
     Params = ResamplerParams
     design = staticmethod(design)
 
@@ -323,13 +325,22 @@ class Resampler(Stage):
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         """Advance ``state`` over ``x`` (B, T, C); return (B, T_out, C) in x's dtype.
-        ``out`` is used only if it has exactly that shape and dtype."""
+        ``out`` is used only if it has exactly that shape and dtype.  numpy ``x``: the
+        numba kernel; torch ``x`` (Triton backend, state on x's device):
+        :mod:`rtamt.resample.polyphase_triton`."""
         B, T, C = x.shape
         n = block_output_length(coeffs, state, T)
-        out = work_buffer(out, (B, n, C), x.dtype)
-        taps = coeffs.taps32 if x.dtype == np.float32 else coeffs.taps
-        polyphase_resample(taps, coeffs.up, coeffs.down, state["offset"], state["hist"],
-                           np.ascontiguousarray(x), out)
+        if type(x) is np.ndarray:
+            out = work_buffer(out, (B, n, C), x.dtype)
+            taps = coeffs.taps32 if x.dtype == np.float32 else coeffs.taps
+            polyphase_resample(taps, coeffs.up, coeffs.down, state["offset"], state["hist"],
+                               np.ascontiguousarray(x), out)
+            return out
+        # Triton backend: torch x, state on x's device (rtamt.resample.polyphase_triton)
+        out = work_buffer(out, (B, n, C), x.dtype, like=x)
+        taps = _B.coef_adapter(x)(coeffs.taps if _B.is_float64(x) else coeffs.taps32)
+        _B.triton_module("rtamt.resample.polyphase_triton").polyphase_resample(
+            taps, coeffs.up, coeffs.down, state["offset"], state["hist"], x.contiguous(), out)
         return out
 
     # -- conveniences ---------------------------------------------------------------------
