@@ -58,7 +58,10 @@ filter of MATLAB/scipy ``butter(2, f_c / (fs/2))`` used by the DRNL code of the 
 Streaming: every section is a biquad in transposed direct form II; its two memories per
 channel live in the state, so any block partition gives bit-identical output to one
 call on the whole signal.  The recursion runs in one compiled numba kernel, time-major,
-with the innermost loop over channels (vectorises).
+with the innermost loop over channels (vectorises); on the Triton backend (torch tensors,
+``DRNL.to(device, backend='triton')``) the same recursion runs in
+:func:`rtamt.filterbank.drnl_triton.drnl_kernel`, one lane per (stream, channel), with the
+same dtype semantics and the same fused multiply-adds.
 
 Numerics: float64 and float32 run the same kernel with coefficients rounded to the
 dtype; float32 agrees with float64 to about 1e-4 of the output peak (up to ~1e-3 of a
@@ -142,6 +145,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ..engine import backend as _B
 from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
 from ..engine.stage import Stage, work_buffer
@@ -586,11 +590,13 @@ class DRNL(Stage):
     State: ``lin_s1``, ``lin_s2`` (batch, n_gt_lin + n_lp_lin, C) and ``nlin_s1``,
     ``nlin_s2`` (batch, n_gt_nlin_before + n_gt_nlin_after + n_lp_nlin, C) - the two
     transposed-direct-form-II memories of every section of each path, in cascade order.
-    Silence is the initial state.
+    Silence is the initial state.  Runs on the numba backend (numpy arrays) and on the
+    Triton backend (torch tensors on a device; :mod:`rtamt.filterbank.drnl_triton`).
     """
 
     name = "drnl"
     in_kind = "signal"
+    triton_ready = True
     Params = DRNLParams
     design = staticmethod(design)
 
@@ -615,13 +621,21 @@ class DRNL(Stage):
     def process_tm(coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
-        y = work_buffer(out, (B, T, C), x.dtype)
-        s = coeffs.sections[x.dtype]
-        v = np.zeros(C, x.dtype)
-        w = np.zeros(C, x.dtype)
         n1, n2, n3, n4, n5 = coeffs.counts
-        drnl_kernel(s["scale"], s["gain"], s["gtl"], s["lpl"], s["gtn"], s["lpn"], s["bs"],
-                    coeffs.quarter, n1, n2, n3, n4, n5, coeffs.do_lin, coeffs.do_nlin,
-                    state["lin_s1"], state["lin_s2"], state["nlin_s1"], state["nlin_s2"],
-                    x, y, v, w)
+        if type(x) is np.ndarray:  # numba
+            y = work_buffer(out, (B, T, C), x.dtype)
+            s = coeffs.sections[x.dtype]
+            v = np.zeros(C, x.dtype)
+            w = np.zeros(C, x.dtype)
+            kern = drnl_kernel
+        else:  # Triton (rtamt.filterbank.drnl_triton) on torch tensors of one device
+            y = work_buffer(out, (B, T, C), x.dtype, like=x)
+            c = _B.coef_adapter(x)
+            dt = np.dtype(np.float64 if _B.is_float64(x) else np.float32)
+            s = {k: c(a) for k, a in coeffs.sections[dt].items()}
+            v = w = None
+            kern = _B.triton_module("rtamt.filterbank.drnl_triton").drnl_kernel
+        kern(s["scale"], s["gain"], s["gtl"], s["lpl"], s["gtn"], s["lpn"], s["bs"],
+             coeffs.quarter, n1, n2, n3, n4, n5, coeffs.do_lin, coeffs.do_nlin,
+             state["lin_s1"], state["lin_s2"], state["nlin_s1"], state["nlin_s2"], x, y, v, w)
         return y
