@@ -21,6 +21,7 @@ Triton is an optional extra (``pip install 'rtamt[gpu]'``); it is imported only 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,10 @@ class _TorchCoeffs:
 _coef_by_device: dict[str, _TorchCoeffs] = {}
 
 
+#: one lock for every Triton module's launches: the interpreter's patching is process-wide
+_INTERPRETER_LOCK = threading.Lock()
+
+
 class _Serialized:
     """The Triton kernel module with every launch under one process-wide lock: Triton's
     interpreter swaps ``triton.language`` functions for its own while a kernel runs, so two
@@ -141,9 +146,7 @@ class _Serialized:
     @triton.jit?").  Compiled GPU kernels need no lock."""
 
     def __init__(self, module):
-        import threading
-
-        self._m, self._lock, self._fns = module, threading.Lock(), {}
+        self._m, self._lock, self._fns = module, _INTERPRETER_LOCK, {}
 
     def __getattr__(self, name):
         fn = self._fns.get(name)
