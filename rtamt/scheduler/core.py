@@ -603,6 +603,8 @@ class Scheduler:
             g = self._groups.get(gkey)
             if g is None:
                 label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
+                if getattr(proc, "backend", "numba") == "triton":
+                    label += f"/triton:{proc.device}"
                 if batchable and proto is None:          # the batched copies' template
                     proto = copy.deepcopy(proc)
                 g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch)
@@ -916,6 +918,59 @@ class Scheduler:
                 self._cv.acquire()
 
     # ================================================================ between blocks
+    def move(self, s: Stream, device=None, *, backend: str | None = None,
+             timeout: float = 10.0) -> str:
+        """Move the group of stream ``s`` (every open stream of its design and block size)
+        to ``backend`` / ``device`` (see :func:`rtamt.engine.backend.resolve`) between two
+        of its blocks; returns the new group's label.
+
+        The group's calls stop (the ones in flight finish), every member's state is copied
+        out of the slot store exactly, each processor moves with its state
+        (``proc.to(device, backend=...)``), and the members form a group on the new
+        device; blocks already queued then run there.  All or nothing: a processor that
+        cannot run on the new backend raises and the group stays where it was.  The cost
+        model starts from the old one and is corrected by the new device's calls."""
+        b, d = _B.resolve(backend, device)
+        end = _perf() + timeout
+        with self._cv:
+            g = s.group
+            if g is None or s.closed:
+                raise ValueError(f"move: stream {s.name!r} is closed")
+            g.frozen = True
+            try:
+                while g.inflight or any(m.busy for m in g.members):
+                    if _perf() > end:
+                        raise RuntimeError(f"move: group {g.label} still busy after "
+                                           f"{timeout} s")
+                    self._cv.wait(0.05)
+                members = list(g.members)
+                probe = copy.deepcopy(members[0].proc)
+                probe.to(d, backend=b)             # refuses here if it cannot: nothing moved
+                for m in members:
+                    g.remove(m)
+                del self._groups[g.key]
+                for m in members:
+                    m.proc.to(d, backend=b)
+                key = g.key[:5] + (b, str(d)) + g.key[7:]
+                ng = self._groups.get(key)
+                if ng is None:
+                    dkey = key[:-1]
+                    cost = self._costs.get(dkey)
+                    if cost is None:
+                        cost = self._costs[dkey] = copy.deepcopy(g.cost)
+                    base = g.label.split("/triton:")[0]
+                    label = base if b == "numba" else f"{base}/triton:{d}"
+                    ng = Group(key, label, probe, g.block, g.fs, cost, g.batchable,
+                               self.max_batch)
+                    self._groups[key] = ng
+                for m in members:
+                    ng.add(m)
+            finally:
+                g.frozen = False
+                self._cv.notify_all()
+        self._ring()
+        return ng.label
+
     def _between_blocks(self, s: Stream, fn, timeout: float = 10.0):
         """Run ``fn`` in the caller's thread while ``s`` is held between two blocks."""
         end = _perf() + timeout
