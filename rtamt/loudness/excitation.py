@@ -84,12 +84,29 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
 
 
 def excitation(c: ExcitationCoeffs, P: np.ndarray) -> np.ndarray:
-    """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear."""
+    """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear.  ``P`` a
+    torch tensor (float64): the Triton kernels, the result a tensor on its device."""
+    if type(P) is not np.ndarray:
+        return _excitation_device(c, P)
     # row-wise products (kernels.rowwise_matmul): a frame's bits do not depend on how
     # many frames and streams are computed together
     lvl = matmul_rows(P, c.sym_t, c.sym_rng)
     E = matmul_rows(P, c.up_t, c.up_rng)
     lower_skirt(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, E)
+    return E
+
+
+def _excitation_device(c: ExcitationCoeffs, P):
+    """:func:`excitation` on the Triton backend: P (N, J) float64 tensor -> (N, nf)."""
+    from ..engine import backend as _B
+
+    kt = _B.triton_module("rtamt.loudness.kernels_triton")
+    coef = _B.coef_adapter(P)
+    P = P.contiguous()
+    lvl = kt.matmul_rows(P, coef(c.sym_t), coef(c.sym_rng))
+    E = kt.matmul_rows(P, coef(c.up_t), coef(c.up_rng))
+    kt.lower_skirt(P, lvl, c.c_slope, coef(c.a), coef(c.b), coef(c.i0), coef(c.seg),
+                   coef(c.cnt), E)
     return E
 
 

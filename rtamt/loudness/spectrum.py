@@ -268,6 +268,15 @@ def new_rings(c: SpectrumCoeffs, R: int) -> dict:
     return {k: np.zeros(s) for k, s in c.ring_shapes(R).items()}
 
 
+def _chunk_span(c: SpectrumCoeffs, a: dict, F: int, e0: int, prime: bool):
+    """``(H, lag, n_new, st)`` of a ``chunk`` window: hop, hops between window end and frame
+    end, chunks entering the window in this call (F, plus C - 1 when priming) and the
+    first sample of the first of them in z."""
+    C, H, lag = a["rc"].shape[0], c.hop, a["lag"]
+    n_new = F + (C - 1 if prime else 0)
+    return H, lag, n_new, e0 - (lag + 1) * H - (n_new - F) * H
+
+
 def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict | None = None,
                  k0: int = 0) -> np.ndarray:
     """Component powers of the frames whose analysis history ends at ``ends``.
@@ -283,6 +292,8 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
     (``tests/test_spectrum.py``).
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
+    if type(z) is not np.ndarray:
+        return _frame_powers_device(c, z, ends, rings, k0)
     R = z.shape[0]
     F = ends.size
     z = np.ascontiguousarray(z, dtype=np.float64)
@@ -299,9 +310,7 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
         if pl.method == "chunk":
             # the chunks entering the window in this block are contiguous in z: their
             # DFTs are one matrix product (chunk-local phase), the rest is compiled
-            C, H, lag = a["rc"].shape[0], c.hop, a["lag"]
-            n_new = F + (C - 1 if prime else 0)
-            st = e0 - (lag + 1) * H - (n_new - F) * H
+            H, lag, n_new, st = _chunk_span(c, a, F, e0, prime)
             seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
             D = matmul_rows(seg, a["tab"], a["tab_rng"]).reshape(R, n_new, -1)
             spectrum_chunks(D, k0, lag, F, n_new - F, a["rc"], a["rs"], a["wn"],
@@ -322,4 +331,53 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             y = matmul_rows(view.reshape(R * F, pl.n), a["mat"], a["mat_rng"])
             h = y.shape[1] // 2
             group_add(y[:, :h] ** 2 + y[:, h:] ** 2, a["gain"], a["grp"], P)
+    return P
+
+
+def _frame_powers_device(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None,
+                         k0: int):
+    """:func:`frame_powers` for ``z`` a torch tensor (R, L) (the Triton backend): the same
+    steps with the kernels of :mod:`rtamt.loudness.kernels_triton`; ``rings`` tensors on
+    ``z``'s device (advanced in place), ``ends`` a host array.  Returns (R*F, J) float64
+    on ``z``'s device, linear power."""
+    import torch
+
+    from ..engine import backend as _B
+
+    kt = _B.triton_module("rtamt.loudness.kernels_triton")
+    coef = _B.coef_adapter(z)
+    R = z.shape[0]
+    F = ends.size
+    z = z.to(torch.float64).contiguous()
+    P = torch.zeros((R * F, c.n_comp), dtype=torch.float64, device=z.device)
+    if F == 0:
+        return P
+    e0 = int(ends[0])
+    prime = rings is None
+    if prime:
+        rings = {k: torch.zeros(s, dtype=torch.float64, device=z.device)
+                 for k, s in c.ring_shapes(R).items()}
+    for w, pl in enumerate(c.plans):
+        a = pl.arrays
+        if pl.method == "chunk":
+            H, lag, n_new, st = _chunk_span(c, a, F, e0, prime)
+            seg = z[:, st:st + n_new * H].contiguous().reshape(R * n_new, H)
+            D = kt.matmul_rows(seg, coef(a["tab"]), coef(a["tab_rng"])).reshape(R, n_new, -1)
+            kt.spectrum_chunks(D, k0, lag, F, n_new - F, coef(a["rc"]), coef(a["rs"]),
+                               coef(a["wn"]), rings[f"ring{w}"], coef(a["offs"]),
+                               coef(a["cm"]), coef(a["cp"]), coef(a["gain"]),
+                               coef(a["grp"]), P)
+        elif pl.method == "autocorr":
+            ac = torch.empty((R * F, pl.n), dtype=torch.float64, device=z.device)
+            kt.autocorr_frames(z, e0, F, c.hop, pl.start, coef(a["win"]), ac)
+            pg = kt.matmul_rows(ac, coef(a["cg"]), coef(a["cg_rng"]))
+            pg.clamp_min_(0.0)
+            P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
+        else:
+            st = e0 + pl.start
+            view = z[:, st:st + (F - 1) * c.hop + pl.n].unfold(1, pl.n, c.hop)  # (R, F, n)
+            y = kt.matmul_rows(view.reshape(R * F, pl.n), coef(a["mat"]), coef(a["mat_rng"]))
+            h = y.shape[1] // 2
+            kt.group_add((y[:, :h] ** 2 + y[:, h:] ** 2).contiguous(), coef(a["gain"]),
+                         coef(a["grp"]), P)
     return P

@@ -16,6 +16,11 @@ signal: frame ``k`` is computed when sample ``(k+1) hop - 1`` arrives, from the 
 ``nmax`` samples, by the same arithmetic.  Frame ``k`` describes the sound centred at
 ``frame_time = ((k+1) hop - nmax/2) / fs`` seconds (the windows share one centre).
 
+On the Triton backend (``backend='triton'``, :meth:`TimeVaryingLoudness.to`) the state
+arrays are torch tensors on the model's device, except the frame clock ``n`` (a host
+array); blocks are validated on the host, processed by :mod:`.kernels_triton` and the
+outputs are tensors on the device.  Snapshots are numpy on both backends.
+
 Outputs of a block are the frames completed in it: arrays ``(..., F)`` with ``F``
 between ``floor(T/hop)`` and ``ceil(T/hop)`` (possibly 0).
 """
@@ -25,6 +30,7 @@ import dataclasses
 
 import numpy as np
 
+from ..engine import backend as _B
 from ..engine import contract as _C
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
@@ -44,6 +50,17 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
+def _clock(sp, state: dict, T: int):
+    """The frames due in a block of ``T`` samples: ``(n0, hop, L, ends, F)`` with ``n0``
+    the samples consumed before it, ``hop`` and ``L = nmax`` (samples), ``ends`` (F,) int64
+    the absolute end sample of each frame's history."""
+    n0 = int(state["n"][0])
+    hop, L = sp.hop, sp.nmax
+    first = (n0 // hop + 1) * hop
+    ends = np.arange(first, n0 + T + 1, hop, dtype=np.int64)
+    return n0, hop, L, ends, ends.size
+
+
 class TimeVaryingLoudness(_C.SplLimit, Registered):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`.
 
@@ -58,8 +75,14 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
     batchable = True
     identity_fields = ("fs", "config", "spl_ref")
 
+    #: compute backend ('numba' | 'triton') and torch device (see :meth:`to`); kept in
+    #: private attributes so that they stay out of the design fingerprint
+    _backend = "numba"
+    _device = None
+
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
-                 comp_cam: float = 0.1, middle_ear: str = "2007"):
+                 comp_cam: float = 0.1, middle_ear: str = "2007",
+                 backend: str | None = None, device=None):
         self.fs = float(fs)
         self.spl_ref = float(spl_ref)
         self.field = field
@@ -74,6 +97,8 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         self._meta = None
         self._block = 0
         self._phon_table = None
+        if backend is not None or device is not None:
+            self.to(device, backend=backend)
 
     # ------------------------------------------------------------------ info
     @property
@@ -116,6 +141,12 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         st.update(self._init_model_state(R, mode))
         return st
 
+    def _new_state(self, R: int, mode) -> dict:
+        """The initial state on this model's backend."""
+        st = self._init_state(R, mode)
+        return st if self._backend == "numba" else self._state_to(st, self._backend,
+                                                                    self._device)
+
     def _init_model_state(self, R: int, mode) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -128,6 +159,40 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
     @property
     def state(self):
         return self._state
+
+    # ------------------------------------------------------------------ backend
+    @property
+    def backend(self) -> str:
+        """``'numba'`` (numpy state and outputs) or ``'triton'`` (torch tensors on
+        :attr:`device`)."""
+        return self._backend
+
+    @property
+    def device(self):
+        """The torch device of the Triton backend (``None`` on numba)."""
+        return self._device
+
+    def _state_to(self, st: dict, backend: str, device) -> dict:
+        """``st`` with its arrays on ``backend``/``device`` (new arrays, values exact); the
+        frame clock ``n`` stays a host numpy array on both backends."""
+        if backend != "triton":
+            return {k: _B.to_numpy(v) for k, v in st.items()}
+        import torch
+
+        return {k: (_B.to_numpy(v) if k == "n" else
+                    torch.from_numpy(np.ascontiguousarray(_B.to_numpy(v))).to(device))
+                for k, v in st.items()}
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
+        :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton), as
+        :meth:`rtamt.engine.stage.Chain.to`.  The stream's state moves along exactly
+        (float64 values copied) and the stream continues; all or nothing (the new state
+        is built before anything changes).  Returns self."""
+        backend, device = _B.resolve(backend, device)
+        st = None if self._state is None else self._state_to(self._state, backend, device)
+        self._state, self._backend, self._device = st, backend, device
+        return self
 
     # ------------------------------------------------------------------ contract
     #: state keys shared by all streams of a batch (the frame clock)
@@ -172,7 +237,8 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         arrays as listed in the module docstring."""
         return _C.header(self, self._block, self._stream_meta(),
                          arrays=None if self._state is None else
-                         {k: v.copy() for k, v in self._state.items()})
+                         {k: v.copy() if type(v) is np.ndarray else _B.to_numpy(v)
+                          for k, v in self._state.items()})
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot (checked: kind, design identity, layout, arrays, finite)."""
@@ -193,7 +259,9 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
             raise RtamtInputError(f"{self.name}: snapshot layout {st!r} is not one of this "
                                   f"model's (modes {self._modes}, float32/float64)")
         ref = self._init_state(self._rows_for(lead, mode), mode)
-        self._state = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
+        st = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
+        self._state = st if self._backend == "numba" else self._state_to(st, self._backend,
+                                                                          self._device)
         self._meta = (lead, mode, dt)
         self._block = int(sd["block"])
 
@@ -235,7 +303,7 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         arr, _ = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
         if self._state is None:
-            self._state = self._init_state(rows.shape[0], mode)
+            self._state = self._new_state(rows.shape[0], mode)
             self._meta = (lead, mode, arr.dtype)
 
     def _state_leaves(self):
@@ -257,24 +325,41 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         arr, back = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
         if self._state is None:
-            self._state = self._init_state(rows.shape[0], mode)
+            self._state = self._new_state(rows.shape[0], mode)
             self._meta = (lead, mode, arr.dtype)
+        if self._backend == "triton":       # validated on the host; processed on the device
+            return self._process_all_device(rows, lead, mode, arr.dtype)
         out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead,
                            mode)
         self._block += 1
         dt = arr.dtype
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
 
+    def _process_all_device(self, rows: np.ndarray, lead, mode, dt) -> dict:
+        """The Triton backend's :meth:`process_all` after validation: ``rows`` (R, T) (host
+        numpy, checked) go to the device as float64; returns torch tensors on the device
+        in the input's dtype (``frame_time`` float64)."""
+        import torch
+
+        r64 = np.ascontiguousarray(rows, dtype=np.float64)
+        rt = torch.from_numpy(r64).to(self._device)
+        out = self.process(self.coeffs, self._state, rt, lead, mode)
+        self._block += 1
+        tdt = torch.float32 if dt == np.float32 else torch.float64
+        return {k: (v.to(tdt) if k != "frame_time" else
+                    torch.from_numpy(v).to(self._device)) for k, v in out.items()}
+
     def process(self, coeffs, state: dict, rows: np.ndarray, lead=(), mode=None) -> dict:
         """Pure form: advance ``state`` over ``rows`` (R, T) float64 (no validation);
-        returns the outputs of the completed frames (float64)."""
+        returns the outputs of the completed frames (float64).  ``rows`` a torch tensor
+        (the Triton backend): ``state`` holds tensors on its device (the frame clock
+        ``n`` a host array) and the outputs are tensors there, ``frame_time`` (F,) a
+        host numpy array (s)."""
+        if type(rows) is not np.ndarray:
+            return self._process_device(coeffs, state, rows, lead, mode)
         sp = coeffs.spec
         R, T = rows.shape
-        n0 = int(state["n"][0])
-        hop, L = sp.hop, sp.nmax
-        first = (n0 // hop + 1) * hop
-        ends = np.arange(first, n0 + T + 1, hop, dtype=np.int64)
-        F = ends.size
+        n0, hop, L, ends, F = _clock(sp, state, T)
         if F:
             z = np.concatenate([state["hist"], rows], axis=1)
             rings = {k: v for k, v in state.items() if k.startswith("ring")}
@@ -293,6 +378,40 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
                 state["hist"][:, L - T:] = rows
         state["n"][0] = n0 + T
         K = coeffs.exc.fc.size
+        out = self._frames(state, E.reshape(R, F, K), N.reshape(R, F, K), lead, mode)
+        out["frame_time"] = (ends - L / 2.0) / self.fs
+        return out
+
+    def _process_device(self, coeffs, state: dict, rows, lead, mode) -> dict:
+        """:meth:`process` on the Triton backend: the same steps on torch tensors, the
+        kernels of :mod:`rtamt.loudness.kernels_triton`."""
+        import torch
+
+        sp = coeffs.spec
+        R, T = rows.shape
+        n0, hop, L, ends, F = _clock(sp, state, T)
+        K = coeffs.exc.fc.size
+        hist = state["hist"]
+        if F:
+            kt = _B.triton_module("rtamt.loudness.kernels_triton")
+            coef = _B.coef_adapter(rows)
+            z = torch.cat([hist, rows], dim=1)                              # (R, L + T)
+            rings = {k: v for k, v in state.items() if k.startswith("ring")}
+            P = frame_powers(sp, z, ends - n0 + L, rings, n0 // hop)
+            E = excitation(coeffs.exc, P)                                   # (R F, K)
+            N = torch.empty_like(E)
+            sl = coeffs.sl
+            kt.specific_loudness(E, coef(sl.G), coef(sl.A), coef(sl.alpha), coef(sl.A_alpha),
+                                 coef(sl.ethrq), sl.C, N)
+            hist.copy_(z[:, -L:])
+        else:
+            E = N = torch.zeros((0, K), dtype=torch.float64, device=rows.device)
+            if T >= L:
+                hist.copy_(rows[:, -L:])
+            else:
+                hist[:, :L - T] = hist[:, T:].clone()
+                hist[:, L - T:] = rows
+        state["n"][0] = n0 + T
         out = self._frames(state, E.reshape(R, F, K), N.reshape(R, F, K), lead, mode)
         out["frame_time"] = (ends - L / 2.0) / self.fs
         return out

@@ -45,6 +45,20 @@ from ..loudness.tvl import TimeVaryingLoudness
 CONFIGS = {"paper": {}}
 
 
+def _pack(stl, ltl, inst, N, edb, lead) -> dict:
+    """The public outputs (time-last) from ``stl``, ``ltl`` (F, R), ``inst`` (R, F) sone and
+    ``N``, ``edb`` (R, F, K), numpy arrays or torch tensors alike."""
+    R, F, K = N.shape
+    shp = tuple(lead)
+    return {
+        "stl": stl.T.reshape(shp + (F,)),
+        "ltl": ltl.T.reshape(shp + (F,)),
+        "inst": inst.reshape(shp + (F,)),
+        "specific_loudness": N.swapaxes(1, 2).reshape(shp + (K, F)),
+        "excitation": edb.swapaxes(1, 2).reshape(shp + (K, F)),
+    }
+
+
 class Glasberg2002(TimeVaryingLoudness):
     """Glasberg & Moore (2002) time-varying loudness (STL/LTL in sone, 1 ms frames)."""
 
@@ -54,14 +68,15 @@ class Glasberg2002(TimeVaryingLoudness):
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
                  field: str = "free", presentation: str = "diotic", comp_cam: float = 0.1,
-                 middle_ear: str = "1997", tau_stl=(0.022, 0.050), tau_ltl=(0.100, 2.000)):
+                 middle_ear: str = "1997", tau_stl=(0.022, 0.050), tau_ltl=(0.100, 2.000),
+                 backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(
                 f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
         if presentation not in ("diotic", "monaural"):
             raise ValueError("presentation must be 'diotic' or 'monaural'")
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear)
+                         middle_ear=middle_ear, backend=backend, device=device)
         self.presentation = presentation
         self.ear_factor = 2.0 if presentation == "diotic" else 1.0
         dt = self.hop / self.fs
@@ -89,6 +104,10 @@ class Glasberg2002(TimeVaryingLoudness):
         return {"stl": np.zeros(R), "ltl": np.zeros(R)}
 
     def _frames(self, state, E, N, lead, mode):
+        """Loudness of the frames: E, N (R, F, K) excitation (linear) and specific loudness
+        (sone/Cam), numpy or (Triton backend) torch float64; outputs time-last."""
+        if type(N) is not np.ndarray:
+            return self._frames_device(state, E, N, lead)
         R, F, K = N.shape
         inst = self.ear_factor * 0.25 * N.sum(axis=2)        # (R, F)
         x = np.ascontiguousarray(inst.T)                       # (F, R)
@@ -97,14 +116,24 @@ class Glasberg2002(TimeVaryingLoudness):
         ltl = np.empty_like(x)
         agc(stl, state["ltl"], self.alpha_ltl[0], self.alpha_ltl[1], ltl)
         edb = 10.0 * np.log10(np.maximum(E, 1e-10))
-        shp = tuple(lead)
-        return {
-            "stl": stl.T.reshape(shp + (F,)),
-            "ltl": ltl.T.reshape(shp + (F,)),
-            "inst": inst.reshape(shp + (F,)),
-            "specific_loudness": N.transpose(0, 2, 1).reshape(shp + (K, F)),
-            "excitation": edb.transpose(0, 2, 1).reshape(shp + (K, F)),
-        }
+        return _pack(stl, ltl, inst, N, edb, lead)
+
+    def _frames_device(self, state, E, N, lead):
+        """:meth:`_frames` on torch tensors with the Triton AGC kernel."""
+        import torch
+
+        from ..engine.backend import triton_module
+
+        kt = triton_module("rtamt.loudness.kernels_triton")
+        R, F, K = N.shape
+        inst = self.ear_factor * 0.25 * N.sum(dim=2)           # (R, F)
+        x = inst.T.contiguous()                                # (F, R)
+        stl = torch.empty_like(x)
+        kt.agc(x, state["stl"], self.alpha_stl[0], self.alpha_stl[1], stl)
+        ltl = torch.empty_like(x)
+        kt.agc(stl, state["ltl"], self.alpha_ltl[0], self.alpha_ltl[1], ltl)
+        edb = 10.0 * torch.log10(torch.clamp_min(E, 1e-10))
+        return _pack(stl, ltl, inst, N, edb, lead)
 
     def _steady_diotic(self, N):
         return 2.0 * 0.25 * N.sum(axis=-1)

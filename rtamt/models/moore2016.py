@@ -88,12 +88,12 @@ class Moore2016(TimeVaryingLoudness):
                  C: float = 0.06084,
                  alpha_st=(0.045, 0.033),
                  alpha_lt=(0.01, 0.00133), sigma: float = 0.08, width_cam: float = 18.0,
-                 p: float = P_INHIBIT):
+                 p: float = P_INHIBIT, backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
         self.C = float(C)
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear)
+                         middle_ear=middle_ear, backend=backend, device=device)
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)
@@ -138,6 +138,11 @@ class Moore2016(TimeVaryingLoudness):
         return {"st": np.zeros((R, 150)), "lt": np.zeros(R)}
 
     def _frames(self, state, E, N, lead, mode):
+        """Binaural loudness of the frames: E, N (R, F, K) excitation (linear) and
+        instantaneous specific loudness (sone/Cam), numpy or (Triton backend) torch
+        float64; outputs time-last."""
+        if type(N) is not np.ndarray:
+            return self._frames_device(state, E, N, lead, mode)
         R, F, K = N.shape
         B = 1 if mode == "diotic" else R // 2
         spec = np.empty((B, 2, K, F))
@@ -150,6 +155,13 @@ class Moore2016(TimeVaryingLoudness):
                         self.smooth_rng).reshape(F, R, K)
         binaural_frames(st, S, E, state["lt"], self.alpha_lt[0], self.alpha_lt[1], self.p,
                         spec, exc, ste, lte)
+        return self._pack(ste, lte, spec, exc, lead, mode)
+
+    @staticmethod
+    def _pack(ste, lte, spec, exc, lead, mode) -> dict:
+        """The public outputs (time-last) from ``ste``, ``lte`` (B, 2, F) sone and ``spec``,
+        ``exc`` (B, 2, K, F), numpy arrays or torch tensors alike."""
+        B, _, K, F = spec.shape
         shp = () if mode == "diotic" else tuple(lead[:-1])
         return {
             "stl": (ste[:, 0] + ste[:, 1]).reshape(shp + (F,)),
@@ -159,6 +171,29 @@ class Moore2016(TimeVaryingLoudness):
             "specific_loudness": spec.reshape(shp + (2, K, F)),
             "excitation": exc.reshape(shp + (2, K, F)),
         }
+
+    def _frames_device(self, state, E, N, lead, mode):
+        """:meth:`_frames` on torch tensors with the Triton kernels."""
+        import torch
+
+        from ..engine.backend import coef_adapter, triton_module
+
+        kt = triton_module("rtamt.loudness.kernels_triton")
+        coef = coef_adapter(N)
+        R, F, K = N.shape
+        B = 1 if mode == "diotic" else R // 2
+
+        def new(*shape):
+            return torch.empty(shape, dtype=torch.float64, device=N.device)
+
+        spec, exc, ste, lte = new(B, 2, K, F), new(B, 2, K, F), new(B, 2, F), new(B, 2, F)
+        st = new(F, R, K)
+        kt.agc_rows(N.contiguous(), state["st"], self.alpha_st[0], self.alpha_st[1], st)
+        S = kt.matmul_rows(st.reshape(F * R, K), coef(self.smooth),
+                           coef(self.smooth_rng)).reshape(F, R, K)
+        kt.binaural_frames(st, S, E.contiguous(), state["lt"], self.alpha_lt[0],
+                           self.alpha_lt[1], self.p, spec, exc, ste, lte)
+        return self._pack(ste, lte, spec, exc, lead, mode)
 
     def _steady_diotic(self, N):
         i_eq = 2.0 / (1.0 + sech_pow_equal(self.p))
