@@ -33,18 +33,28 @@ Layout of the work (one Triton lane per independent output element or recursion)
 * the one reduction whose order is not kept is the sum over the 150 channels in
   :func:`binaural_frames` (``tl.sum``, a tree): its relative error stays at a few 1e-16.
 
-All kernels are launched with ``enable_fp_fusion=True``, because numba compiles all of
-:mod:`rtamt.loudness.kernels` with ``fastmath={'contract'}`` (FMA contraction allowed;
-which products each compiler fuses may differ: the last bits only).
+All kernels but :func:`lower_skirt` are launched with ``enable_fp_fusion=True``, because
+numba compiles all of :mod:`rtamt.loudness.kernels` with ``fastmath={'contract'}`` (FMA
+contraction allowed; which products each compiler fuses may differ: the last bits only).
+:func:`lower_skirt` is exact instead: it evaluates rtamt's own float32 ``exp2_neg_f32``
+and float64 ``log_f64`` (:mod:`rtamt.engine.fastexp`) operation by operation, with
+``tl.fma`` exactly where numba's x86-64 machine code for the kernel has an FMA (read with
+``inspect_asm`` on an AVX-512 machine; the vector and the scalar remainder loops fuse the
+same operations), launched with ``enable_fp_fusion=False`` so that nothing else is fused;
+in the interpreter its excitation is bit-identical to numba's.  (On an x86 CPU without
+FMA numba would not fuse at all, and the two would again differ in the last bits.)
 
 Checked only in Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors) against the
 numba kernels, and compiled (not run) for sm_80 with Triton 3.9's CUDA backend
 (``tests/test_triton_loudness.py``).  Not checked on a real GPU:
 
-* the float64 ``tl.exp``/``tl.log`` (libdevice code inlined into the PTX; the
-  interpreter uses numpy's) and the float32 ``tl.exp2`` of :func:`lower_skirt`, which
-  compiles to ``ex2.approx.ftz.f32`` (relative error ~1e-7, within the float32
-  tolerance; the exponent is clamped at 125 as in numba, so the result stays normal);
+* the float64 ``tl.exp``/``tl.log`` of the other kernels (libdevice code inlined into the
+  PTX; the interpreter uses numpy's);
+* that :func:`lower_skirt` is bit-identical on a device.  The compile test checks its
+  sm_80 PTX: exactly the explicit FMAs as ``fma.rn`` (one rounding, as x86's FMA), every
+  other float operation ``.rn``, the float-to-int conversion truncating (``cvt.rzi``, as
+  numba's), no ``.ftz`` (float32 subnormals kept, as on the CPU) and no approximate
+  ``ex2``/``lg2``; what ptxas and the hardware then do with it is not checked;
 * the ``tl.float64`` scalar arguments on a real launch (the interpreter passes the
   Python float as is; the compile test checks that the annotations give ``fp64``
   parameters and compiles with them, but no launch passes a double to a device);
@@ -61,10 +71,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+from ..engine import fastexp as _FX
 from .kernels import SKIRT_FLUSH, SKIRT_PAD
 
 __all__ = ["SKIRT_PAD", "SKIRT_FLUSH", "lower_skirt", "specific_loudness", "agc", "agc_rows",
@@ -82,6 +94,17 @@ _F64 = torch.float64
 _K10 = tl.constexpr(10.0 / math.log(10.0))          # dB from ln(power)
 _LN2 = tl.constexpr(math.log(2.0))
 _INV_10707 = tl.constexpr(1.0 / 1.0707)             # ANSI S3.4-2007 eq. 19
+# constants of rtamt.engine.fastexp's exp2_neg_f32 (float32) and log_f64 (float64); the
+# float32 ones pre-rounded to float32 as numba's types.float32(...) does
+_LN2_32 = tl.constexpr(float(np.float32(math.log(2.0))))
+_D0, _D1, _D2, _D3, _D4, _D5, _D6, _D7 = (tl.constexpr(float(np.float32(c))) for c in _FX._D7)
+_LN2_HI64 = tl.constexpr(_FX._LN2_HI64)
+_LN2_LO64 = tl.constexpr(_FX._LN2_LO64)
+_SQRT2 = tl.constexpr(_FX._SQRT2)
+_MANT64 = tl.constexpr(0xFFFFFFFFFFFFF)
+_ONE64 = tl.constexpr(0x3FF0000000000000)
+_Q3, _Q5, _Q7, _Q9, _Q11, _Q13, _Q15, _Q17, _Q19, _Q21, _Q23 = (
+    tl.constexpr(1.0 / k) for k in range(3, 24, 2))                 # 1/3, ..., 1/23
 
 
 def _grid(n: int, block: int = BLOCK) -> tuple:
@@ -122,6 +145,62 @@ def _agc_step(x, y, aa, ar):
 
 
 # --- excitation: level-dependent lower skirts -----------------------------------------
+#
+# The two helpers below are rtamt.engine.fastexp's exp2_neg_f32 and log_f64, operation by
+# operation, with tl.fma exactly where numba's machine code for kernels.lower_skirt has an
+# FMA (its fastmath 'contract' lets LLVM fuse; checked with lower_skirt.inspect_asm on
+# x86-64: every Horner step, ``1 + t ln 2``, the float32 accumulation, the two-part
+# ``e ln 2 + ln m``, ``lm = 2s + (2s s^2) q``, ``10/ln10 * ln x - 51`` and ``1 - c_slope x``
+# are fused; ``s^2``, ``2s s^2``, the division and the 2^k scaling are not).  The kernel
+# is launched with enable_fp_fusion=False, so nothing else is fused.
+
+
+@triton.jit
+def _exp2_neg_f32(t):
+    """``2^-t`` in float32 for ``t >= 0`` (``t`` clamped at 125), bit for bit
+    :func:`rtamt.engine.fastexp.exp2_neg_f32`: ``k = int(t + 1/2)``, ``r = t - k`` (exact),
+    degree-7 Taylor polynomial of ``e^{-r ln 2}`` (Horner, fused) times ``2^-k`` built from
+    its float32 bit pattern ``(127 - k) << 23``."""
+    t = tl.minimum(t, 125.0)
+    k = (t + 0.5).to(tl.int32)
+    r = t - k.to(tl.float32)
+    p = tl.fma(tl.full(t.shape, _D7, tl.float32), r, _D6)
+    p = tl.fma(p, r, _D5)
+    p = tl.fma(p, r, _D4)
+    p = tl.fma(p, r, _D3)
+    p = tl.fma(p, r, _D2)
+    p = tl.fma(p, r, _D1)
+    p = tl.fma(p, r, _D0)
+    return p * ((127 - k) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _log_f64(x):
+    """Natural logarithm of a positive normal float64, bit for bit
+    :func:`rtamt.engine.fastexp.log_f64` (as numba fuses it): ``x = 2^e m`` from the bit
+    pattern, ``m`` in [sqrt(1/2), sqrt(2)), ``ln m = 2 atanh(s)``, ``s = (m - 1)/(m + 1)``,
+    odd series to ``s^23``; ``ln x = e ln2_hi + (ln m + e ln2_lo)``."""
+    b = x.to(tl.int64, bitcast=True)
+    e = (b >> 52) - 1023
+    m = ((b & _MANT64) | _ONE64).to(tl.float64, bitcast=True)
+    big = m > _SQRT2
+    m = tl.where(big, m * 0.5, m)
+    ef = tl.where(big, e + 1, e).to(tl.float64)
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    q = tl.fma(tl.full(s.shape, _Q23, tl.float64), s2, _Q21)
+    q = tl.fma(q, s2, _Q19)
+    q = tl.fma(q, s2, _Q17)
+    q = tl.fma(q, s2, _Q15)
+    q = tl.fma(q, s2, _Q13)
+    q = tl.fma(q, s2, _Q11)
+    q = tl.fma(q, s2, _Q9)
+    q = tl.fma(q, s2, _Q7)
+    q = tl.fma(q, s2, _Q5)
+    q = tl.fma(q, s2, _Q3)
+    s_2 = s + s
+    lm = tl.fma(s_2 * s2, q, s_2)
+    return tl.fma(ef, _LN2_HI64, tl.fma(ef, _LN2_LO64, lm))
 
 
 @triton.jit
@@ -137,7 +216,8 @@ def _skirt_kernel(P_ptr, lvl_ptr, c_slope: tl.float64, a_ptr, b_ptr, i0_ptr, seg
         pj = tl.load(P_ptr + n * J + j)
         lv = tl.load(lvl_ptr + n * J + j)
         # s_j = 1 - c_slope (X_j - 51), X_j the level per ERB in dB (float64, then float32)
-        sj = (1.0 - c_slope * (tl.log(tl.maximum(lv, 1e-10)) * _K10 - 51.0)).to(tl.float32)
+        x_db = tl.fma(_log_f64(tl.maximum(lv, 1e-10)), _K10, -51.0)
+        sj = tl.fma(-x_db, c_slope, 1.0).to(tl.float32)
         k0 = tl.load(i0_ptr + j)
         sg = tl.load(seg_ptr + j)
         cj = tl.load(cnt_ptr + j)
@@ -148,9 +228,9 @@ def _skirt_kernel(P_ptr, lvl_ptr, c_slope: tl.float64, a_ptr, b_ptr, i0_ptr, seg
         aa = tl.load(a_ptr + sg + q, mask=v, other=0.0)
         bb = tl.load(b_ptr + sg + q, mask=v, other=0.0)
         t = tl.maximum(bb, aa * sj)
-        # roex weight (1 + t ln 2) 2^-t, the exponent clamped at 125 as numba's exp2_neg_f32
-        w = (1.0 + t * _LN2) * tl.exp2(-tl.minimum(t, 125.0))
-        acc = tl.where(v, acc + w * pj.to(tl.float32), acc)
+        # roex weight (1 + t ln 2) 2^-t (float32, fused as numba fuses it)
+        w = tl.fma(t, _LN2_32, 1.0) * _exp2_neg_f32(t)
+        acc = tl.where(v, tl.fma(w, pj.to(tl.float32), acc), acc)
         flush = (j % FLUSH == FLUSH - 1) | (j == J - 1)
         e = tl.where(flush, e + acc.to(tl.float64), e)
         acc = tl.where(flush, 0.0, acc)
@@ -191,7 +271,7 @@ def lower_skirt(P, lvl, c_slope, a, b, i0, seg, cnt, E):
     blk = min(256, triton.next_power_of_2(nf))
     _skirt_kernel[(N, triton.cdiv(nf, blk))](P, lvl, float(c_slope), a, b, i0, seg, cnt, E,
                                              J, nf, FLUSH=SKIRT_FLUSH, BLOCK=blk,
-                                             num_warps=4, enable_fp_fusion=True)
+                                             num_warps=4, enable_fp_fusion=False)
 
 
 # --- specific loudness ----------------------------------------------------------------
