@@ -39,22 +39,28 @@ def _parts(n, seed):
     return np.split(np.arange(n), cuts)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_dau1997_triton_equals_numba_per_stage(dtype):
-    x = _signal(160, 1, dtype)
-    ref = rtamt.Dau1997(FS, **SMALL).process_all(x)
-    m = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+def _equals_numba_per_stage(cls, fs, kw, x, seed) -> dict:
+    """``cls(fs, **kw)`` on the Triton backend, fed ``x`` in a random partition (state
+    carried), against the numba model on the whole of ``x``: every stage's output within
+    :data:`TOL`, as CPU tensors of the same shape and dtype.  Returns the numba outputs."""
+    ref = cls(fs, **kw).process_all(x)
+    m = cls(fs, **kw, backend="triton", device="cpu")
     assert m.backend == "triton" and all(s.backend == "triton" for s in m.stages)
     outs = {k: [] for k in ref}
-    for idx in _parts(x.size, 2):           # random partition, state carried
+    for idx in _parts(x.size, seed):
         for k, v in m.process_all(x[idx]).items():
             assert isinstance(v, torch.Tensor) and v.device.type == "cpu"
             outs[k].append(_np(v))
     for k, v in ref.items():
         got = np.concatenate(outs[k], axis=-1)
         assert got.shape == v.shape and got.dtype == v.dtype
-        err = _rel(got, v)
-        assert err <= TOL[dtype], (k, err)
+        assert _rel(got, v) <= TOL[x.dtype.type], (k, _rel(got, v))
+    return ref
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dau1997_triton_equals_numba_per_stage(dtype):
+    ref = _equals_numba_per_stage(rtamt.Dau1997, FS, SMALL, _signal(160, 1, dtype), 2)
     # the limiter really was active (the burst drives the adaptation loops above 1)
     assert np.max(ref["adaptloop"]) > 100.0
 
@@ -155,17 +161,7 @@ def test_king2019_triton_equals_numba_per_stage(dtype, comp):
     the Triton backend, both compression kinds, against the numba model."""
     x = _signal(120, 12, dtype)
     x[40:60] *= 30.0                     # above the compression knee
-    kw = dict(SMALL, compression=comp)
-    ref = rtamt.King2019(FS, **kw).process_all(x)
-    m = rtamt.King2019(FS, **kw, backend="triton", device="cpu")
-    outs = {k: [] for k in ref}
-    for idx in _parts(x.size, 13):
-        for k, v in m.process_all(x[idx]).items():
-            outs[k].append(_np(v))
-    for k, v in ref.items():
-        got = np.concatenate(outs[k], axis=-1)
-        assert got.shape == v.shape and got.dtype == v.dtype
-        assert _rel(got, v) <= TOL[dtype], (k, _rel(got, v))
+    _equals_numba_per_stage(rtamt.King2019, FS, dict(SMALL, compression=comp), x, 13)
 
 
 def test_latency_bench_device_cuda_without_a_gpu_is_one_clear_line():
@@ -188,17 +184,7 @@ MODELS = {"dau1997": (FS, SMALL), "king2019": (FS, SMALL), "osses2021": (FS, SMA
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_paulick2024_triton_equals_numba_per_stage(dtype):
     fs, kw = MODELS["paulick2024"]
-    x = _signal(160, 14, dtype)
-    ref = rtamt.Paulick2024(fs, **kw).process_all(x)
-    m = rtamt.Paulick2024(fs, **kw, backend="triton", device="cpu")
-    outs = {k: [] for k in ref}
-    for idx in _parts(x.size, 15):
-        for k, v in m.process_all(x[idx]).items():
-            outs[k].append(_np(v))
-    for k, v in ref.items():
-        got = np.concatenate(outs[k], axis=-1)
-        assert got.shape == v.shape and got.dtype == v.dtype
-        assert _rel(got, v) <= TOL[dtype], (k, _rel(got, v))
+    _equals_numba_per_stage(rtamt.Paulick2024, fs, kw, _signal(160, 14, dtype), 15)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels as _numba_kernels
+
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "dispatch", "triton_module",
            "coef_adapter", "is_tensor", "to_numpy", "empty_like_block", "is_float64"]
 
@@ -194,9 +196,7 @@ def dispatch(x):
     :mod:`rtamt.engine.kernels_triton` and an adapter that returns each numpy coefficient
     array as a (cached) tensor on ``x``'s device."""
     if type(x) is np.ndarray:
-        from . import kernels
-
-        return kernels, _same
+        return _numba_kernels, _same
     return triton_module(), coef_adapter(x)
 
 

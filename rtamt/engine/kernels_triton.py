@@ -310,13 +310,25 @@ def _efilt_kernel(coef_ptr, Fb, nreal, ch_ptr, st_ptr, x_ptr, y_ptr, N, T, C, F,
     tl.store(st_ptr + so + Fb, wi, mask=m)
 
 
+_channels: dict = {}
+
+
 def _channel_of(runs, F, device):
     """Filter -> input channel (F,) int64 from run rows ``[first filter, first channel,
-    length]`` (:func:`rtamt.modulation.modfb.channel_runs`)."""
+    length]`` (:func:`rtamt.modulation.modfb.channel_runs`).  Built once per ``runs``
+    tensor and device (the stages pass the backend's cached coefficient tensor) and kept
+    with a reference to ``runs``, so a later tensor at the same address is not mistaken
+    for it."""
+    key = (id(runs), F, str(device))
+    hit = _channels.get(key)
+    if hit is not None and hit[0] is runs:
+        return hit[1]
     ch = torch.empty(F, dtype=torch.int64)
     for f0, c0, n in torch.as_tensor(runs).reshape(-1, 3).tolist():
         ch[f0:f0 + n] = torch.arange(c0, c0 + n)
-    return ch.to(device)
+    ch = ch.to(device)
+    _channels[key] = (runs, ch)
+    return ch
 
 
 def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff, channel=None):

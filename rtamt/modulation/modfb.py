@@ -58,7 +58,6 @@ import numpy as np
 from scipy import signal
 
 from ..engine import backend as _B
-from ..engine import kernels as K
 from ..engine.stage import RtamtInputError, Stage, work_buffer
 
 PRESETS = {
@@ -304,13 +303,8 @@ class ModFilterbank(PackedFilterbank):
         y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype, like=x)
         if coeffs.filter_type == "efilt":
             coef = coeffs.bp_coef if _B.is_float64(x) else coeffs.bp_coef32
-            if k is K:
-                K.modfb_efilt(coeffs.lp_sos, state["lp"], coeffs.bp_runs, coeffs.bp_nreal,
-                              coef, state["bp"], x, y)
-            else:                  # the Triton bank takes the filter -> channel map
-                k.modfb_efilt(c(coeffs.lp_sos), state["lp"], c(coeffs.bp_runs),
-                              int(coeffs.bp_nreal), c(coef), state["bp"], x, y,
-                              channel=c(coeffs.bp_channel))
+            k.modfb_efilt(c(coeffs.lp_sos), state["lp"], c(coeffs.bp_runs), coeffs.bp_nreal,
+                          c(coef), state["bp"], x, y)
             return y
         k.sos_shared(c(coeffs.lp_sos), False, state["lp"], x, y, 0)
         if coeffs.bp_channel.size:

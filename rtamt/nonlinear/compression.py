@@ -56,8 +56,34 @@ class _Compression(Stage):
         return {}
 
 
-def _np_dtype(x):
-    return x.dtype if type(x) is np.ndarray else np.dtype(str(x.dtype).split(".")[-1])
+_TABLES: dict = {}
+
+
+def _tables(coeffs, dt: np.dtype):
+    """``(exponent, knee^(1 - exponent), [knee])`` in dtype ``dt``, computed as the numpy
+    path computes them, once per design and dtype (kept with a reference to ``coeffs``),
+    so that the Triton path hands the backend's coefficient cache the same arrays every
+    block."""
+    key = (id(coeffs), dt.str)
+    hit = _TABLES.get(key)
+    if hit is None or hit[0] is not coeffs:
+        n = coeffs.exponent.astype(dt)
+        k = dt.type(coeffs.knee)
+        hit = _TABLES[key] = (coeffs, n, np.asarray(k ** (1 - n)), np.array([k], dt))
+    return hit[1:]
+
+
+def _triton(coeffs, x, broken: bool):
+    """The Triton backend's compression of time-major tensor ``x``
+    (:mod:`rtamt.nonlinear.compression_triton`)."""
+    n, f, k = _tables(coeffs, np.dtype(str(x.dtype).removeprefix("torch.")))
+    c = _B.coef_adapter(x)
+    kt = _B.triton_module("rtamt.nonlinear.compression_triton")
+    y = work_buffer(None, tuple(x.shape), None, like=x)
+    x = x.contiguous()
+    if broken:
+        return kt.broken_stick(x, y, c(n), c(f), c(k))
+    return kt.power_compression(x, y, c(n), c(k))
 
 
 class BrokenStick(_Compression):
@@ -68,15 +94,10 @@ class BrokenStick(_Compression):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        dt = _np_dtype(x)
-        n = coeffs.exponent.astype(dt)  # broadcasts over the channel (last) axis
-        k = dt.type(coeffs.knee)
         if type(x) is not np.ndarray:     # the Triton backend (rtamt.engine.backend)
-            import torch
-            kt = _B.triton_module("rtamt.nonlinear.compression_triton")
-            y = work_buffer(None, tuple(x.shape), None, like=x)
-            return kt.broken_stick(x.contiguous(), y, torch.from_numpy(n),
-                                   torch.from_numpy(np.asarray(k ** (1 - n))), float(k))
+            return _triton(coeffs, x, True)
+        n = coeffs.exponent.astype(x.dtype)  # broadcasts over the channel (last) axis
+        k = x.dtype.type(coeffs.knee)
         ax = np.abs(x)
         comp = np.sign(x) * ax ** n * k ** (1 - n)
         return np.where(ax > k, comp, x)
@@ -90,12 +111,8 @@ class PowerCompression(_Compression):
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
-        dt = _np_dtype(x)
-        n = coeffs.exponent.astype(dt)
-        k = dt.type(coeffs.knee)
         if type(x) is not np.ndarray:
-            import torch
-            kt = _B.triton_module("rtamt.nonlinear.compression_triton")
-            y = work_buffer(None, tuple(x.shape), None, like=x)
-            return kt.power_compression(x.contiguous(), y, torch.from_numpy(n), float(k))
+            return _triton(coeffs, x, False)
+        n = coeffs.exponent.astype(x.dtype)
+        k = x.dtype.type(coeffs.knee)
         return np.sign(x) * np.abs(x / k) ** n * k

@@ -10,16 +10,15 @@ same formula once per element on torch tensors, for the Triton backend
 
 ``|x|^n`` is ``exp(n log|x|)`` here (numpy's ``pow`` on the CPU): the two agree within a few
 ulps times ``|n log|x||``, well inside 1e-12 relative in float64.  The per-channel factors
-``knee^(1-n)`` (broken stick) are computed on the host by numpy, as the CPU path does, and
-passed in.  Arithmetic in the block's dtype, as numpy does for a float32 block with float32
-exponents.
+``knee^(1-n)`` (broken stick) are computed on the host by numpy, as the CPU path does, once
+per design and dtype, and passed in as device tensors.  Arithmetic in the block's dtype, as
+numpy does for a float32 block with float32 exponents.
 
 Not checked on a GPU: that ``tl.log``/``tl.exp`` lower to libdevice's correctly-rounded-ish
 ``log``/``exp`` in float64 (the interpreter uses numpy's).
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -29,15 +28,16 @@ BLOCK = 256
 
 
 @triton.jit
-def _compress_kernel(x_ptr, y_ptr, n_ptr, f_ptr, k_ptr, N, C, POWER: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    """One element per lane: ``x``/``y`` flat (B*T*C,), channel = index % C; ``n_ptr`` (C,)
-    exponents, ``f_ptr`` (C,) the factor ``knee^(1-n)`` (broken stick) or unused; ``k_ptr``
-    (1,) the knee in the block's dtype (a tensor: a Python float argument would reach the
+def _compress_kernel(x_ptr, y_ptr, n_ptr, f_ptr, k_ptr, N, C, N_STRIDE,
+                     POWER: tl.constexpr, BLOCK: tl.constexpr):
+    """One element per lane: ``x``/``y`` flat (B*T*C,), channel = index % C; ``n_ptr``
+    exponents and ``f_ptr`` the factors ``knee^(1-n)`` (broken stick; unused for power),
+    one per channel (``N_STRIDE = 1``) or one for all (``N_STRIDE = 0``); ``k_ptr`` (1,)
+    the knee in the block's dtype (a tensor: a Python float argument would reach a compiled
     kernel as float32)."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < N
-    c = i % C
+    c = (i % C) * N_STRIDE
     knee = tl.load(k_ptr)
     x = tl.load(x_ptr + i, mask=m, other=0.0)
     n = tl.load(n_ptr + c, mask=m, other=1.0)
@@ -56,24 +56,25 @@ def _compress_kernel(x_ptr, y_ptr, n_ptr, f_ptr, k_ptr, N, C, POWER: tl.constexp
 
 def _launch(x, y, n, f, knee, power):
     assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape
+    assert n.dtype == knee.dtype == x.dtype and knee.shape == (1,)
     N = x.numel()
     if N == 0:
         return y
     C = x.shape[-1]
-    n = n.to(device=x.device, dtype=x.dtype).expand(C).contiguous()
-    f = n if f is None else f.to(device=x.device, dtype=x.dtype).expand(C).contiguous()
-    k = torch.tensor([knee], dtype=x.dtype, device=x.device)   # the knee in the block's dtype
-    _compress_kernel[(triton.cdiv(N, BLOCK),)](x, y, n, f, k, N, C, POWER=power, BLOCK=BLOCK)
+    assert n.numel() in (1, C)
+    _compress_kernel[(triton.cdiv(N, BLOCK),)](x, y, n, n if f is None else f, knee, N, C,
+                                               int(n.numel() > 1), POWER=power, BLOCK=BLOCK)
     return y
 
 
 def broken_stick(x, y, exponent, factor, knee):
     """Broken-stick compression of time-major ``x`` (…, C) into ``y`` (same shape, may be
-    ``x``); ``exponent``, ``factor = knee^(1-exponent)``: (1,) or (C,) tensors; ``knee``
-    linear (model units)."""
+    ``x``).  ``exponent`` and ``factor = knee^(1-exponent)``: (1,) or (C,) tensors,
+    ``knee``: (1,) tensor (linear, model units), all in ``x``'s dtype on its device."""
     return _launch(x, y, exponent, factor, knee, False)
 
 
 def power_compression(x, y, exponent, knee):
-    """Power-law compression ``sign(x) |x/knee|^n knee`` of time-major ``x`` into ``y``."""
+    """Power-law compression ``sign(x) |x/knee|^n knee`` of time-major ``x`` into ``y``
+    (tensors as in :func:`broken_stick`)."""
     return _launch(x, y, exponent, None, knee, True)
