@@ -1,10 +1,9 @@
 """Real-time scheduling for processing threads (Linux ``SCHED_FIFO``).
 
 A thread in the normal time-sharing class (``SCHED_OTHER``) can lose its core to any other
-runnable task for a whole scheduler tick or more.  On the 2-vCPU machine of
-``latency_bench`` a kernel thread (``kdamond``, the kernel's memory-access monitor) takes a
-busy core for 4, 8 or 12 ms at a time, a few times per second (docs/performance.md), and a
-block caught in such a gap misses a 10 ms budget.  A ``SCHED_FIFO`` thread is not preempted
+runnable task for one or more whole scheduler ticks (on the benchmark machine mostly the
+kernel thread ``kdamond``; measurements in docs/performance.md), and a block caught in such
+a gap can miss its budget.  A ``SCHED_FIFO`` thread is not preempted
 by time-sharing tasks, which is why audio servers run their processing threads in it (JACK's
 ``-R``, PipeWire through RTKit).  The kernel keeps 5 % of every second for the other tasks
 (``/proc/sys/kernel/sched_rt_runtime_us``), so a runaway real-time thread cannot lock the

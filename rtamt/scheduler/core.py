@@ -316,13 +316,13 @@ class Scheduler:
                        running: the objects alive then (modules, models, streams) leave the
                        garbage collector's scans.  A full collection otherwise scans every
                        object numba, numpy and torch created at import and pauses every
-                       thread for about 100 ms (measured on this machine) in the middle of
-                       a stream.
+                       thread in the middle of a stream (docs/performance.md).
     realtime         : SCHED_FIFO priority the workers ask for (default
                        ``rtamt.engine.realtime.DEFAULT_PRIORITY`` = 1; ``None``: normal
                        priority).  Without it a time-sharing task (on the benchmark machine
-                       the kernel's ``kdamond``) takes a busy core for 4-12 ms at a time and
-                       the blocks on it miss their budget (docs/performance.md).  When the
+                       the kernel's ``kdamond``) can take a busy core for whole scheduler
+                       ticks, and the blocks on it miss their budget (docs/performance.md).
+                       When the
                        OS refuses (no ``CAP_SYS_NICE`` / ``RLIMIT_RTPRIO``) the workers run
                        at normal priority; ``stats()['_realtime']`` says which.
     gil_switch_ms    : while running, Python's thread switch interval
