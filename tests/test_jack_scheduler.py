@@ -86,6 +86,19 @@ class Player:
         for f in ("jack_activate", "jack_deactivate", "jack_client_close"):
             getattr(lib, f).argtypes = [ctypes.c_void_p]
         self.lib = lib
+        # what the process callback calls: loaded with PyDLL, so the calls keep the GIL.  A
+        # CDLL call (and ctypes.memmove/memset) releases and re-acquires it, and with the
+        # scheduler's workers busy each re-acquire waits up to the switch interval (0.5 ms):
+        # 3 per port, 24 per cycle, more than the 5.3 ms period (CI lost a third of the cycles)
+        pylib = ctypes.PyDLL(lib._name)
+        pylib.jack_port_get_buffer.restype = ctypes.c_void_p
+        pylib.jack_port_get_buffer.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        libc = ctypes.PyDLL(None)
+        libc.memmove.restype = libc.memset.restype = ctypes.c_void_p
+        libc.memmove.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        self._get_buffer, self._memmove, self._memset = (pylib.jack_port_get_buffer,
+                                                         libc.memmove, libc.memset)
         self.cols = [np.ascontiguousarray(sig[:, c]) for c in range(sig.shape[1])]
         self.n = sig.shape[0]
         self.loop = loop
@@ -119,14 +132,14 @@ class Player:
                 m = max(0, min(nframes, self.n - a)) if not self.loop else nframes
                 self.pos = a + nframes
             for p, col in zip(self.ports, self.cols):
-                buf = self.lib.jack_port_get_buffer(p, nframes)
+                buf = self._get_buffer(p, nframes)
                 if m > 0 and not self.loop:
-                    ctypes.memmove(buf, col.ctypes.data + 4 * a, 4 * m)
+                    self._memmove(buf, col.ctypes.data + 4 * a, 4 * m)
                 elif m > 0:
                     idx = (a + np.arange(nframes)) % self.n
-                    ctypes.memmove(buf, np.ascontiguousarray(col[idx]).ctypes.data, 4 * nframes)
+                    self._memmove(buf, np.ascontiguousarray(col[idx]).ctypes.data, 4 * nframes)
                 if m < nframes:
-                    ctypes.memset(buf + 4 * m, 0, 4 * (nframes - m))
+                    self._memset(buf + 4 * m, 0, 4 * (nframes - m))
         except Exception:  # noqa: BLE001 - never raise into libjack
             return 0
         return 0
