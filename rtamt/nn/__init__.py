@@ -1,0 +1,40 @@
+"""rtamt's streaming models and stages as ``torch.nn.Module`` layers (issue 22).
+
+``y, state = layer(x, state=None)``: one block in, its output and the new state out; the
+state is a dict of batch-first tensors (``layer.initial_state(batch, device, dtype)``),
+so a recurrent network carries it from step to step, and :func:`detach_state` truncates
+back-propagation through time.  ``layer.online_inference(x, context)`` is the same call
+with lhotse's naming.
+
+Forward passes run rtamt's compiled streaming kernels: outputs equal the streaming
+models' bit for bit, and any block partition equals one call.  Gradients (to the input,
+to the incoming state and to learnable adaptation time constants) run adjoint recursions
+in compiled kernels (:mod:`rtamt.nn.adjoint`) for the stages of Dau1997: gammatone,
+IHC envelope, adaptation loops with the overshoot limiter, the ``efilt`` modulation
+filterbank.  The other layers are forward-only (docs/nn.md lists which).
+"""
+from ._base import DESIGN_KEY, StreamLayer, detach_state
+from .layers import (
+    LAYERS,
+    AdaptHighpass,
+    AdaptLoop,
+    BrokenStick,
+    ChainLayer,
+    Dau1997,
+    Gammatone,
+    Glasberg2002,
+    IHCEnvelope,
+    King2019,
+    LoudnessLayer,
+    ModFilterbank,
+    Moore2016,
+    Osses2021,
+    Paulick2024,
+    PowerCompression,
+    StageLayer,
+)
+
+__all__ = ["DESIGN_KEY", "StreamLayer", "detach_state", "LAYERS", "AdaptHighpass", "AdaptLoop",
+           "BrokenStick", "ChainLayer", "Dau1997", "Gammatone", "Glasberg2002", "IHCEnvelope",
+           "King2019", "LoudnessLayer", "ModFilterbank", "Moore2016", "Osses2021",
+           "Paulick2024", "PowerCompression", "StageLayer"]

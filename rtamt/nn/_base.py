@@ -1,0 +1,254 @@
+"""The machinery shared by every :mod:`rtamt.nn` layer: the state as a dict of batch-first
+tensors, its checks, and the stages of a layer (:class:`Part`)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..engine.contract import RtamtInputError, fingerprint, reject_nonfinite
+from ._autograd import StageFunction, grad_rule, run_stage
+
+__all__ = ["StreamLayer", "Part", "detach_state", "DESIGN_KEY"]
+
+#: state entry naming what made the state: (batch, 2) int64 rows
+#: ``[design fingerprint, itemsize of the stream's dtype]``
+DESIGN_KEY = "_design"
+_FLOAT_T = (torch.float32, torch.float64)
+
+
+def detach_state(state: dict) -> dict:
+    """The same state cut from the autograd graph (truncated back-propagation through
+    time: the gradient of later blocks stops at this block boundary)."""
+    if not isinstance(state, dict):
+        raise RtamtInputError(f"detach_state: expected a state dict, got {type(state).__name__}")
+    return {k: v.detach() for k, v in state.items()}
+
+
+def time_last(y: torch.Tensor) -> torch.Tensor:
+    """Time-major ``(B, T, C)`` -> ``(B, C, T)`` (a view); ``(B, T)`` stays."""
+    return y if y.ndim == 2 else y.permute(0, 2, 1)
+
+
+class Part:
+    """One stage of a layer: the :class:`rtamt.engine.stage.Stage` object (its class runs
+    the kernels), its coefficients for ``n_in`` input channels, its state keys and its
+    backward rule (``grad``, ``None`` for a forward-only stage).
+
+    The stage's state arrays are laid out as the stage keeps them; :meth:`to_batch_first`
+    and :meth:`from_batch_first` convert them to the layer's batch-first tensors (a
+    batch axis other than 0 is moved to the front; a value shared by all streams of a
+    call, e.g. a resampler's phase, is repeated per stream and must stay equal)."""
+
+    def __init__(self, stage, n_in: int):
+        self.stage, self.cls, self.name = stage, type(stage), stage.name
+        self.coeffs = stage._coeffs_for(n_in)
+        self.n_in = int(n_in)
+        self.n_out = int(stage.n_out(self.coeffs, n_in))
+        self.axes = dict(stage.batch_axes)
+        self.shared = tuple(stage.shared_state)
+        self.keys = tuple(stage.init_state(self.coeffs, 1, self.n_in, np.float64))
+        self.grad = grad_rule(stage, self.coeffs)
+        self.fingerprint = stage.design_identity(self.coeffs)["fingerprint"]
+
+    def initial(self, batch: int, dtype) -> dict:
+        """Batch-first numpy arrays of a stream that has heard nothing."""
+        st = self.cls.init_state(self.coeffs, batch, self.n_in, dtype)
+        out = {}
+        for k, v in st.items():
+            if k in self.shared:
+                v = np.repeat(np.asarray(v)[None], batch, axis=0)
+            else:
+                v = np.moveaxis(v, self.axes.get(k, 0), 0)
+            out[k] = np.ascontiguousarray(v)
+        return out
+
+    def from_batch_first(self, st: dict) -> tuple:
+        """The stage's own layout (in ``keys`` order) of batch-first tensors ``st``."""
+        out = []
+        for k in self.keys:
+            v = st[k]
+            if k in self.shared:
+                if v.shape[0] > 1 and not bool((v == v[:1]).all()):
+                    raise RtamtInputError(
+                        f"{self.name}: state {k!r} differs between the streams of the batch "
+                        "(streams at other positions cannot share a call)")
+                v = v[0]
+            else:
+                v = torch.movedim(v, 0, self.axes.get(k, 0))
+            out.append(v)
+        return tuple(out)
+
+    def to_batch_first(self, vals: tuple, batch: int) -> dict:
+        out = {}
+        for k, v in zip(self.keys, vals):
+            if k in self.shared:
+                v = v[None].expand((batch,) + tuple(v.shape)).clone()
+            else:
+                v = torch.movedim(v, self.axes.get(k, 0), 0)
+            out[k] = v
+        return out
+
+    def run(self, x: torch.Tensor, st: dict, param, need_grad: bool):
+        """One block through the stage: ``x`` time-major, ``st`` batch-first tensors of
+        this stage; returns ``(y, new batch-first state)``."""
+        state = self.from_batch_first(st)
+        if need_grad:
+            if self.grad is None:
+                raise RtamtInputError(
+                    f"{self.name} ({self.cls.__name__}) is forward-only in rtamt.nn: no "
+                    "gradient through it; run it under torch.no_grad() or detach its input "
+                    "(see docs/nn.md)")
+            out = StageFunction.apply(self, x, param, *state)
+        else:
+            coeffs = self.coeffs if self.grad is None else self.grad.coeffs_for(self.coeffs,
+                                                                                param)
+            out = tuple(o.to(x.device) for o in run_stage(self.cls, coeffs, self.keys, x,
+                                                          state))
+        return out[0], self.to_batch_first(out[1:], x.shape[0])
+
+
+class StreamLayer(torch.nn.Module):
+    """Base of the :mod:`rtamt.nn` layers: ``y, state = layer(x, state=None)``.
+
+    The state is a ``dict`` of tensors, every one batch-first (``state[k][i]`` belongs to
+    stream ``i``, so the states of several streams concatenate with ``torch.cat`` on
+    axis 0), including :data:`DESIGN_KEY`, which names the design and the stream's dtype
+    that made it.  A layer never writes the state it is given; it returns a new one.
+
+    Subclasses define ``in_rank`` (2: input ``(batch, T)``; 3: ``(batch, C, T)``),
+    ``n_in`` (channels of a rank-3 input), ``_initial_np(batch, dtype)`` (batch-first
+    numpy arrays of a stream of float ``dtype``) and ``_run(x, state, need_grad)`` (one
+    block, returns ``(y, new state without DESIGN_KEY)``).
+    """
+
+    in_rank = 2
+    n_in = 1
+    input_limit = math.inf
+
+    def __init__(self, name: str, design_parts: tuple):
+        super().__init__()
+        self.name = name
+        self._tag = int(fingerprint(type(self).__name__, *design_parts)[:15], 16)
+        self.register_buffer("_anchor", torch.zeros(0, dtype=torch.float64), persistent=False)
+        self._shapes: dict = {}
+
+    # -- to override ---------------------------------------------------------------------
+    def _initial_np(self, batch: int, dtype) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _run(self, x: torch.Tensor, state: dict, need_grad: bool):  # pragma: no cover
+        raise NotImplementedError
+
+    def _limit_text(self) -> str:
+        return ""
+
+    # -- public --------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """The device of the layer's parameters and buffers (moved by ``.to``)."""
+        return self._anchor.device
+
+    def initial_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The state of ``batch`` streams that have heard nothing (or the silence the model
+        defines as its start), on ``device`` (default: the layer's) for input of float
+        ``dtype`` (default: torch's default dtype)."""
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in _FLOAT_T:
+            raise RtamtInputError(f"{self.name}: dtype {dtype} is not float32/float64")
+        if int(batch) < 1:
+            raise RtamtInputError(f"{self.name}: batch must be >= 1, got {batch}")
+        device = self.device if device is None else torch.device(device)
+        np_dt = np.float32 if dtype == torch.float32 else np.float64
+        st = {k: torch.from_numpy(v).to(device)
+              for k, v in self._initial_np(int(batch), np_dt).items()}
+        tag = torch.tensor([[self._tag, torch.finfo(dtype).bits // 8]], dtype=torch.int64)
+        st[DESIGN_KEY] = tag.expand(int(batch), 2).clone().to(device)
+        return st
+
+    def forward(self, x: torch.Tensor, state: dict | None = None):
+        """One block: ``x`` ``(batch, T)`` (``(batch, C, T)`` for a channel stage), float32
+        or float64; returns ``(y, new_state)``, ``y`` time-last.  ``state=None`` starts
+        from :meth:`initial_state`.  Gradients are recorded only when grad mode is on and
+        ``x``, the state or a parameter requires them; otherwise nothing is saved."""
+        self._check_input(x)
+        if state is None:
+            state = self.initial_state(x.shape[0], x.device, x.dtype)
+        else:
+            self._check_state(state, x)
+        body = {k: v for k, v in state.items() if k != DESIGN_KEY}
+        need = torch.is_grad_enabled() and (
+            x.requires_grad or any(v.requires_grad for v in body.values())
+            or any(p.requires_grad for p in self.parameters()))
+        y, new = self._run(x, body, need)
+        new[DESIGN_KEY] = state[DESIGN_KEY]
+        return y, new
+
+    def online_inference(self, x: torch.Tensor, context: dict | None = None):
+        """lhotse's streaming form: ``(y, context) = layer.online_inference(x, context)``
+        (the same as :meth:`forward`; ``context`` is the state)."""
+        return self(x, context)
+
+    # -- checks --------------------------------------------------------------------------
+    def _where(self, bad: tuple) -> str:
+        names = ("batch", "channel") if len(bad) == 3 else ("batch",)
+        return ", ".join([f"{n} {i}" for n, i in zip(names, bad[:-1])] + [f"sample {bad[-1]}"])
+
+    def _check_input(self, x) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise RtamtInputError(f"{self.name}: expected a torch tensor, got {type(x).__name__}")
+        if x.dtype not in _FLOAT_T:
+            raise RtamtInputError(
+                f"{self.name}: dtype {x.dtype} is not supported; expected torch.float32 or "
+                "torch.float64")
+        shape = "(batch, T)" if self.in_rank == 2 else f"(batch, {self.n_in}, T)"
+        if x.ndim != self.in_rank or (self.in_rank == 3 and x.shape[1] != self.n_in):
+            raise RtamtInputError(f"{self.name}: expected shape {shape}, got {tuple(x.shape)}")
+        if x.shape[0] == 0 or x.shape[-1] == 0:
+            raise RtamtInputError(f"{self.name}: empty block {tuple(x.shape)}")
+        reject_nonfinite(x.detach().cpu().numpy(), lambda: self.name, self._where,
+                         limit=self.input_limit, limit_text=self._limit_text)
+
+    def _check_state(self, state, x: torch.Tensor) -> None:
+        who = self.name
+        if not isinstance(state, dict):
+            raise RtamtInputError(f"{who}: expected a state dict, got {type(state).__name__}")
+        B = x.shape[0]
+        np_dt = np.float32 if x.dtype == torch.float32 else np.float64
+        ref = self._shapes.get((B, np_dt))
+        if ref is None:
+            ref = self._shapes[(B, np_dt)] = {
+                k: (tuple(v.shape), torch.from_numpy(v[:0]).dtype)
+                for k, v in self._initial_np(B, np_dt).items()}
+        if set(state) != set(ref) | {DESIGN_KEY}:
+            raise RtamtInputError(
+                f"{who}: the state has entries {sorted(state)[:6]}, this layer's are "
+                f"{sorted(set(ref) | {DESIGN_KEY})[:6]} (a state of another layer?)")
+        for k, v in state.items():
+            if not isinstance(v, torch.Tensor):
+                raise RtamtInputError(f"{who}: state entry {k!r} is not a tensor")
+            if v.device != x.device:
+                raise RtamtInputError(
+                    f"{who}: state entry {k!r} is on {v.device}, the input on {x.device}")
+        tag = state[DESIGN_KEY]
+        if tuple(tag.shape) != (B, 2):
+            raise RtamtInputError(
+                f"{who}: state entry {DESIGN_KEY!r} has shape "
+                f"{tuple(tag.shape)}, expected ({B}, 2) for a batch of {B}")
+        if not bool((tag[:, 0] == self._tag).all()):
+            raise RtamtInputError(
+                f"{who}: the state was made by another layer or design (another model, "
+                "configuration, sample rate or coefficients)")
+        size = torch.finfo(x.dtype).bits // 8
+        if not bool((tag[:, 1] == size).all()):
+            raise RtamtInputError(
+                f"{who}: dtype change: the state belongs to a stream of "
+                f"{int(tag[0, 1]) * 8}-bit floats, the input is {x.dtype}; start a new "
+                "state (initial_state) to change dtype")
+        for k, (shape, dt) in ref.items():
+            v = state[k]
+            if tuple(v.shape) != shape or v.dtype != dt:
+                raise RtamtInputError(
+                    f"{who}: state entry {k!r} has shape {tuple(v.shape)} {v.dtype}, "
+                    f"expected {shape} {dt} (other batch size or layer?)")

@@ -1,0 +1,304 @@
+"""Adjoint (reverse-time) recursions of the differentiable Dau1997 stages (numba).
+
+Each forward recursion of rtamt has one source, in :mod:`rtamt.engine.kernels`; the
+layers of :mod:`rtamt.nn` run those kernels unchanged for their forward pass.  This
+module holds the matching *adjoint* recursions: given the gradient of a loss with respect
+to a block's output ``gy`` and to the state the block leaves behind (``mu``, the
+"terminal adjoint"), they run backwards in time over the block and return the gradient
+with respect to the block's input and to the state it started from.  Chained over blocks
+(the state's gradient of block ``n + 1`` is the terminal adjoint of block ``n``) they
+give exactly the gradient of one call on the concatenated input.
+
+Notation: a recursion ``s[t] = A s[t-1] + B u[t]``, ``y[t] = C s[t] + D u[t]`` has the
+adjoint ``lam[t] = C^T gy[t] + A^T lam[t+1]``, ``gu[t] = B^T lam[t] + D^T gy[t]``, run
+from ``t = T-1`` down to 0 with ``lam[T] = mu``; the gradient of the incoming state is
+``A^T lam[0]``.  Nonlinear recursions are linearised along the forward trajectory, which
+is recomputed from the saved block input and incoming state (checkpointed every
+:data:`SEGMENT` samples, so the memory is O(T/SEGMENT + SEGMENT) states per stream).
+
+Every array is time-major ``(B, T, C)`` as in :mod:`rtamt.engine.kernels`; the
+gradients are computed in float64.  Kernels *add* into ``gx`` (so that the gradients
+of several consumers of one input accumulate) and replace ``mu`` by the gradient of the
+incoming state.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..engine.fastexp import exp_f64_short
+from ..engine.jit import JIT as _JIT
+
+#: samples between checkpoints of the recomputed forward trajectory
+SEGMENT = 512
+
+
+@njit(**_JIT)
+def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx):
+    """Adjoint of :func:`rtamt.engine.kernels.gammatone4` (Hohmann 2002, Acta Acustica
+    88, 433-442: the all-pole gammatone as a cascade of four identical complex one-pole
+    sections ``z_j[t] = p z_j[t-1] + z_{j-1}[t]``, ``z_0 = x``, ``y = gain Re z_4``).
+
+    A complex multiplication by ``p``, seen as a real 2x2 map on (Re, Im), has the
+    transpose "multiply by conj(p)".  So, backwards in time, with ``mu_j`` the gradient of
+    ``z_j[t]`` through ``z_j[t+1]``: ``lam_4 = gain gy[t] + mu_4``,
+    ``lam_j = lam_{j+1} + mu_j`` (j = 3, 2, 1), ``gx[t] += Re lam_1`` and
+    ``mu_j <- conj(p) lam_j``.  The recursion is linear: no trajectory is needed.
+
+    pr, pi, gain : (C,) pole and output gain (``GammatoneCoeffs.pr``, ``.pi``, ``.gain``).
+    gy   : (B, T, C) output gradient.
+    mur, mui : (B, 4, C) in: gradient of the outgoing state ``(sr, si)``; out: of the
+               incoming state.
+    gx   : (B, T) input gradient (added to).
+    """
+    B, T, C = gy.shape
+    lr = np.empty(4)
+    li = np.empty(4)
+    for b in range(B):
+        for c in range(C):
+            p_r = pr[c]
+            p_i = pi[c]
+            g = gain[c]
+            m_r = mur[b, :, c].copy()
+            m_i = mui[b, :, c].copy()
+            for t in range(T - 1, -1, -1):
+                ar = g * gy[b, t, c]
+                ai = 0.0
+                for j in range(3, -1, -1):
+                    ar += m_r[j]
+                    ai += m_i[j]
+                    lr[j] = ar
+                    li[j] = ai
+                gx[b, t] += lr[0]
+                for j in range(4):
+                    m_r[j] = p_r * lr[j] + p_i * li[j]
+                    m_i[j] = p_r * li[j] - p_i * lr[j]
+            mur[b, :, c] = m_r
+            mui[b, :, c] = m_i
+
+
+@njit(**_JIT)
+def sos_adjoint(sos, rectify, x, gy, mu, gx):
+    """Adjoint of :func:`rtamt.engine.kernels.sos_shared` (DF-II transposed sections,
+    optionally after half-wave rectification).
+
+    One section, forward: ``o = b0 v + z0``, ``z0' = b1 v - a1 o + z1``,
+    ``z1' = b2 v - a2 o``.  Backwards, with ``mu0``, ``mu1`` the gradients of ``z0'``,
+    ``z1'`` and ``g`` that of ``o``: ``go = g - a1 mu0 - a2 mu1``,
+    ``gv = b0 go + b1 mu0 + b2 mu1``, then ``mu0 <- go``, ``mu1 <- mu0``.  The forward
+    kernel leaves a first-order section's second memory unchanged (``z1' = z1``, always
+    0 in a stream it started), so there ``mu1 <- mu0 + mu1``.  Sections run last to first;
+    the rectifier passes the gradient where ``x > 0``.
+
+    sos : (S, 6); x : (B, T, C) the stage input (read only with ``rectify``);
+    gy  : (B, T, C) output gradient (any strides: a column slice of a packed output);
+    mu  : (B, S, 2, C) in: gradient of the outgoing state ``zi``; out: of the incoming one;
+    gx  : (B, T, C) input gradient (added to).
+    """
+    B, T, C = gy.shape
+    S = sos.shape[0]
+    for b in range(B):
+        m = mu[b]
+        for t in range(T - 1, -1, -1):
+            for c in range(C):
+                g = gy[b, t, c]
+                for s_ in range(S - 1, -1, -1):
+                    b0 = sos[s_, 0]
+                    b1 = sos[s_, 1]
+                    b2 = sos[s_, 2]
+                    a1 = sos[s_, 4]
+                    a2 = sos[s_, 5]
+                    m0 = m[s_, 0, c]
+                    m1 = m[s_, 1, c]
+                    go = g - a1 * m0 - a2 * m1
+                    g = b0 * go + b1 * m0 + b2 * m1
+                    m[s_, 0, c] = go
+                    if b2 == 0.0 and a2 == 0.0:
+                        m[s_, 1, c] = m0 + m1
+                    else:
+                        m[s_, 1, c] = m0
+                if rectify and not x[b, t, c] > 0.0:
+                    g = 0.0
+                gx[b, t, c] += g
+
+
+@njit(**_JIT)
+def _efilt_span(p_r, p_i, g, u, t0, t1, ar, ai, wr, wi, store):
+    """``w <- p w + g u[t]`` for ``t0 <= t < t1`` from ``w = ar + i ai``; with ``store``,
+    ``w[t]`` goes to ``wr[t - t0]``, ``wi[t - t0]``.  Returns the last ``w``."""
+    for t in range(t0, t1):
+        v = g * u[t]
+        ar, ai = p_r * ar - p_i * ai + v, p_r * ai + p_i * ar
+        if store:
+            wr[t - t0] = ar
+            wi[t - t0] = ai
+    return ar, ai
+
+
+@njit(**_JIT)
+def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
+    """Adjoint of the complex one-pole modulation filters of
+    :func:`rtamt.engine.kernels.cplx_onepole_bank` (Dau et al. 1997a, JASA 102, 2892:
+    ``w[t] = p w[t-1] + g u[t]``, output ``sc Re w`` for filters ``f < nreal``, else
+    ``sc |w|``).
+
+    Backwards: ``lam = mu + gout`` with ``gout = sc gy`` (real part) for a real-part
+    filter and ``sc gy w / |w|`` for an envelope filter (0 where ``w = 0``);
+    ``gu[t] += g Re lam``; ``mu <- conj(p) lam``.  The envelope filters need ``w[t]``:
+    the forward recursion is rerun from the incoming state ``st``, checkpointed every
+    :data:`SEGMENT` samples.
+
+    coef : (4, F) rows Re p, Im p, g, sc (``ModFilterbankCoeffs.bp_coef``);
+    ch   : (F,) input channel of each filter; x : (B, T, C) the bank's input;
+    st   : (B, 2, F) incoming state; gy : (B, T, F) gradient of the filters' outputs;
+    mu   : (B, 2, F) in: gradient of the outgoing state; out: of the incoming one;
+    gx   : (B, T, C) input gradient (added to).
+    """
+    B, T, C = x.shape
+    F = coef.shape[1]
+    nseg = (T + SEGMENT - 1) // SEGMENT
+    ck = np.empty((nseg, 2, F))
+    wr = np.empty((SEGMENT, F))
+    wi = np.empty((SEGMENT, F))
+    for b in range(B):
+        for f in range(F):
+            ar, ai = st[b, 0, f], st[b, 1, f]
+            for k in range(nseg):                    # checkpoints of the trajectory
+                ck[k, 0, f], ck[k, 1, f] = ar, ai
+                ar, ai = _efilt_span(coef[0, f], coef[1, f], coef[2, f], x[b, :, ch[f]],
+                                     k * SEGMENT, min(T, (k + 1) * SEGMENT), ar, ai,
+                                     wr[:, f], wi[:, f], False)
+        for k in range(nseg - 1, -1, -1):
+            t0 = k * SEGMENT
+            t1 = min(T, t0 + SEGMENT)
+            for f in range(nreal, F):                # w of the envelope filters
+                _efilt_span(coef[0, f], coef[1, f], coef[2, f], x[b, :, ch[f]], t0, t1,
+                            ck[k, 0, f], ck[k, 1, f], wr[:, f], wi[:, f], True)
+            for f in range(F):
+                p_r = coef[0, f]
+                p_i = coef[1, f]
+                g = coef[2, f]
+                sc = coef[3, f]
+                cf = ch[f]
+                m_r = mu[b, 0, f]
+                m_i = mu[b, 1, f]
+                for t in range(t1 - 1, t0 - 1, -1):
+                    gyv = sc * gy[b, t, f]
+                    if f < nreal:
+                        lr = m_r + gyv
+                        li = m_i
+                    else:
+                        vr = wr[t - t0, f]
+                        vi = wi[t - t0, f]
+                        mag = math.sqrt(vr * vr + vi * vi)
+                        if mag > 0.0:
+                            lr = m_r + gyv * vr / mag
+                            li = m_i + gyv * vi / mag
+                        else:
+                            lr = m_r
+                            li = m_i
+                    gx[b, t, cf] += g * lr
+                    m_r = p_r * lr + p_i * li
+                    m_i = p_r * li - p_i * lr
+                mu[b, 0, f] = m_r
+                mu[b, 1, f] = m_i
+
+
+@njit(**_JIT)
+def _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, xv):
+    """One sample of the adaptation loops on one channel (the arithmetic of
+    :func:`rtamt.engine.kernels.adaptloop`, same exponential): advances ``s`` (K,) in
+    place and returns nothing."""
+    v = max(xv, ml)
+    for k in range(a.shape[0]):
+        q = v / s[k]
+        if limit_on and q > 1.0:
+            q = fa[k] / (1.0 + exp_f64_short(ef[k] * (q - 1.0))) - of[k]
+        v = q
+        s[k] = a[k] * s[k] + bcoef[k] * v
+
+
+@njit(**_JIT)
+def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
+    """Adjoint of :func:`rtamt.engine.kernels.adaptloop`, the nonlinear adaptation loops
+    of Püschel (1988) and Dau, Püschel & Kohlrausch (1996a, JASA 99, 3615; Dau et al.
+    1997a), with the overshoot limiter of Münkner (1993) as in AMT ``adaptloop``.
+
+    Forward, per sample and channel: ``v_0 = max(x, m)``; for each loop k
+    ``q_k = v_{k-1} / s_k``, ``v_k = f_k(q_k)`` (the limiter
+    ``f(q) = F / (1 + exp(E (q - 1))) - O`` where it is on and ``q > 1``, else ``q``),
+    ``s_k <- a_k s_k + b_k v_k``; ``y = (v_K - corr) mult``.
+
+    Backwards, with ``lam_k`` the gradient of the updated divider ``s_k``:
+    ``gv_K = mult gy``; for k = K..1: ``gv_k += b_k lam_k``,
+    ``gq_k = f_k'(q_k) gv_k`` with ``f'(q) = -F E e / (1 + e)^2``, ``e = exp(E (q - 1))``
+    (1 below the limiter), ``lam_k <- a_k lam_k - gq_k q_k / s_k``,
+    ``gv_{k-1} = gq_k / s_k``; finally ``gx = gv_0`` where ``x > m``, else 0.  With
+    ``b = 1 - a`` the gradient of the loop coefficient is
+    ``ga_k += lam_k (s_k - v_k)`` (``lam_k`` before its update), summed over streams and
+    channels.  The dividers ``s`` along the block are recomputed from ``s_in``
+    (checkpointed every :data:`SEGMENT` samples).
+
+    a, bcoef : (K,); lanes : the kernel's per-channel constants
+    (``AdaptLoopCoeffs.lanes``: minlvl, corr, mult, factor, expfac, offset, s0);
+    s_in : (B, K, C) incoming dividers; x, gy : (B, T, C);
+    mu   : (B, K, C) in: gradient of the outgoing dividers; out: of the incoming ones;
+    gx   : (B, T, C) added to; ga : (K,) added to.
+    """
+    B, T, C = x.shape
+    K = a.shape[0]
+    nseg = (T + SEGMENT - 1) // SEGMENT
+    ck = np.empty((nseg, K))
+    traj = np.empty((SEGMENT, K))
+    s = np.empty(K)
+    q = np.empty(K)
+    v = np.empty(K)
+    lim = np.zeros(K, np.bool_)
+    for b in range(B):
+        for c in range(C):
+            ml = lanes[0, c]
+            mult = lanes[2, c]
+            fa = lanes[3:3 + K, c]
+            ef = lanes[3 + K:3 + 2 * K, c]
+            of = lanes[3 + 2 * K:3 + 3 * K, c]
+            s[:] = s_in[b, :, c]
+            for t in range(T):
+                if t % SEGMENT == 0:
+                    ck[t // SEGMENT] = s
+                _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c])
+            lam = mu[b, :, c].copy()
+            for kseg in range(nseg - 1, -1, -1):
+                t0 = kseg * SEGMENT
+                t1 = min(T, t0 + SEGMENT)
+                s[:] = ck[kseg]
+                for t in range(t0, t1):
+                    traj[t - t0] = s
+                    _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c])
+                for t in range(t1 - 1, t0 - 1, -1):
+                    st = traj[t - t0]
+                    xv = x[b, t, c]
+                    w = max(xv, ml)
+                    for k in range(K):               # the sample's loop values again
+                        qk = w / st[k]
+                        q[k] = qk
+                        lim[k] = limit_on and qk > 1.0
+                        if lim[k]:
+                            qk = fa[k] / (1.0 + exp_f64_short(ef[k] * (qk - 1.0))) - of[k]
+                        v[k] = qk
+                        w = qk
+                    gv = mult * gy[b, t, c]
+                    for k in range(K - 1, -1, -1):
+                        lk = lam[k]
+                        gv += bcoef[k] * lk
+                        ga[k] += lk * (st[k] - v[k])
+                        gq = gv
+                        if lim[k]:
+                            e = math.exp(ef[k] * (q[k] - 1.0))
+                            gq = -gv * fa[k] * ef[k] * e / ((1.0 + e) * (1.0 + e))
+                        lam[k] = a[k] * lk - gq * q[k] / st[k]
+                        gv = gq / st[k]
+                    if xv > ml:
+                        gx[b, t, c] += gv
+            mu[b, :, c] = lam

@@ -1,0 +1,315 @@
+"""The :mod:`rtamt.nn` layers: rtamt's streaming models and stages as ``torch.nn.Module``s.
+
+* :class:`ChainLayer` runs the stages of an :class:`rtamt.engine.stage.Chain` (the
+  modulation models), :class:`StageLayer` one :class:`rtamt.engine.stage.Stage`;
+  :class:`LoudnessLayer` a time-varying loudness model (forward only).
+* One class per model of :data:`rtamt.models.MODELS` (:class:`Dau1997`, :class:`King2019`,
+  :class:`Osses2021`, :class:`Paulick2024`, :class:`Glasberg2002`, :class:`Moore2016`),
+  built with the same arguments as the streaming model, and one per stage that makes
+  sense alone (:class:`Gammatone`, :class:`IHCEnvelope`, :class:`AdaptLoop`,
+  :class:`ModFilterbank`, ...).
+
+The forward pass runs the streaming kernels themselves, so a layer's output equals the
+streaming model's bit for bit, and any block partition equals one call.  Which stages have
+gradients: see :data:`rtamt.nn._autograd.GRADS` and docs/nn.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import models as _M
+from ..adaptation import adaptloop as _al
+from ..adaptation import highpass as _hp
+from ..engine.contract import RtamtInputError
+from ..engine.stage import Chain, Stage
+from ..filterbank import gammatone as _gt
+from ..ihc import envelope as _ih
+from ..modulation import modfb as _mf
+from ..nonlinear import compression as _cp
+from ._base import Part, StreamLayer, time_last
+
+__all__ = ["ChainLayer", "StageLayer", "LoudnessLayer", "Dau1997", "King2019", "Osses2021",
+           "Paulick2024", "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope",
+           "AdaptLoop", "ModFilterbank", "AdaptHighpass", "BrokenStick", "PowerCompression",
+           "LAYERS"]
+
+
+class ChainLayer(StreamLayer):
+    """A chain of stages as one layer: input ``(batch, T)`` (or ``(batch, C, T)`` when the
+    first stage takes channels), output the last stage's ``(batch, ..., T)``, or with
+    ``output='all'`` a dict ``{stage name: output}`` of every stage (time-last).
+
+    ``stages``: the :class:`~rtamt.engine.stage.Stage` objects (their designs are used,
+    never their own state); ``gain``: the model's input calibration, applied in the
+    input's dtype; ``learnable``: names of stages whose parameters become
+    ``torch.nn.Parameter``s (``self.theta[name]``; only :class:`AdaptLoop` stages have one:
+    the log of the time constants relative to the design).
+    """
+
+    def __init__(self, stages, *, name: str = "chain", n_in: int = 1, gain: float = 1.0,
+                 input_limit: float = float("inf"), limit_text: str = "",
+                 output: str | None = None, learnable=()):
+        parts, n = [], int(n_in)
+        for st in stages:
+            p = Part(st, n)
+            parts.append(p)
+            n = p.n_out
+        self.parts = parts
+        names = [p.name for p in parts]
+        if output not in (None, "all") and output not in names:
+            raise ValueError(f"{name}: output must be None, 'all' or one of {names}")
+        super().__init__(name, tuple(p.fingerprint for p in parts) + (float(gain), n_in))
+        self.in_rank = 2 if parts[0].cls.in_kind == "signal" else 3
+        self.n_in, self.gain, self.output = int(n_in), float(gain), output
+        self.input_limit, self._ltext = float(input_limit), limit_text
+        self.theta = torch.nn.ParameterDict()
+        for s in learnable:
+            p = self[s] if isinstance(s, str) else s
+            if p.grad is None or p.cls is not _al.AdaptLoop:
+                raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
+                                 "(learnable: the adaptation time constants)")
+            self.theta[p.name] = torch.nn.Parameter(
+                torch.zeros(p.coeffs.tau.size, dtype=torch.float64))
+
+    def __getitem__(self, name: str) -> Part:
+        for p in self.parts:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def tau(self, name: str = "adaptloop") -> torch.Tensor:
+        """Time constants (s) of adaptation stage ``name``: the design's, times
+        ``exp(theta)`` when it is learnable."""
+        tau0 = torch.as_tensor(self[name].coeffs.tau, device=self.device)
+        th = self.theta[name] if name in self.theta else None
+        return tau0 if th is None else tau0 * torch.exp(th)
+
+    def _limit_text(self) -> str:
+        return self._ltext
+
+    def _initial_np(self, batch, dtype):
+        return {f"{p.name}.{k}": v for p in self.parts for k, v in p.initial(batch, dtype).items()}
+
+    def _run(self, x, state, need_grad):
+        y = x if self.in_rank == 2 else x.permute(0, 2, 1)
+        y = y.contiguous()
+        if self.gain != 1.0:
+            y = y * torch.tensor(self.gain, dtype=x.dtype, device=x.device)
+        outs, new = {}, {}
+        for p in self.parts:
+            sub = {k: state[f"{p.name}.{k}"] for k in p.keys}
+            th = self.theta[p.name] if p.name in self.theta else None
+            y, ns = p.run(y, sub, th, need_grad)
+            outs[p.name] = y
+            new.update({f"{p.name}.{k}": v for k, v in ns.items()})
+        if self.output == "all":
+            return {k: time_last(v) for k, v in outs.items()}, new
+        return time_last(outs[self.output or self.parts[-1].name]), new
+
+
+class StageLayer(ChainLayer):
+    """One stage as a layer (``n_in``: channels of a channel stage's input, rank 3)."""
+
+    def __init__(self, stage: Stage, n_in: int = 1, learnable: bool = False):
+        super().__init__([stage], name=stage.name, n_in=n_in,
+                         learnable=(stage.name,) if learnable else ())
+
+
+def _from_model(model: Chain, output=None, learnable=False) -> dict:
+    """ChainLayer arguments of a streaming modulation model."""
+    ads = [s.name for s in model.stages if isinstance(s, _al.AdaptLoop)]
+    return dict(name=model.name, gain=model.input_gain, input_limit=model.input_limit,
+                limit_text=model._limit_text(), output=output,
+                learnable=ads if learnable else ())
+
+
+class _ModelLayer(ChainLayer):
+    """A modulation model of :mod:`rtamt.models` (``model_cls``) as a layer; the
+    constructor takes the model's arguments, plus ``output`` and ``learnable``."""
+
+    model_cls: type = Chain
+
+    def __init__(self, fs: float, *args, output: str | None = None, learnable: bool = False,
+                 **kwargs):
+        model = self.model_cls(fs, *args, **kwargs)
+        self.model_config = getattr(model, "config", None)
+        super().__init__(model.stages, **_from_model(model, output, learnable))
+
+
+class Dau1997(_ModelLayer):
+    """:class:`rtamt.models.Dau1997` as a layer: gradients through every stage."""
+
+    model_cls = _M.Dau1997
+
+
+class Osses2021(_ModelLayer):
+    """:class:`rtamt.models.Osses2021` as a layer (ear FIRs forward-only)."""
+
+    model_cls = _M.Osses2021
+
+
+class King2019(_ModelLayer):
+    """:class:`rtamt.models.King2019` as a layer (forward-only)."""
+
+    model_cls = _M.King2019
+
+
+class Paulick2024(_ModelLayer):
+    """:class:`rtamt.models.Paulick2024` as a layer (forward-only)."""
+
+    model_cls = _M.Paulick2024
+
+
+# ---------------------------------------------------------------------------- stages
+def _stage_layer(stage_cls, params_cls, doc: str, channels_from=None):
+    """A :class:`StageLayer` class for ``stage_cls`` built from ``params_cls`` keywords;
+    a channel stage takes ``channels`` (or derives it from ``channels_from(params)``)."""
+
+    class _Layer(StageLayer):
+        def __init__(self, fs: float, channels: int | None = None, *, learnable=False,
+                     **kwargs):
+            params = params_cls(fs=fs, **kwargs)
+            stage = stage_cls(params)
+            if stage_cls.in_kind == "signal":
+                channels = 1
+            elif channels is None:
+                if channels_from is None:
+                    raise TypeError(f"{stage_cls.__name__} layer needs channels=")
+                channels = channels_from(params)
+            super().__init__(stage, int(channels), learnable=learnable)
+
+    _Layer.__name__ = _Layer.__qualname__ = stage_cls.__name__
+    _Layer.__doc__ = doc
+    return _Layer
+
+
+Gammatone = _stage_layer(
+    _gt.Gammatone, _gt.GammatoneParams,
+    "Gammatone filterbank (:mod:`rtamt.filterbank.gammatone`): ``(batch, T)`` -> "
+    "``(batch, C, T)``; differentiable.  ``Gammatone(fs, **GammatoneParams)``.")
+IHCEnvelope = _stage_layer(
+    _ih.IHCEnvelope, _ih.IHCEnvelopeParams,
+    "Inner-hair-cell envelope (:mod:`rtamt.ihc.envelope`): ``(batch, C, T)`` -> same; "
+    "differentiable.  ``IHCEnvelope(fs, channels, **IHCEnvelopeParams)``.")
+AdaptLoop = _stage_layer(
+    _al.AdaptLoop, _al.AdaptLoopParams,
+    "Adaptation loops (:mod:`rtamt.adaptation.adaptloop`): ``(batch, C, T)`` -> same; "
+    "differentiable, with ``learnable=True`` time constants (``theta``: log of tau / "
+    "tau0).  ``AdaptLoop(fs, channels, **AdaptLoopParams)``.")
+ModFilterbank = _stage_layer(
+    _mf.ModFilterbank, _mf.ModFilterbankParams,
+    "Modulation filterbank (:mod:`rtamt.modulation.modfb`): ``(batch, C, T)`` -> packed "
+    "``(batch, F, T)``; differentiable for ``filter_type='efilt'``.  "
+    "``ModFilterbank(fs, fc=(...), **ModFilterbankParams)``.",
+    channels_from=lambda p: len(p.fc))
+AdaptHighpass = _stage_layer(
+    _hp.AdaptHighpass, _hp.AdaptHighpassParams,
+    "King2019's adaptation high-pass (:mod:`rtamt.adaptation.highpass`), forward-only.")
+
+
+def _compression(cls):
+    def make(fs: float | None = None, channels: int = 1, **kwargs):
+        return StageLayer(cls(_cp.CompressionParams(**kwargs)), int(channels))
+
+    make.__name__ = cls.__name__
+    make.__doc__ = (f"{cls.__name__} compression (:mod:`rtamt.nonlinear.compression`) as a "
+                    "forward-only layer: ``(batch, channels, T)`` -> same.")
+    return make
+
+
+BrokenStick = _compression(_cp.BrokenStick)
+PowerCompression = _compression(_cp.PowerCompression)
+
+
+# ---------------------------------------------------------------------------- loudness
+class LoudnessLayer(StreamLayer):
+    """A time-varying loudness model (:mod:`rtamt.loudness.tvl`) as a forward-only layer:
+    input ``(batch, T)`` (:class:`Moore2016`: also ``(batch, 2, T)``, left/right), output
+    the frames completed in the block, ``(batch, ..., F)``: ``output`` (default ``'stl'``)
+    or with ``output='all'`` a dict of every output (``frame_time`` ``(F,)``)."""
+
+    rows_per_stream = 1
+
+    def __init__(self, model, output: str | None = "stl"):
+        outs = tuple(model.outputs)
+        if output != "all" and output not in outs:
+            raise ValueError(f"{model.name}: output must be 'all' or one of {outs}")
+        super().__init__(model.name, (model.design_identity()["fingerprint"],))
+        self.model, self.output = model, output
+        self.input_limit = model.input_limit
+
+    def _limit_text(self) -> str:
+        return self.model._limit_text()
+
+    def _initial_np(self, batch, dtype):
+        r = self.rows_per_stream
+        st = self.model._init_state(batch * r, self._mode)
+        out = {}
+        for k, v in st.items():
+            if k in self.model.shared_state:
+                out[k] = np.repeat(v[None], batch, axis=0)
+            else:
+                out[k] = np.ascontiguousarray(v.reshape((batch, r) + v.shape[1:]) if r > 1
+                                              else v)
+        return out
+
+    _mode = "mono"
+
+    def _rows(self, x: torch.Tensor) -> np.ndarray:
+        return x.detach().cpu().numpy().astype(np.float64)
+
+    def _run(self, x, state, need_grad):
+        if need_grad:
+            raise RtamtInputError(f"{self.name}: the loudness layers are forward-only (no "
+                                  "gradients); run them under torch.no_grad()")
+        m = self.model
+        B, r = x.shape[0], self.rows_per_stream
+        st = {}
+        for k, v in state.items():
+            a = v.detach().cpu().numpy()
+            if k in m.shared_state:
+                if not (a == a[:1]).all():
+                    raise RtamtInputError(f"{self.name}: the streams' frame clocks differ")
+                st[k] = a[0].copy()
+            else:
+                st[k] = a.reshape((B * r,) + a.shape[2 if r > 1 else 1:]).copy()
+        rows = self._rows(x)
+        lead = (B, 2) if r > 1 else (B,)
+        out = m.process(m.coeffs, st, rows, lead, "stereo" if r > 1 else self._mode)
+        dev = x.device
+        ys = {k: (torch.from_numpy(np.asarray(v)).to(dev) if k == "frame_time" else
+                  torch.from_numpy(np.ascontiguousarray(v).astype(
+                      np.float32 if x.dtype == torch.float32 else np.float64)).to(dev))
+              for k, v in out.items()}
+        new = {k: torch.from_numpy(np.repeat(v[None], B, axis=0) if k in m.shared_state else
+                                   v.reshape((B, r) + v.shape[1:]) if r > 1 else v).to(dev)
+               for k, v in st.items()}
+        return (ys if self.output == "all" else ys[self.output]), new
+
+
+class Glasberg2002(LoudnessLayer):
+    """:class:`rtamt.models.Glasberg2002` as a forward-only layer: ``(batch, T)`` ->
+    ``(batch, F)`` short-term loudness (sone) by default."""
+
+    def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
+        super().__init__(_M.Glasberg2002(fs, *args, **kwargs), output)
+
+
+class Moore2016(LoudnessLayer):
+    """:class:`rtamt.models.Moore2016` as a forward-only layer: ``(batch, 2, T)`` (left,
+    right) -> ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic
+    signal is given as ``(batch, 2, T)`` with both rows equal."""
+
+    in_rank, n_in, rows_per_stream = 3, 2, 2
+
+    def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
+        super().__init__(_M.Moore2016(fs, *args, **kwargs), output)
+
+    def _rows(self, x):
+        return x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
+
+
+#: a layer class for every model of :data:`rtamt.models.MODELS`, by the same key
+LAYERS = {"dau1997": Dau1997, "glasberg2002": Glasberg2002, "king2019": King2019,
+          "moore2016": Moore2016, "osses2021": Osses2021, "paulick2024": Paulick2024}

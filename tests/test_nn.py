@@ -1,0 +1,209 @@
+"""rtamt.nn forward behaviour: equality with the streaming models, block invariance, the
+state as batch-first tensors, no-grad / inference mode, devices and bad input."""
+import numpy as np
+import pytest
+import torch
+
+import rtamt.nn as rn
+from rtamt.engine.contract import RtamtInputError
+from rtamt.models import MODELS
+
+FS = 16000
+#: small configurations of every model (same keywords for the model and its layer)
+KW = {"dau1997": dict(fhigh=2000.0), "osses2021": dict(fhigh=2000.0),
+      "king2019": dict(basef=1000.0), "paulick2024": dict(n_channels=4, fhigh=4000.0),
+      "glasberg2002": {}, "moore2016": {}}
+#: sample rates (the loudness models analyse up to 15 kHz)
+RATE = {"glasberg2002": 32000, "moore2016": 32000}
+
+
+def _signal(shape, seed=0, scale=0.05):
+    return np.random.default_rng(seed).standard_normal(shape) * scale
+
+
+def _shape(key, B, T):
+    return (B, 2, T) if key == "moore2016" else (B, T)
+
+
+def _all_equal(a: dict, b: dict):
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), b[k].numpy(), err_msg=k)
+
+
+def test_every_model_has_a_layer():
+    assert set(rn.LAYERS) == set(MODELS)
+
+
+@pytest.mark.parametrize("key", sorted(MODELS))
+def test_layer_equals_model_and_blocks_equal_one_call(key):
+    """Float64 outputs equal the streaming model's bit for bit, every output, and the
+    layer called block by block (online_inference) equals one call."""
+    B, T = 2, 400
+    x = _signal(_shape(key, B, T), seed=3)
+    fs = RATE.get(key, FS)
+    model = MODELS[key](fs, **KW[key])
+    ref = model.process_all(x)
+    layer = rn.LAYERS[key](fs, **KW[key], output="all")
+    y, st = layer(torch.from_numpy(x))
+    _all_equal(ref, y)
+    ctx, parts = None, []
+    for a, b in ((0, 1), (1, 97), (97, 250), (250, T)):
+        yb, ctx = layer.online_inference(torch.from_numpy(x[..., a:b]), ctx)
+        parts.append(yb)
+    for k in y:
+        axis = 0 if k == "frame_time" else -1
+        np.testing.assert_array_equal(torch.cat([p[k] for p in parts], axis).numpy(),
+                                      y[k].numpy(), err_msg=k)
+    for k in st:
+        assert torch.equal(st[k], ctx[k]), k
+        assert st[k].shape[0] == B, k         # batch-first
+
+
+def test_default_output_and_float32():
+    """The default output is the last stage's (batch, ..., T); float32 equals the model's
+    float32 stream."""
+    x = _signal((1, 300)).astype(np.float32)
+    model = MODELS["dau1997"](FS, fhigh=2000.0)
+    layer = rn.Dau1997(FS, fhigh=2000.0)
+    y, st = layer(torch.from_numpy(x))
+    np.testing.assert_array_equal(y.numpy(), model(x))
+    assert y.dtype == torch.float32 and st["adaptloop.s"].dtype == torch.float32
+
+
+def test_states_stack_on_the_batch_axis():
+    """States of single streams concatenate on axis 0 into the state of their batch."""
+    layer = rn.Dau1997(FS, fhigh=2000.0)
+    x = torch.from_numpy(_signal((2, 300), seed=5))
+    _, s0 = layer(x[:1, :150])
+    _, s1 = layer(x[1:, :150])
+    both = {k: torch.cat([s0[k], s1[k]]) for k in s0}
+    y, _ = layer(x[:, 150:], both)
+    y0, _ = layer(x[:1, 150:], s0)
+    y1, _ = layer(x[1:, 150:], s1)
+    assert torch.equal(y, torch.cat([y0, y1]))
+
+
+def test_stage_layers_equal_stages():
+    """The stage layers equal their streaming stages (channel stages take (batch, C, T))."""
+    from rtamt.adaptation import AdaptLoop, AdaptLoopParams
+    from rtamt.filterbank import Gammatone, GammatoneParams
+
+    x = _signal((2, 200))
+    ref = Gammatone(GammatoneParams(fs=FS, fc=(300.0, 900.0)))(x)
+    y, _ = rn.Gammatone(FS, fc=(300.0, 900.0))(torch.from_numpy(x))
+    np.testing.assert_array_equal(y.numpy(), ref)
+    xc = np.abs(_signal((2, 3, 200), scale=0.5))
+    ref = AdaptLoop(AdaptLoopParams(fs=FS))(xc)
+    y, _ = rn.AdaptLoop(FS, 3)(torch.from_numpy(xc))
+    np.testing.assert_array_equal(y.numpy(), ref)
+
+
+def _saved_while(fn):
+    """Run ``fn`` and count the tensors autograd saves for backward meanwhile."""
+    n = [0]
+
+    def pack(t):
+        n[0] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return n[0]
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_no_grad_saves_nothing(mode):
+    """Under no_grad / inference_mode nothing is recorded or saved, even with a learnable
+    parameter and an input that requires grad, over many blocks."""
+    layer = rn.Dau1997(FS, fhigh=2000.0, learnable=True)
+    x = torch.from_numpy(_signal((2, 64 * 40)))
+
+    def stream():
+        st = None
+        with mode():
+            for i in range(40):
+                xb = x[:, 64 * i:64 * (i + 1)].clone().requires_grad_(mode is torch.no_grad)
+                y, st = layer(xb, st)
+                assert y.grad_fn is None and not y.requires_grad
+                assert all(v.grad_fn is None for v in st.values())
+        return st
+
+    assert _saved_while(stream) == 0
+
+
+def test_detached_stream_does_not_grow():
+    """With grad on and the state detached every block (truncated BPTT of 1 block), each
+    block saves the same number of tensors: nothing accumulates across blocks."""
+    layer = rn.Dau1997(FS, fhigh=2000.0, learnable=True)
+    x = torch.from_numpy(_signal((1, 64 * 6)))
+    counts, st = [], None
+
+    def one(i):
+        nonlocal st
+        y, st = layer(x[:, 64 * i:64 * (i + 1)], st)
+        y.sum().backward()
+        st = rn.detach_state(st)
+
+    for i in range(6):
+        counts.append(_saved_while(lambda i=i: one(i)))
+    assert counts[0] > 0 and len(set(counts)) == 1
+
+
+def test_to_device_moves_parameters_and_state():
+    layer = rn.Dau1997(FS, fhigh=2000.0, learnable=True).to("cpu")
+    assert layer.device.type == "cpu" and layer.theta["adaptloop"].device.type == "cpu"
+    st = layer.initial_state(1, dtype=torch.float64)
+    assert all(v.device.type == "cpu" for v in st.values())
+    meta = layer.initial_state(1, device="meta", dtype=torch.float64)
+    assert all(v.device.type == "meta" for v in meta.values())
+    with pytest.raises(RtamtInputError, match="is on meta"):
+        layer(torch.zeros(1, 10, dtype=torch.float64), meta)
+    layer.to("meta")
+    assert layer.theta["adaptloop"].device.type == "meta"
+    assert layer.initial_state(1)["adaptloop.s"].device.type == "meta"
+
+
+def _frozen(st):
+    return {k: v.clone() for k, v in st.items()}
+
+
+def test_bad_input_raises_and_leaves_the_state():
+    layer = rn.Dau1997(FS, fhigh=2000.0)
+    x = torch.from_numpy(_signal((2, 100)))
+    _, st = layer(x)
+    before = _frozen(st)
+    other = rn.Dau1997(FS, fhigh=3000.0)
+    _, st_other = other(x)
+    gt = rn.Gammatone(FS, fc=(500.0,))
+    _, st_gt = gt(x)
+    bad = [
+        (x[0], "expected shape"),                                   # rank 1
+        (x[:, None], "expected shape"),                             # rank 3
+        (x.float(), "dtype change"),                                # float32 after float64
+        (x.to(torch.int32), "dtype"),
+        (torch.full_like(x, float("nan")), "non-finite"),
+        (x * 1e9, "physical limit"),
+        (x[:1], "shape"),                                           # other batch size
+    ]
+    for xb, msg in bad:
+        with pytest.raises(RtamtInputError, match=msg):
+            layer(xb, st)
+    for sb, msg in ((st_other, "another layer or design"), (st_gt, "entries"),
+                    ("state", "state dict")):
+        with pytest.raises(RtamtInputError, match=msg):
+            layer(x, sb)
+    for k in st:
+        assert torch.equal(st[k], before[k])
+    y, st2 = layer(x, st)                               # the state still works
+    assert torch.equal(st["adaptloop.s"], before["adaptloop.s"])   # and is never written
+    assert not torch.equal(st2["adaptloop.s"], st["adaptloop.s"])
+
+
+def test_moore2016_diotic_equals_stereo_rows():
+    """A (batch, 2, T) pair with equal rows is the model's stereo stream."""
+    x = _signal((1, 1, 300))
+    x2 = np.repeat(x, 2, axis=1)
+    layer = rn.Moore2016(32000)
+    y, _ = layer(torch.from_numpy(x2))
+    np.testing.assert_array_equal(y.numpy(), MODELS["moore2016"](32000)(x2)["stl"])

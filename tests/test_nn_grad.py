@@ -1,0 +1,166 @@
+"""rtamt.nn gradients: gradcheck of every differentiable stage (input, incoming state,
+learnable time constants; limiter active and inactive), and gradients across blocks with
+carried state equal to one call."""
+import numpy as np
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import rtamt.nn as rn
+from rtamt.engine.contract import RtamtInputError
+
+FS = 8000
+FC = (500.0, 1000.0, 3000.0)
+
+
+def _x(shape, seed=0, scale=1.0, positive=False):
+    a = np.random.default_rng(seed).standard_normal(shape) * scale
+    return torch.from_numpy(np.abs(a) if positive else a)
+
+
+def _check(layer, x, warm=None, eps=1e-6, atol=1e-6):
+    """gradcheck of ``layer`` w.r.t. the block input and every state entry (started from
+    the state after ``warm``, so that it is not trivially zero)."""
+    _, st = layer(x if warm is None else warm)
+    keys = [k for k in st if k != rn.DESIGN_KEY]
+    tag = st[rn.DESIGN_KEY]
+
+    def f(xb, *vals):
+        y, new = layer(xb, dict(zip(keys, vals), **{rn.DESIGN_KEY: tag}))
+        return (y,) + tuple(new[k] for k in keys)
+
+    inputs = [x.clone().requires_grad_(True)] + [st[k].clone().requires_grad_(True)
+                                                 for k in keys]
+    assert gradcheck(f, inputs, eps=eps, atol=atol, rtol=1e-4)
+
+
+def test_gammatone_gradcheck():
+    """The gammatone's section memories grow to ~1e3 (the gain is applied at the output):
+    a linear map, so a larger finite-difference step loses no accuracy and keeps the
+    rounding of those large values out of the numerical Jacobian."""
+    _check(rn.Gammatone(FS, fc=FC[:2]), _x((2, 30), scale=0.3), warm=_x((2, 20), 1),
+           eps=1e-3)
+
+
+@pytest.mark.parametrize("preset", ["dau1996", "breebaart2001"])
+def test_ihc_gradcheck(preset):
+    _check(rn.IHCEnvelope(FS, 2, preset=preset), _x((2, 2, 30)), warm=_x((2, 2, 20), 1))
+
+
+def _limited(warm, x):
+    """Whether the overshoot limiter acts on block ``x`` after ``warm``: the output differs
+    from that of the same loops without the limiter, from the same state."""
+    on, off = rn.AdaptLoop(FS, 2), rn.AdaptLoop(FS, 2, limit=0.0)
+    _, st = on(warm)
+    y_on, _ = on(x, st)
+    tag = off.initial_state(x.shape[0], dtype=x.dtype)[rn.DESIGN_KEY]
+    y_off, _ = off(x, dict(st, **{rn.DESIGN_KEY: tag}))
+    return not torch.equal(y_on, y_off)
+
+
+@pytest.mark.parametrize("warm_level,n_warm,level,active", [(1.0, 8000, 0.01, False),
+                                                           (0.01, 20, 3.0, True)])
+def test_adaptloop_gradcheck_limiter(warm_level, n_warm, level, active):
+    """A quiet block after 1 s of a loud one (limiter inactive: every loop adapted above
+    its input) and an onset far above the adapted state (limiter active)."""
+    warm = _x((2, 2, n_warm), 1, scale=warm_level, positive=True)
+    x = _x((2, 2, 30), 2, scale=level, positive=True)
+    assert _limited(warm, x) is active
+    _check(rn.AdaptLoop(FS, 2), x, warm=warm)
+
+
+def test_adaptloop_learnable_tau_gradcheck():
+    """Gradient w.r.t. theta (tau = tau0 exp(theta)) through the coefficient design, with
+    the limiter active, checked against finite differences of the forward kernel."""
+    layer = rn.AdaptLoop(FS, 2, learnable=True)
+    x = _x((2, 2, 40), 3, scale=2.0, positive=True)
+    with torch.no_grad():
+        layer.theta["adaptloop"].copy_(torch.tensor([0.1, -0.2, 0.0, 0.3, -0.1]))
+
+    def f(theta):
+        y, st = torch.func.functional_call(layer, {"theta.adaptloop": theta}, (x,))
+        return y, st["adaptloop.s"]
+
+    theta = layer.theta["adaptloop"].detach().clone().requires_grad_(True)
+    assert gradcheck(f, (theta,), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("preset", ["amt0910", "jepsen2008"])
+def test_modfb_gradcheck(preset):
+    """The efilt bank: low-pass, real-part and envelope filters (amt0910 reaches
+    envelope filters at fc = 3 kHz), with the 150 Hz pre-filter in jepsen2008."""
+    layer = rn.ModFilterbank(FS, fc=FC, preset=preset)
+    c = layer.parts[0].coeffs
+    assert 0 < c.bp_nreal < c.bp_channel.size          # both kinds of filter present
+    _check(layer, _x((1, 3, 25)), warm=_x((1, 3, 20), 1))
+
+
+def test_dau1997_gradcheck():
+    """The whole Dau1997 chain (input and every stage's state)."""
+    layer = rn.Dau1997(FS, fc=(1000.0, 2000.0))
+    _check(layer, _x((1, 20), scale=0.3), warm=_x((1, 40), 1, scale=0.3))
+
+
+def _loss(y, w):
+    return (y * w).sum()
+
+
+def test_gradient_over_blocks_equals_one_call():
+    """Two blocks with carried (not detached) state give the gradient of one call on the
+    concatenated input, w.r.t. the input, the first block's state and the learnable time
+    constants (<= 1e-10 relative), across a 20 dB onset."""
+    layer = rn.Dau1997(FS, fc=(1000.0, 2000.0), learnable=True)
+    T, cut = 700, 300
+    x = _x((2, T), 4, scale=0.5)
+    with torch.no_grad():
+        _, s0 = layer(_x((2, 100), 5, scale=0.05))
+    w = _x((2, layer.parts[-1].n_out, T), 6)
+    th = layer.theta["adaptloop"]
+
+    def grads(blocks):
+        xs = x.clone().requires_grad_(True)
+        st = {k: (v.clone().requires_grad_(True) if v.is_floating_point() else v)
+              for k, v in s0.items()}
+        th.grad = None
+        loss, s, a = 0.0, st, 0
+        for b in blocks:
+            y, s = layer(xs[:, a:b], s)
+            loss = loss + _loss(y, w[..., a:b])
+            a = b
+        loss.backward()
+        return [xs.grad, th.grad.clone()] + [st[k].grad for k in sorted(st)
+                                             if st[k].requires_grad]
+
+    one, two = grads([T]), grads([cut, T])
+    for g1, g2 in zip(one, two):
+        assert torch.linalg.norm(g1 - g2) <= 1e-10 * torch.linalg.norm(g1)
+    assert torch.linalg.norm(one[1]) > 0
+
+
+def test_detach_state_truncates():
+    """detach_state stops the gradient at the block boundary: the first block's input
+    gets no gradient from the second block's loss."""
+    layer = rn.Dau1997(FS, fc=(1000.0,))
+    x = _x((1, 200), 7, scale=0.3).requires_grad_(True)
+    _, s = layer(x[:, :100])
+    y, _ = layer(x[:, 100:], rn.detach_state(s))
+    y.sum().backward()
+    assert torch.count_nonzero(x.grad[:, :100]) == 0
+    assert torch.count_nonzero(x.grad[:, 100:]) > 0
+    x.grad = None
+    _, s = layer(x[:, :100])
+    y, _ = layer(x[:, 100:], s)
+    y.sum().backward()
+    assert torch.count_nonzero(x.grad[:, :100]) > 0
+
+
+def test_forward_only_stages_refuse_gradients():
+    x = _x((1, 100), scale=0.1).requires_grad_(True)
+    with pytest.raises(RtamtInputError, match="forward-only"):
+        rn.King2019(16000, basef=1000.0)(x)
+    xc = _x((1, 2, 50)).requires_grad_(True)
+    with pytest.raises(RtamtInputError, match="forward-only"):
+        rn.ModFilterbank(FS, fc=FC[:2], filter_type="butterworth")(xc)
+    with torch.no_grad():                              # forward-only works without grad
+        y, _ = rn.King2019(16000, basef=1000.0)(x)
+    assert y.grad_fn is None
