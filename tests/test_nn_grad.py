@@ -105,11 +105,22 @@ def _loss(y, w):
     return (y * w).sum()
 
 
-def test_gradient_over_blocks_equals_one_call():
+def test_osses2021_gradcheck():
+    """Osses2021 end to end (ear FIRs, gammatone, 5 IHC low-passes, limiter 5, jepsen2008
+    bank with its pre-filter), w.r.t. the input (gradcheck's fast mode: random
+    projections of the Jacobian, one backward pass instead of one per output)."""
+    layer = rn.Osses2021(FS, fc=(1000.0, 2000.0))
+    _, st = layer(_x((1, 300), 1, scale=0.3))
+    assert gradcheck(lambda xb: layer(xb, st)[0], (_x((1, 12), scale=0.3).requires_grad_(),),
+                     eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
+
+
+@pytest.mark.parametrize("model", [rn.Dau1997, rn.Osses2021])
+def test_gradient_over_blocks_equals_one_call(model):
     """Two blocks with carried (not detached) state give the gradient of one call on the
     concatenated input, w.r.t. the input, the first block's state and the learnable time
     constants (<= 1e-10 relative), across a 20 dB onset."""
-    layer = rn.Dau1997(FS, fc=(1000.0, 2000.0), learnable=True)
+    layer = model(FS, fc=(1000.0, 2000.0), learnable=True)
     T, cut = 700, 300
     x = _x((2, T), 4, scale=0.5)
     with torch.no_grad():
@@ -164,3 +175,27 @@ def test_forward_only_stages_refuse_gradients():
     with torch.no_grad():                              # forward-only works without grad
         y, _ = rn.King2019(16000, basef=1000.0)(x)
     assert y.grad_fn is None
+
+
+def test_highpass_and_compression_gradcheck():
+    """King2019's adaptation high-pass and both compressions (above and below the knee;
+    no input at 0, where the power law has no derivative)."""
+    _check(rn.AdaptHighpass(FS, 2), _x((2, 2, 30)), warm=_x((2, 2, 20), 1))
+    x = _x((2, 2, 30), 2, scale=0.01)
+    x = x + 0.002 * torch.sign(x)
+    layer = rn.BrokenStick(channels=2, knee_db=60.0)          # knee at 0.01
+    assert (x.abs() > 0.01).any() and (x.abs() < 0.01).any()
+    _check(layer, x)
+    _check(rn.PowerCompression(channels=2, knee_db=60.0), x)
+
+
+@pytest.mark.parametrize("kind", ["headphone", "middleear"])
+def test_ear_fir_gradcheck(kind):
+    """The ear FIRs: input and the incoming history."""
+    from rtamt.ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
+
+    stage = (HeadphoneFilter(HeadphoneParams(fs=FS)) if kind == "headphone" else
+             MiddleEarFilter(MiddleEarParams(fs=FS, preset="jepsen2008")))
+    layer = rn.StageLayer(stage)
+    assert layer.parts[0].grad is not None
+    _check(layer, _x((1, 20)), warm=_x((1, 400), 1))

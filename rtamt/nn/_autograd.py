@@ -4,7 +4,9 @@ backward pass the stage's adjoint recursion (:mod:`rtamt.nn.adjoint`).
 
 A stage is differentiable when :data:`GRADS` has a rule for its class (and the rule
 accepts its design): :class:`GammatoneGrad`, :class:`SOSGrad` (the IHC envelope),
-:class:`AdaptLoopGrad` and :class:`ModFilterbankGrad` (the ``efilt`` bank).
+:class:`AdaptLoopGrad`, :class:`ModFilterbankGrad` (the ``efilt`` bank),
+:class:`HighpassGrad` (King2019's adaptation high-pass), :class:`FIRGrad` (the ear
+filters) and the compressions (:class:`BrokenStickGrad`, :class:`PowerGrad`).
 """
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..adaptation.adaptloop import AdaptLoop
+from ..adaptation.highpass import AdaptHighpass
+from ..ear.filters import HeadphoneFilter, MiddleEarFilter, OuterMiddleEarFilter
 from ..engine import kernels as K
 from ..filterbank.gammatone import Gammatone
 from ..ihc.envelope import IHCEnvelope
 from ..modulation.modfb import ModFilterbank
+from ..nonlinear.compression import BrokenStick, PowerCompression
 from . import adjoint as A
 
 
@@ -65,6 +70,46 @@ class SOSGrad(StageGrad):
         gx = np.zeros(x.shape)
         A.sos_adjoint(coeffs.sos, cls.rectify, x, gy, mu["zi"], gx)
         return gx, None
+
+
+class HighpassGrad(SOSGrad):
+    """:class:`rtamt.adaptation.highpass.AdaptHighpass` (no rectifier)."""
+
+    rectify = False
+
+
+class FIRGrad(StageGrad):
+    """The ear filters (:class:`rtamt.ear.fir.FIRSignalStage`): ``(B, T)`` in and out."""
+
+    @staticmethod
+    def backward(coeffs, x, state, gy, mu):
+        x3 = x[:, :, None] if x.ndim == 2 else x
+        gx = np.zeros(x3.shape)
+        A.fir_adjoint(coeffs.h, gy.reshape(x3.shape), mu["hist"], gx)
+        return gx.reshape(x.shape), None
+
+
+class BrokenStickGrad(StageGrad):
+    """``y = sign(x) |x|^n k^(1-n)`` above the knee ``k``, else ``x``:
+    ``dy/dx = n |x|^(n-1) k^(1-n)`` above the knee, 1 below (pointwise, no state)."""
+
+    @staticmethod
+    def backward(coeffs, x, state, gy, mu):
+        n, k, ax = coeffs.exponent, coeffs.knee, np.abs(x)
+        d = np.where(ax > k, n * np.maximum(ax, k) ** (n - 1) * k ** (1 - n), 1.0)
+        return gy * d, None
+
+
+class PowerGrad(StageGrad):
+    """``y = sign(x) |x/k|^n k``: ``dy/dx = n |x/k|^(n-1)`` (infinite at ``x = 0`` for
+    ``n < 1``: the gradient there is set to 0)."""
+
+    @staticmethod
+    def backward(coeffs, x, state, gy, mu):
+        n, k, ax = coeffs.exponent, coeffs.knee, np.abs(x)
+        with np.errstate(divide="ignore"):
+            d = np.where(ax > 0, n * (ax / k) ** (n - 1), 0.0)
+        return gy * d, None
 
 
 class AdaptLoopGrad(StageGrad):
@@ -119,7 +164,10 @@ class ModFilterbankGrad(StageGrad):
 
 #: backward rules by stage class
 GRADS: dict[type, type] = {Gammatone: GammatoneGrad, IHCEnvelope: SOSGrad,
-                           AdaptLoop: AdaptLoopGrad, ModFilterbank: ModFilterbankGrad}
+                           AdaptLoop: AdaptLoopGrad, ModFilterbank: ModFilterbankGrad,
+                           AdaptHighpass: HighpassGrad, HeadphoneFilter: FIRGrad,
+                           MiddleEarFilter: FIRGrad, OuterMiddleEarFilter: FIRGrad,
+                           BrokenStick: BrokenStickGrad, PowerCompression: PowerGrad}
 
 
 def grad_rule(stage, coeffs):
@@ -150,7 +198,7 @@ class StageFunction(torch.autograd.Function):
     def forward(ctx, part, x, param, *state):
         coeffs = part.grad.coeffs_for(part.coeffs, param)
         out = run_stage(part.cls, coeffs, part.keys, x, state)
-        ctx.part, ctx.coeffs = part, coeffs
+        ctx.part, ctx.coeffs, ctx.y_shape = part, coeffs, tuple(out[0].shape)
         ctx.save_for_backward(x, param, *state)
         return tuple(o.to(x.device) for o in out)
 
@@ -162,7 +210,7 @@ class StageFunction(torch.autograd.Function):
         mu = {k: (np.zeros(s.shape) if g is None else _np(g))
               for k, g, s in zip(part.keys, gstate, state)}
         st = {k: _np(s) for k, s in zip(part.keys, state)}
-        gyn = np.zeros(tuple(x.shape[:2]) + (part.n_out,)) if gy is None else _np(gy)
+        gyn = np.zeros(ctx.y_shape) if gy is None else _np(gy)
         gx, gp = part.grad.backward(ctx.coeffs, _np(x), st, gyn, mu)
 
         def back(a, like):

@@ -144,13 +144,14 @@ class Dau1997(_ModelLayer):
 
 
 class Osses2021(_ModelLayer):
-    """:class:`rtamt.models.Osses2021` as a layer (ear FIRs forward-only)."""
+    """:class:`rtamt.models.Osses2021` as a layer: gradients through every stage."""
 
     model_cls = _M.Osses2021
 
 
 class King2019(_ModelLayer):
-    """:class:`rtamt.models.King2019` as a layer (forward-only)."""
+    """:class:`rtamt.models.King2019` as a layer (forward-only: its modulation bank has no
+    adjoint yet; the stages before it have one)."""
 
     model_cls = _M.King2019
 
@@ -205,7 +206,8 @@ ModFilterbank = _stage_layer(
     channels_from=lambda p: len(p.fc))
 AdaptHighpass = _stage_layer(
     _hp.AdaptHighpass, _hp.AdaptHighpassParams,
-    "King2019's adaptation high-pass (:mod:`rtamt.adaptation.highpass`), forward-only.")
+    "King2019's adaptation high-pass (:mod:`rtamt.adaptation.highpass`): ``(batch, C, T)`` "
+    "-> same; differentiable.  ``AdaptHighpass(fs, channels, **AdaptHighpassParams)``.")
 
 
 def _compression(cls):
@@ -214,7 +216,7 @@ def _compression(cls):
 
     make.__name__ = cls.__name__
     make.__doc__ = (f"{cls.__name__} compression (:mod:`rtamt.nonlinear.compression`) as a "
-                    "forward-only layer: ``(batch, channels, T)`` -> same.")
+                    "differentiable layer: ``(batch, channels, T)`` -> same.")
     return make
 
 
