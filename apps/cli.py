@@ -21,7 +21,7 @@ import argparse
 import os
 import sys
 
-from . import calibrate, devices, meter, models, monitor, process, stream
+from . import calibrate, devices, features, meter, models, monitor, process, stream
 from .args import UsageError
 
 COMMANDS = {
@@ -33,6 +33,8 @@ COMMANDS = {
     "monitor": (monitor, "live pyqtgraph monitor: excitation, loudness, modulation "
                 "spectrum, health (demo, WAV or device)"),
     "calibrate": (calibrate, "measure a calibrator tone and store spl_ref for the meter"),
+    "features": (features, "features of a corpus (WAV files, directories, lhotse manifests) "
+                 "as a lhotse CutSet, resumable, on N processes or a Dask cluster"),
 }
 
 #: exit status of a usage error / of a run cut short by a closed stdout / by Ctrl-C

@@ -1,0 +1,425 @@
+"""``rtamt features``: rtamt features of a corpus as a lhotse ``CutSet`` (extra ``[lhotse]``).
+
+::
+
+    rtamt features DIR_OR_WAV_OR_MANIFEST... --out OUT [--model dau1997] [--output modfb]
+                   [--pooling db] [--frame-shift 0.01] [--jobs N | --dask tcp://host:8786]
+
+Inputs: WAV (or FLAC) files, directories (searched recursively for ``*.wav``, ``*.wave``,
+``*.flac``), or lhotse manifests (``.jsonl[.gz]``, ``.json[.gz]``, ``.yaml``) of
+recordings or cuts.  Every cut is one item, computed by
+:class:`rtamt.integrations.lhotse.RtamtExtractor` in this process (``--jobs 1``), a pool
+of ``N`` processes (``--jobs N``) or the workers of a running Dask scheduler (``--dask``;
+the workers need rtamt with the extra installed and ``OUT`` on a shared file system).
+
+``OUT`` holds:
+
+* ``extractor.yaml``: the configuration (a rerun with another one is refused);
+* ``feats/``: one lilcom (``--storage lilcom``, lossy to 2^-5) or ``.npy`` file per item
+  (lhotse's ``LilcomFilesWriter`` / ``NumpyFilesWriter``);
+* ``done/``: one JSON cut manifest per finished item, written atomically (a temporary
+  file renamed into place) after its features are on disk;
+* ``cuts.jsonl.gz``: every finished item's cut with its features (the lhotse ``CutSet``),
+  rebuilt from ``done/`` at the end of each run and renamed into place;
+* ``failures.jsonl``: the items that could not be computed in the last run (unreadable or
+  corrupt audio, a model error), one JSON object per line with the error.
+
+Resumable: an item whose ``done/`` entry exists is skipped, so a run that was killed
+continues where it stopped; an item killed half way has no ``done/`` entry and is computed
+again (its orphaned features file, if any, is never referenced).  A failed item is
+reported, listed and retried by the next run; the others are processed and the command
+exits with 0.  A progress bar (tqdm, on a terminal) shows audio hours done and the speed in
+hours of audio per hour of wall time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+from rtamt.integrations import LHOTSE_INSTALL_HINT
+from rtamt.models import MODELS
+
+from .args import UsageError, int_range, positive_float, spl_ref_db
+
+#: file endings taken from a directory
+DIR_EXTENSIONS = (".wav", ".wave", ".flac")
+MANIFEST_EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".yaml", ".yml")
+STORAGES = {"lilcom": "LilcomFilesWriter", "numpy": "NumpyFilesWriter"}
+
+
+def add_arguments(p):
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="WAV/FLAC files, directories (searched recursively) or lhotse "
+                        "recordings/cuts manifests")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (created; a rerun resumes it)")
+    p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
+    p.add_argument("--output", default=None, metavar="NAME",
+                   help="model output to pool (default: modfb for the modulation models, "
+                        "specific_loudness for the loudness models)")
+    p.add_argument("--pooling", default=None, choices=["mean", "power", "rms", "db"],
+                   help="per-frame pooling (default: db for modfb, mean otherwise)")
+    p.add_argument("--frame-shift", type=positive_float(10.0), default=0.01, metavar="S",
+                   help="frame shift in seconds (default 0.01)")
+    p.add_argument("--spl-ref", type=spl_ref_db, default=100.0,
+                   help="dB SPL of a digital RMS of 1.0 (default 100)")
+    p.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    p.add_argument("--channels", default="auto", choices=["auto", "first", "mean"],
+                   help="multi-channel audio: auto (mono; moore2016 left/right), first, mean")
+    p.add_argument("--storage", default="lilcom", choices=sorted(STORAGES),
+                   help="feature files: lilcom (compressed, to 2^-5) or numpy (exact float32)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--jobs", type=int_range(1, 1024), default=1, metavar="N",
+                   help="worker processes on this machine (default 1: this process)")
+    g.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="a running Dask scheduler, e.g. tcp://host:8786")
+
+
+def _error(msg: str) -> int:
+    print(f"rtamt features: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    try:
+        import lhotse  # noqa: F401
+
+        from rtamt.integrations import lhotse as rl
+    except ImportError as e:
+        return _error(f"needs the [lhotse] extra ({' '.join(str(e).split())}): "
+                      f"{LHOTSE_INSTALL_HINT}")
+    if not args.inputs:
+        raise UsageError("give one or more inputs (WAV files, directories, manifests)")
+    if not args.out:
+        raise UsageError("argument --out: give an output directory")
+    try:
+        cfg = rl.RtamtConfig(model=args.model, output=args.output, pooling=args.pooling,
+                             frame_shift=args.frame_shift, spl_ref=args.spl_ref,
+                             dtype=args.dtype, channels=args.channels)
+    except ValueError as e:
+        raise UsageError(str(e).removeprefix("RtamtConfig: ")) from None
+    out = pathlib.Path(args.out)
+    cuts, failures = _collect(args.inputs)
+    _check_rates(rl.RtamtExtractor(cfg), cuts)
+    _prepare_out(out, cfg)
+    return _Job(out, cfg, args.storage, cuts, failures).run(args.jobs, args.dask)
+
+
+# ------------------------------------------------------------------ inputs
+def _is_manifest(p: pathlib.Path) -> bool:
+    return p.name.lower().endswith(MANIFEST_EXTENSIONS)
+
+
+def _collect(inputs):
+    """The cuts of every input, by cut id, and the files that could not be opened
+    ``[(id, source, error)]``.  Raises :class:`UsageError` for a missing input, a manifest
+    of another kind, or two inputs with the same id."""
+    from lhotse import CutSet, Recording, RecordingSet, load_manifest
+
+    cuts, failures, sources = {}, [], {}
+
+    def add(cut, source):
+        if cut.id in sources:
+            raise UsageError(f"two inputs have the id {cut.id!r}: {sources[cut.id]} and "
+                             f"{source} (rename one, or give a manifest with unique ids)")
+        sources[cut.id] = source
+        cuts[cut.id] = cut
+
+    for inp in inputs:
+        p = pathlib.Path(inp)
+        if not p.exists():
+            raise UsageError(f"no such file or directory: {inp}")
+        if p.is_file() and _is_manifest(p):
+            try:
+                m = load_manifest(p)
+            except Exception as e:        # lhotse raises plain Exceptions for bad manifests
+                raise UsageError(f"{inp}: not a lhotse manifest ({_one_line(e)})") from None
+            if isinstance(m, RecordingSet):
+                m = CutSet.from_manifests(recordings=m)
+            if not isinstance(m, CutSet):
+                raise UsageError(f"{inp}: a {type(m).__name__}; expected recordings or cuts")
+            for c in m:
+                add(c, f"{inp}:{c.id}")
+            continue
+        files = ([p] if p.is_file() else
+                 sorted(f for f in p.rglob("*") if f.is_file()
+                        and f.name.lower().endswith(DIR_EXTENSIONS)))
+        if not files:
+            raise UsageError(f"{inp}: no {', '.join(DIR_EXTENSIONS)} files in this directory")
+        for f in files:
+            rid = f.stem if p.is_file() else _rel_id(f, p)
+            try:
+                rec = Recording.from_file(f, recording_id=rid)
+            except Exception as e:         # soundfile/audioread: many error types
+                if rid in sources:
+                    raise UsageError(f"two inputs have the id {rid!r}: {sources[rid]} and "
+                                     f"{f}") from None
+                sources[rid] = str(f)
+                failures.append((rid, str(f), _one_line(e)))
+                continue
+            add(CutSet.from_manifests(recordings=RecordingSet.from_recordings([rec]))[0],
+                str(f))
+    return cuts, failures
+
+
+def _check_rates(ext, cuts) -> None:
+    """Refuse, before anything is computed, a configuration that no input's sampling rate
+    allows (a frame shift that is not a whole number of samples, a loudness model below
+    32 kHz): the model is built once per rate found."""
+    first = {}
+    for c in cuts.values():
+        first.setdefault(c.sampling_rate, c.id)
+    for sr, cid in sorted(first.items()):
+        try:
+            ext.feature_dim(sr)
+        except ValueError as e:
+            raise UsageError(f"{_one_line(e).removeprefix('ValueError: ')} (input {cid!r} and "
+                             f"every other one at {sr} Hz; resample them or change the "
+                             "options)") from None
+
+
+def _rel_id(f: pathlib.Path, root: pathlib.Path) -> str:
+    """A recording id from a file's path below ``root`` (``a/b/x.wav`` -> ``a_b_x``)."""
+    rel = f.relative_to(root).with_suffix("")
+    return "_".join(rel.parts)
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+# ------------------------------------------------------------------ output directory
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _prepare_out(out: pathlib.Path, cfg) -> None:
+    """Create ``out`` (and ``done/``, ``feats/``); refuse one made with another
+    configuration."""
+    import yaml
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"argument --out: {out} exists and is not a directory")
+    want = cfg.to_dict()
+    yml = out / "extractor.yaml"
+    if yml.exists():
+        have = yaml.safe_load(yml.read_text())
+        have.pop("feature_type", None)
+        if have != want:
+            diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+            raise UsageError(f"argument --out: {out} holds features of another configuration "
+                             f"({', '.join(f'{k}: {have.get(k)!r} there, {want.get(k)!r} now' for k in diff)}); "  # noqa: E501
+                             "give another --out or the same options")
+    elif out.exists() and any(out.iterdir()):
+        raise UsageError(f"argument --out: {out} is not empty and holds no extractor.yaml "
+                         "(not an rtamt features directory)")
+    for d in (out, out / "done", out / "feats"):
+        d.mkdir(parents=True, exist_ok=True)
+    if not yml.exists():
+        _atomic_write(yml, yaml.safe_dump({**want, "feature_type": "rtamt"}, sort_keys=True))
+
+
+def _done_path(out: pathlib.Path, cut_id: str) -> pathlib.Path:
+    """``done/<id>.json``; ids that are not plain file names are hashed."""
+    safe = (cut_id if cut_id and all(c.isalnum() or c in "-_." for c in cut_id)
+            and not cut_id.startswith(".") else
+            "h-" + hashlib.sha256(cut_id.encode()).hexdigest()[:32])
+    return out / "done" / f"{safe}.json"
+
+
+# ------------------------------------------------------------------ one item (a worker)
+_EXTRACTORS: dict = {}
+
+
+def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
+    """Compute, store and mark done one cut: ``("ok", id, seconds, cut dict)`` or
+    ``("fail", id, seconds, error)``.  Runs in a worker (this process, a pool process or
+    a Dask worker); the extractor (and its model) is kept per configuration."""
+    import lhotse
+    from lhotse import CutSet
+
+    from rtamt.integrations.lhotse import RtamtConfig, RtamtExtractor
+
+    key = json.dumps(cfg_dict, sort_keys=True)
+    ext = _EXTRACTORS.get(key)
+    if ext is None:
+        ext = _EXTRACTORS[key] = RtamtExtractor(RtamtConfig.from_dict(dict(cfg_dict)))
+    cut = CutSet.from_dicts([cut_dict])[0]
+    outp = pathlib.Path(out)
+    try:
+        with getattr(lhotse, STORAGES[storage])(outp / "feats") as writer:
+            done = cut.compute_and_store_features(ext, writer)
+    except Exception as e:             # unreadable audio, a model error: report, go on
+        return ("fail", cut.id, float(cut.duration), _one_line(e))
+    d = done.to_dict()
+    _atomic_write(_done_path(outp, cut.id), json.dumps(d))
+    return ("ok", cut.id, float(cut.duration), d)
+
+
+# ------------------------------------------------------------------ the run
+class _Job:
+    def __init__(self, out, cfg, storage, cuts, failures):
+        self.out, self.cfg, self.storage = out, cfg, storage
+        self.cuts, self.failures = cuts, list(failures)
+
+    def run(self, jobs: int, dask: str | None) -> int:
+        todo = [c for cid, c in self.cuts.items() if not _done_path(self.out, cid).exists()]
+        skipped = len(self.cuts) - len(todo)
+        total = sum(c.duration for c in todo)
+        cfg_dict = self.cfg.to_dict()
+        t0 = time.perf_counter()
+        done_s = 0.0
+        n_ok = 0
+        bar = _progress(total)
+        workers = jobs
+        try:
+            for status, cid, dur, info in self._results(todo, cfg_dict, jobs, dask):
+                if status == "ok":
+                    n_ok += 1
+                    done_s += dur
+                else:
+                    self.failures.append((cid, self._source(cid), info))
+                if bar is not None:
+                    wall = time.perf_counter() - t0
+                    bar.update(dur / 3600.0)
+                    bar.set_postfix_str(f"{done_s / max(wall, 1e-9):.1f} h audio/h wall",
+                                        refresh=False)
+            workers = self._workers
+        finally:
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - t0
+        n_cuts = self._write_cutset()
+        self._write_failures()
+        self._report(n_ok, skipped, done_s, wall, workers, n_cuts)
+        return 0
+
+    def _source(self, cid) -> str:
+        c = self.cuts.get(cid)
+        try:
+            return str(c.recording.sources[0].source)
+        except (AttributeError, IndexError):
+            return cid
+
+    def _results(self, todo, cfg_dict, jobs, dask):
+        """(status, id, seconds, info) of every item, as they finish."""
+        out = str(self.out.resolve())
+        self._workers = jobs
+        if dask is None and jobs == 1:
+            for c in todo:
+                yield compute_item(c.to_dict(), cfg_dict, out, self.storage)
+            return
+        if dask is not None:
+            try:
+                import distributed
+            except ImportError as e:
+                raise UsageError(f"--dask needs distributed: {LHOTSE_INSTALL_HINT}") from e
+            try:
+                client = distributed.Client(dask, timeout="10s")
+            except (OSError, TimeoutError) as e:
+                raise UsageError(f"argument --dask: cannot reach the Dask scheduler at "
+                                 f"{dask}: {_one_line(e)}") from None
+            with client:
+                self._workers = max(1, len(client.scheduler_info().get("workers", {})))
+                window = 4 * self._workers
+                pending = iter(todo)
+                ac = distributed.as_completed()
+                for c in _take(pending, window):
+                    ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
+                                         self.storage, pure=False))
+                for fut in ac:
+                    yield fut.result()
+                    for c in _take(pending, 1):
+                        ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
+                                             self.storage, pure=False))
+            return
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            pending = iter(todo)
+            running = {ex.submit(compute_item, c.to_dict(), cfg_dict, out, self.storage)
+                       for c in _take(pending, 4 * jobs)}
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    yield fut.result()
+                running |= {ex.submit(compute_item, c.to_dict(), cfg_dict, out, self.storage)
+                            for c in _take(pending, len(finished))}
+
+    def _write_cutset(self) -> int:
+        """``cuts.jsonl.gz`` from every ``done/`` entry of an input of this run, renamed
+        into place; returns the number of cuts."""
+        from lhotse import CutSet
+
+        dicts = []
+        for cid in self.cuts:
+            p = _done_path(self.out, cid)
+            if p.exists():
+                dicts.append(json.loads(p.read_text()))
+        dest = self.out / "cuts.jsonl.gz"
+        tmp = self.out / ".cuts.tmp.jsonl.gz"
+        CutSet.from_dicts(dicts).to_file(tmp)
+        os.replace(tmp, dest)
+        return len(dicts)
+
+    def _write_failures(self) -> None:
+        lines = "".join(json.dumps({"id": i, "source": s, "error": e}) + "\n"
+                        for i, s, e in self.failures)
+        _atomic_write(self.out / "failures.jsonl", lines)
+
+    def _report(self, n_ok, skipped, done_s, wall, workers, n_cuts) -> None:
+        cfg = self.cfg
+        print(f"rtamt features: {cfg.model} {cfg.output} ({cfg.pooling}, "
+              f"{cfg.frame_shift * 1e3:g} ms frames) -> {self.out}")
+        speed = done_s / wall if wall > 0 else 0.0
+        print(f"  computed {n_ok} item(s), {done_s / 3600:.4f} h of audio in {wall:.1f} s "
+              f"wall: {speed:.1f} h audio per h wall ({speed / workers:.1f} per worker, "
+              f"{workers} worker(s))")
+        print(f"  skipped {skipped} item(s) already done")
+        if self.failures:
+            print(f"  FAILED {len(self.failures)} item(s), listed in "
+                  f"{self.out / 'failures.jsonl'}:")
+            for _id, s, e in self.failures:
+                print(f"    {s}: {e}")
+        else:
+            print("  no failures")
+        print(f"  wrote {self.out / 'cuts.jsonl.gz'} ({n_cuts} cut(s) with features)")
+
+
+def _take(it, n):
+    out = []
+    for _ in range(n):
+        try:
+            out.append(next(it))
+        except StopIteration:
+            break
+    return out
+
+
+def _progress(total_s: float):
+    """A tqdm bar in hours of audio on a terminal's stderr (None otherwise)."""
+    if total_s <= 0 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total_s / 3600.0, unit="h", desc="rtamt features", file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.3f}/{total:.3f} h audio "
+                           "[{elapsed}<{remaining}, {postfix}]")

@@ -1,0 +1,189 @@
+"""``rtamt features``: a directory with a corrupt file (reported, listed, the rest computed,
+exit 0), resuming after SIGKILL without recomputing finished items, lhotse manifests, a
+Dask scheduler address, usage errors, and the message without the extra."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import distributed
+import numpy as np
+import pytest
+from lhotse import CutSet, Recording, RecordingSet
+from scipy.io import wavfile
+
+from rtamt.integrations.lhotse import RtamtConfig, RtamtExtractor
+from rtamt_apps.cli import main
+
+FS = 16000
+
+
+def _corpus(d, n, seconds, fs=FS, seed=0):
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        x = rng.standard_normal(int(seconds * fs)) * 3000
+        wavfile.write(d / f"utt{i:02d}.wav", fs, x.astype(np.int16))
+    return sorted(d.glob("*.wav"))
+
+
+def _features_match(out, cfg, n):
+    """cuts.jsonl.gz holds n cuts whose stored features equal extract() (numpy storage)."""
+    cuts = CutSet.from_file(out / "cuts.jsonl.gz")
+    assert len(cuts) == n
+    ext = RtamtExtractor(cfg)
+    for c in cuts:
+        np.testing.assert_array_equal(c.load_features(), ext.extract(c.load_audio(),
+                                                                     c.sampling_rate))
+    return cuts
+
+
+def test_directory_with_corrupt_file(tmp_path, capsys):
+    files = _corpus(tmp_path / "in" / "sub", 3, 0.6)
+    (tmp_path / "in" / "broken.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" * 20)
+    out = tmp_path / "out"
+    rc = main(["features", str(tmp_path / "in"), "--out", str(out), "--storage", "numpy",
+               "--output", "adaptloop"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "computed 3 item(s)" in cap.out and "FAILED 1 item(s)" in cap.out
+    assert "broken.wav" in cap.out and "failures.jsonl" in cap.out
+    fails = [json.loads(s) for s in (out / "failures.jsonl").read_text().splitlines()]
+    assert [f["id"] for f in fails] == ["broken"]
+    assert fails[0]["source"].endswith("broken.wav") and fails[0]["error"]
+    cuts = _features_match(out, RtamtConfig(output="adaptloop"), 3)
+    assert sorted(c.recording_id for c in cuts) == sorted(f"sub_{f.stem}" for f in files)
+    # a rerun skips the three, retries the broken one, lists it again
+    rc = main(["features", str(tmp_path / "in"), "--out", str(out), "--storage", "numpy",
+               "--output", "adaptloop"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "computed 0 item(s)" in cap.out and "skipped 3" in cap.out
+    assert "FAILED 1 item(s)" in cap.out
+
+
+def test_killed_halfway_then_rerun_completes_without_recomputing(tmp_path, capsys):
+    n = 16
+    _corpus(tmp_path / "in", n, 3.0, fs=48000, seed=1)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rtamt_apps", "features", str(tmp_path / "in"), "--out",
+           str(out), "--storage", "numpy"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    done = out / "done"
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if done.is_dir() and len(list(done.glob("*.json"))) >= 3:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in done.glob("*.json")}
+    k = len(before)
+    assert 3 <= k < n, k
+    assert not (out / "cuts.jsonl.gz").exists()
+
+    rc = main(cmd[3:])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert f"computed {n - k} item(s)" in cap.out and f"skipped {k} item(s)" in cap.out
+    after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in done.glob("*.json")}
+    assert len(after) == n
+    assert {name: after[name] for name in before} == before     # finished items untouched
+    _features_match(out, RtamtConfig(), n)
+
+
+def test_manifest_input(tmp_path, capsys):
+    files = _corpus(tmp_path / "wav", 3, 0.5, seed=2)
+    recs = RecordingSet.from_recordings(Recording.from_file(f) for f in files)
+    manifest = tmp_path / "recordings.jsonl.gz"
+    recs.to_file(manifest)
+    out = tmp_path / "out"
+    args = ["features", str(manifest), "--out", str(out), "--storage", "numpy",
+            "--output", "adaptloop", "--pooling", "rms", "--frame-shift", "0.02"]
+    rc = main(args)
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "computed 3 item(s)" in cap.out
+    cuts = _features_match(out, RtamtConfig(output="adaptloop", pooling="rms",
+                                            frame_shift=0.02), 3)
+    assert all(c.features.frame_shift == 0.02 for c in cuts)
+    # the cuts written can be the input of another run
+    out2 = tmp_path / "out2"
+    assert main(["features", str(out / "cuts.jsonl.gz"), "--out", str(out2), "--storage",
+                 "numpy", "--output", "adaptloop"]) == 0
+    assert "computed 3 item(s)" in capsys.readouterr().out
+
+
+def test_dask_scheduler_address(tmp_path, capsys):
+    _corpus(tmp_path / "in", 3, 0.5, seed=3)
+    out = tmp_path / "out"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        rc = main(["features", str(tmp_path / "in"), "--out", str(out), "--storage", "numpy",
+                   "--output", "adaptloop", "--dask", cluster.scheduler_address])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "computed 3 item(s)" in cap.out and "2 worker(s)" in cap.out
+    _features_match(out, RtamtConfig(output="adaptloop"), 3)
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--frame-shift", "0.0123"], "frame_shift 0.0123 s is not a whole number of samples"),
+    (["--model", "moore2016"], "need fs >= 32000 Hz"),
+    (["--output", "stl"], "dau1997 has no output 'stl'"),
+    (["--jobs", "0"], "argument --jobs: must be >= 1"),
+    (["--jobs", "2", "--dask", "tcp://x:1"], "not allowed with argument"),
+])
+def test_usage_errors_are_one_line(tmp_path, capsys, extra, msg):
+    _corpus(tmp_path / "in", 1, 0.2)
+    out = tmp_path / "out"
+    rc = main(["features", str(tmp_path / "in"), "--out", str(out)] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert msg in err and err.startswith("rtamt features: error: ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()                  # refused before anything was written
+
+
+def test_usage_errors_inputs_and_out(tmp_path, capsys):
+    _corpus(tmp_path / "in", 1, 0.2)
+    out = tmp_path / "out"
+    assert main(["features", str(tmp_path / "nothere"), "--out", str(out)]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert main(["features", str(tmp_path / "in")]) == 2
+    assert "--out" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["features", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert "no .wav" in capsys.readouterr().err
+    assert main(["features", str(tmp_path / "in"), "--out", str(out), "--output",
+                 "adaptloop"]) == 0
+    yml = (out / "extractor.yaml").read_bytes()
+    capsys.readouterr()
+    assert main(["features", str(tmp_path / "in"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds features of another configuration" in err and "output" in err
+    assert (out / "extractor.yaml").read_bytes() == yml
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("x")
+    assert main(["features", str(tmp_path / "in"), "--out", str(tmp_path / "other")]) == 2
+    assert "not an rtamt features directory" in capsys.readouterr().err
+
+
+def test_without_the_extra_says_what_to_install(tmp_path):
+    _corpus(tmp_path / "in", 1, 0.2)
+    code = ("import sys; sys.modules['lhotse'] = None\n"
+            "from rtamt_apps.cli import main\n"
+            f"sys.exit(main(['features', {str(tmp_path / 'in')!r}, '--out', "
+            f"{str(tmp_path / 'out')!r}]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ})
+    assert r.returncode == 2
+    assert "pip install 'rtamt[lhotse]'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
