@@ -20,7 +20,8 @@ from ..adaptation.adaptloop import AdaptLoop
 from ..adaptation.highpass import AdaptHighpass
 from ..ear.filters import HeadphoneFilter, MiddleEarFilter, OuterMiddleEarFilter
 from ..engine import kernels as K
-from ..filterbank.gammatone import Gammatone
+from ..filterbank.erb import erb
+from ..filterbank.gammatone import Gammatone, bandwidth_factor
 from ..ihc.envelope import IHCEnvelope
 from ..modulation.modfb import ModFilterbank
 from ..nonlinear.compression import BrokenStick, PowerCompression
@@ -33,31 +34,89 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 class StageGrad:
-    """The backward rule of one stage class.
+    """The backward rule of one stage, made once per layer stage from the stage and its
+    designed coefficients (``self.coeffs0``).
 
-    ``backward(coeffs, x, state, gy, mu)`` gets the block input ``x`` (time-major), the
-    incoming ``state`` (float64 numpy copies), the output gradient ``gy`` and the
-    gradient of the outgoing state ``mu`` (modified in place into the gradient of the
-    incoming state); returns ``(gx, gparam)`` (``gparam``: gradient of the learnable
-    parameter vector, or ``None``).  ``coeffs_for(coeffs, param)`` applies the learnable
-    parameter (``None``: none) to the designed coefficients.
+    Learnable parameters: ``n_params`` values (0: none), a vector ``th`` in an
+    unconstrained parametrisation (every real ``th`` gives a stable design; ``th = 0`` is
+    the design itself, bit for bit).  ``coeffs_for(th)`` designs the coefficients for
+    ``th`` (``None``: the design); ``learned(th)`` gives the physical values by name.
+
+    ``backward(coeffs, th, x, state, gy, mu)`` gets the coefficients of the forward
+    pass, ``th`` (``None`` when no parameter gradient is wanted), the block input ``x``
+    (time-major), the incoming ``state`` (float64 numpy copies), the output gradient
+    ``gy`` and the gradient of the outgoing state ``mu`` (modified in place into the
+    gradient of the incoming state); returns ``(gx, gth)`` (``gth``: gradient of ``th``,
+    or ``None``).
     """
+
+    n_params = 0
+
+    def __init__(self, stage, coeffs):
+        self.stage, self.coeffs0 = stage, coeffs
 
     @staticmethod
     def supports(coeffs) -> bool:
         return True
 
-    @staticmethod
-    def coeffs_for(coeffs, param):
-        return coeffs
+    def coeffs_for(self, th):
+        return self.coeffs0
+
+    def learned(self, th) -> dict:
+        return {}
 
 
 class GammatoneGrad(StageGrad):
-    @staticmethod
-    def backward(coeffs, x, state, gy, mu):
+    """Learnable: ``th = [log(fc / fc0) (C,), log(b / b0)]``, the centre frequencies and
+    the bandwidth factor ``b`` of ``beta = b ERB(fc)`` (Holdsworth et al. 1988; Glasberg
+    & Moore 1990 ERB).  Every ``th`` keeps ``fc > 0`` and ``beta > 0``, so the pole
+    radius ``r = exp(-2 pi beta / fs)`` stays below 1.  The coefficients are designed as
+    :func:`rtamt.filterbank.gammatone.design` does: pole ``p = r exp(-i 2 pi fc / fs)``,
+    gain ``2 (1 - r)^4``."""
+
+    def __init__(self, stage, coeffs):
+        super().__init__(stage, coeffs)
+        self.n_params = coeffs.fc.size + 1
+        self.b0 = bandwidth_factor(4)
+        self.erb_slope = float(erb(1.0) - erb(0.0))   # ERB(f) is linear in f
+
+    def _values(self, th):
+        C = self.coeffs0.fc.size
+        return self.coeffs0.fc * np.exp(th[:C]), self.b0 * np.exp(th[C])
+
+    def learned(self, th):
+        fc, b = self._values(th)
+        return {"fc": fc, "bandwidth_factor": b}
+
+    def coeffs_for(self, th):
+        if th is None:
+            return self.coeffs0
+        fc, bf = self._values(th)
+        fs = self.coeffs0.fs
+        beta = bf * erb(fc)
+        r = np.exp(-2 * np.pi * beta / fs)
+        pole = r * np.exp(-1j * 2 * np.pi * fc / fs)
+        gain = 2.0 * (1.0 - r) ** 4
+        lanes = K.pad_lanes(np.stack([pole.real, pole.imag, gain]), repeat_first=False)
+        return dataclasses.replace(self.coeffs0, fc=fc, beta=beta,
+                                   pr=np.ascontiguousarray(pole.real),
+                                   pi=np.ascontiguousarray(pole.imag), gain=gain, lanes=lanes)
+
+    def backward(self, coeffs, th, x, state, gy, mu):
         gx = np.zeros(x.shape)
-        A.gammatone4_adjoint(coeffs.pr, coeffs.pi, coeffs.gain, gy, mu["sr"], mu["si"], gx)
-        return gx, None
+        gp = np.zeros((3, coeffs.fc.size))
+        A.gammatone4_adjoint(coeffs.pr, coeffs.pi, coeffs.gain, gy, mu["sr"], mu["si"], gx,
+                             th is not None, state["sr"], state["si"], x, gp)
+        if th is None:
+            return gx, None
+        # chain rule through r, the phase phi = 2 pi fc / fs (p = r e^{-i phi}) and beta
+        fc, bf = self._values(th)
+        fs, pr, pi, r = coeffs.fs, coeffs.pr, coeffs.pi, np.hypot(coeffs.pr, coeffs.pi)
+        g_r = (gp[0] * pr + gp[1] * pi) / r - 8.0 * gp[2] * (1.0 - r) ** 3
+        g_phi = gp[0] * pi - gp[1] * pr
+        g_beta = g_r * (-2 * np.pi / fs) * r
+        g_fc = g_beta * bf * self.erb_slope + g_phi * 2 * np.pi / fs
+        return gx, np.concatenate([g_fc * fc, [np.sum(g_beta * coeffs.beta)]])
 
 
 class SOSGrad(StageGrad):
@@ -65,10 +124,9 @@ class SOSGrad(StageGrad):
 
     rectify = True
 
-    @classmethod
-    def backward(cls, coeffs, x, state, gy, mu):
+    def backward(self, coeffs, th, x, state, gy, mu):
         gx = np.zeros(x.shape)
-        A.sos_adjoint(coeffs.sos, cls.rectify, x, gy, mu["zi"], gx)
+        A.sos_adjoint(coeffs.sos, self.rectify, x, gy, mu["zi"], gx)
         return gx, None
 
 
@@ -81,85 +139,183 @@ class HighpassGrad(SOSGrad):
 class FIRGrad(StageGrad):
     """The ear filters (:class:`rtamt.ear.fir.FIRSignalStage`): ``(B, T)`` in and out."""
 
-    @staticmethod
-    def backward(coeffs, x, state, gy, mu):
+    def backward(self, coeffs, th, x, state, gy, mu):
         x3 = x[:, :, None] if x.ndim == 2 else x
         gx = np.zeros(x3.shape)
         A.fir_adjoint(coeffs.h, gy.reshape(x3.shape), mu["hist"], gx)
         return gx.reshape(x.shape), None
 
 
-class BrokenStickGrad(StageGrad):
-    """``y = sign(x) |x|^n k^(1-n)`` above the knee ``k``, else ``x``:
-    ``dy/dx = n |x|^(n-1) k^(1-n)`` above the knee, 1 below (pointwise, no state)."""
+class CompressionGrad(StageGrad):
+    """The compressions (:mod:`rtamt.nonlinear.compression`), pointwise, no state.
+    Both laws are ``y = sign(x) |x|^n k^(1-n)`` where they compress (broken stick:
+    ``|x| > k``, else ``y = x``; power law: everywhere), so there
+    ``dy/dk = (1 - n) y / k`` and ``dy/dn = y log(|x| / k)``.
+
+    Learnable: ``th = [log(k / k0), log(n / n0) (one per exponent)]``: the knee and the
+    exponent(s) stay positive."""
+
+    def __init__(self, stage, coeffs):
+        super().__init__(stage, coeffs)
+        self.n_params = 1 + coeffs.exponent.size
+
+    def learned(self, th):
+        c = self.coeffs_for(th)
+        return {"knee": c.knee, "exponent": c.exponent}
+
+    def coeffs_for(self, th):
+        if th is None:
+            return self.coeffs0
+        c = self.coeffs0
+        return dataclasses.replace(c, knee=c.knee * np.exp(th[0]),
+                                   exponent=c.exponent * np.exp(th[1:]))
+
+    def backward(self, coeffs, th, x, state, gy, mu):
+        n, k, ax = coeffs.exponent, coeffs.knee, np.abs(x)
+        gx = gy * self.slope(n, k, ax)
+        if th is None:
+            return gx, None
+        act = self.active(ax, k)
+        y = self.stage.process_tm(coeffs, {}, x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gyy = np.where(act, gy * y, 0.0)
+            g_n = (gyy * np.log(np.where(act, ax, k) / k)).sum(axis=(0, 1))
+        g_k = (1.0 - n) / k * gyy
+        g_n = g_n.sum(keepdims=True) if n.size == 1 else g_n
+        return gx, np.concatenate([[g_k.sum() * k], g_n * n])
+
+
+class BrokenStickGrad(CompressionGrad):
+    """Below the knee ``y = x`` (slope 1); above, ``dy/dx = n |x|^(n-1) k^(1-n)``."""
 
     @staticmethod
-    def backward(coeffs, x, state, gy, mu):
-        n, k, ax = coeffs.exponent, coeffs.knee, np.abs(x)
-        d = np.where(ax > k, n * np.maximum(ax, k) ** (n - 1) * k ** (1 - n), 1.0)
-        return gy * d, None
+    def active(ax, k):
+        return ax > k
+
+    @staticmethod
+    def slope(n, k, ax):
+        return np.where(ax > k, n * np.maximum(ax, k) ** (n - 1) * k ** (1 - n), 1.0)
 
 
-class PowerGrad(StageGrad):
+class PowerGrad(CompressionGrad):
     """``y = sign(x) |x/k|^n k``: ``dy/dx = n |x/k|^(n-1)`` (infinite at ``x = 0`` for
     ``n < 1``: the gradient there is set to 0)."""
 
     @staticmethod
-    def backward(coeffs, x, state, gy, mu):
-        n, k, ax = coeffs.exponent, coeffs.knee, np.abs(x)
+    def active(ax, k):
+        return ax > 0
+
+    @staticmethod
+    def slope(n, k, ax):
         with np.errstate(divide="ignore"):
-            d = np.where(ax > 0, n * (ax / k) ** (n - 1), 0.0)
-        return gy * d, None
+            return np.where(ax > 0, n * (ax / k) ** (n - 1), 0.0)
 
 
 class AdaptLoopGrad(StageGrad):
-    """Learnable parameter: ``theta`` (K,), the log of each time constant relative to its
-    designed value, ``tau = tau0 exp(theta)`` (positive for every theta; theta = 0 is the
-    design, bit for bit)."""
+    """Learnable: ``th`` (K,), the log of each time constant relative to its designed
+    value, ``tau = tau0 exp(th)`` (positive for every th; th = 0 is the design, bit for
+    bit); the loop coefficients ``a = exp(-1 / (tau fs))``, ``b = 1 - a`` as designed
+    by :func:`rtamt.adaptation.adaptloop.design`."""
 
-    @staticmethod
-    def coeffs_for(coeffs, param):
-        if param is None:
-            return coeffs
-        th = param.detach().cpu().numpy().astype(np.float64)
-        tau = coeffs.tau * np.exp(th)
-        a = np.exp(-1.0 / (tau * coeffs.fs))
-        return dataclasses.replace(coeffs, tau=tau, a=a, b=1.0 - a)
+    def __init__(self, stage, coeffs):
+        super().__init__(stage, coeffs)
+        self.n_params = coeffs.tau.size
 
-    @staticmethod
-    def backward(coeffs, x, state, gy, mu):
+    def learned(self, th):
+        return {"tau": self.coeffs_for(th).tau}
+
+    def coeffs_for(self, th):
+        c = self.coeffs0
+        if th is None:
+            return c
+        tau = c.tau * np.exp(th)
+        a = np.exp(-1.0 / (tau * c.fs))
+        return dataclasses.replace(c, tau=tau, a=a, b=1.0 - a)
+
+    def backward(self, coeffs, th, x, state, gy, mu):
         gx = np.zeros(x.shape)
         ga = np.zeros(coeffs.a.size)
         A.adaptloop_adjoint(coeffs.a, coeffs.b, coeffs.lanes, bool(coeffs.limit_on),
                             state["s"], x, gy, mu["s"], gx, ga)
-        # a = exp(-1/(tau fs)), tau = tau0 exp(theta): da/dtheta = a / (tau fs)
+        # a = exp(-1/(tau fs)), tau = tau0 exp(th): da/dth = a / (tau fs)
         return gx, ga * coeffs.a / (coeffs.tau * coeffs.fs)
 
 
 class ModFilterbankGrad(StageGrad):
-    """The ``efilt`` modulation bank (low-pass, optional pre-filter, complex one-poles)."""
+    """The ``efilt`` modulation bank (low-pass, optional pre-filter, complex one-poles;
+    Dau et al. 1997a).
+
+    Learnable: ``th = [log(mfc / mfc0) (Fb,), log(Q / Q0)]``, the centre frequency of
+    every band-pass filter (packed order, ``coeffs.filter_mfc[C:]``) and the quality
+    factor.  The filters keep their design's structure: those designed below 10 Hz keep
+    their 5 Hz bandwidth (``Q`` does not act on them), the others have bandwidth
+    ``mfc / Q``; the pole ``e0 exp(i 2 pi mfc / fs)``, ``e0 = exp(-pi bw / fs)``, has
+    radius below 1 for every ``th``; real-part / envelope outputs stay as designed.  The
+    2.5 Hz low-pass and the pre-filter are fixed."""
+
+    def __init__(self, stage, coeffs):
+        super().__init__(stage, coeffs)
+        C = coeffs.fc.size
+        self.mfc0 = coeffs.filter_mfc[C:].copy()
+        self.fixed_bw = self.mfc0 < 10.0
+        self.n_params = self.mfc0.size + 1 if coeffs.filter_type == "efilt" else 0
+        self.Q0 = float(getattr(stage.params, "Q", 2.0))
 
     @staticmethod
     def supports(coeffs) -> bool:
         return coeffs.filter_type == "efilt"
 
-    @staticmethod
-    def backward(coeffs, x, state, gy, mu):
-        C = coeffs.fc.size
+    def _design(self, th):
+        """``mfc``, ``Q``, bandwidth (Hz), ``w0`` and ``e0`` of the band-pass filters."""
+        Fb = self.mfc0.size
+        mfc, Q = self.mfc0 * np.exp(th[:Fb]), self.Q0 * np.exp(th[Fb])
+        fs = self.coeffs0.fs
+        w0 = 2 * np.pi * mfc / fs
+        bw = np.where(self.fixed_bw, 5.0, mfc / Q)
+        return mfc, Q, bw, w0, np.exp(-(2 * np.pi * bw / fs) / 2)
+
+    def learned(self, th):
+        mfc, Q, *_ = self._design(th)
+        return {"mfc": mfc, "Q": Q}
+
+    def coeffs_for(self, th):
+        c = self.coeffs0
+        if th is None:
+            return c
+        mfc, _, _, w0, e0 = self._design(th)
+        pole = e0 * np.exp(1j * w0)
+        coef = np.ascontiguousarray(np.stack([pole.real, pole.imag, 2.0 * (1.0 - e0),
+                                              c.bp_coef[3]]))
+        return dataclasses.replace(c, bp_coef=coef, bp_coef32=coef.astype(np.float32),
+                                   filter_mfc=np.concatenate([c.filter_mfc[:c.fc.size], mfc]))
+
+    def backward(self, coeffs, th, x, state, gy, mu):
+        C, Fb = coeffs.fc.size, coeffs.bp_channel.size
+        want = th is not None
         u = x
         if coeffs.pre_sos is not None:          # the bank's input, recomputed
             u = np.empty_like(x)
             K.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
         gu = np.zeros(x.shape)
         A.sos_adjoint(coeffs.lp_sos, False, u, gy[:, :, :C], mu["lp"], gu)
-        if coeffs.bp_channel.size:
+        gc = np.zeros((3, Fb))
+        if Fb:
             A.efilt_adjoint(coeffs.bp_coef, coeffs.bp_nreal, coeffs.bp_channel, u,
-                            state["bp"], gy[:, :, C:], mu["bp"], gu)
-        if coeffs.pre_sos is None:
-            return gu, None
-        gx = np.zeros(x.shape)
-        A.sos_adjoint(coeffs.pre_sos, False, x, gu, mu["pre"], gx)
-        return gx, None
+                            state["bp"], gy[:, :, C:], mu["bp"], gu, want, gc)
+        gx = gu
+        if coeffs.pre_sos is not None:
+            gx = np.zeros(x.shape)
+            A.sos_adjoint(coeffs.pre_sos, False, x, gu, mu["pre"], gx)
+        if not want:
+            return gx, None
+        # chain rule: Re p = e0 cos w0, Im p = e0 sin w0, g = 2 (1 - e0);
+        # log e0 = -pi bw / fs with bw = mfc / Q (or fixed); w0 = 2 pi mfc / fs
+        _, _, bw, w0, e0 = self._design(th)
+        pr, pi = coeffs.bp_coef[0], coeffs.bp_coef[1]
+        g_e0 = gc[0] * np.cos(w0) + gc[1] * np.sin(w0) - 2.0 * gc[2]
+        g_w0 = gc[1] * pr - gc[0] * pi
+        dlog = np.where(self.fixed_bw, 0.0, g_e0 * e0 * np.pi * bw / coeffs.fs)
+        return gx, np.concatenate([g_w0 * w0 - dlog, [dlog.sum()]])
 
 
 #: backward rules by stage class
@@ -173,7 +329,12 @@ GRADS: dict[type, type] = {Gammatone: GammatoneGrad, IHCEnvelope: SOSGrad,
 def grad_rule(stage, coeffs):
     """The :class:`StageGrad` of ``stage`` (with designed ``coeffs``), or ``None``."""
     rule = GRADS.get(type(stage))
-    return rule if rule is not None and rule.supports(coeffs) else None
+    return rule(stage, coeffs) if rule is not None and rule.supports(coeffs) else None
+
+
+def param_np(param):
+    """A float64 host copy of a learnable parameter tensor (``None`` stays)."""
+    return None if param is None else param.detach().cpu().numpy().astype(np.float64)
 
 
 def run_stage(cls, coeffs, keys, x: torch.Tensor, state: tuple) -> tuple:
@@ -196,7 +357,7 @@ class StageFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, part, x, param, *state):
-        coeffs = part.grad.coeffs_for(part.coeffs, param)
+        coeffs = part.grad.coeffs_for(param_np(param))
         out = run_stage(part.cls, coeffs, part.keys, x, state)
         ctx.part, ctx.coeffs, ctx.y_shape = part, coeffs, tuple(out[0].shape)
         ctx.save_for_backward(x, param, *state)
@@ -211,13 +372,15 @@ class StageFunction(torch.autograd.Function):
               for k, g, s in zip(part.keys, gstate, state)}
         st = {k: _np(s) for k, s in zip(part.keys, state)}
         gyn = np.zeros(ctx.y_shape) if gy is None else _np(gy)
-        gx, gp = part.grad.backward(ctx.coeffs, _np(x), st, gyn, mu)
+        want = param is not None and ctx.needs_input_grad[2]
+        gx, gp = part.grad.backward(ctx.coeffs, param_np(param) if want else None, _np(x), st,
+                                    gyn, mu)
 
         def back(a, like):
             return torch.from_numpy(np.ascontiguousarray(a)).to(like.device, like.dtype)
 
         gparam = None
-        if gp is not None and ctx.needs_input_grad[2]:
+        if gp is not None and want:
             gparam = torch.from_numpy(gp).to(param.device, param.dtype)
         return (None, back(gx, x), gparam) + tuple(back(mu[k], s)
                                                   for k, s in zip(part.keys, state))

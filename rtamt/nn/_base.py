@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..engine.contract import RtamtInputError, fingerprint, reject_nonfinite
-from ._autograd import StageFunction, grad_rule, run_stage
+from ._autograd import StageFunction, grad_rule, param_np, run_stage
 
 __all__ = ["StreamLayer", "Part", "detach_state", "DESIGN_KEY"]
 
@@ -102,8 +102,8 @@ class Part:
                     "(see docs/nn.md)")
             out = StageFunction.apply(self, x, param, *state)
         else:
-            coeffs = self.coeffs if self.grad is None else self.grad.coeffs_for(self.coeffs,
-                                                                                param)
+            coeffs = self.coeffs if self.grad is None else self.grad.coeffs_for(
+                param_np(param))
             out = tuple(o.to(x.device) for o in run_stage(self.cls, coeffs, self.keys, x,
                                                           state))
         return out[0], self.to_batch_first(out[1:], x.shape[0])

@@ -1,4 +1,4 @@
-"""Adjoint (reverse-time) recursions of the differentiable Dau1997 stages (numba).
+"""Adjoint (reverse-time) recursions of the differentiable rtamt stages (numba).
 
 Each forward recursion of rtamt has one source, in :mod:`rtamt.engine.kernels`; the
 layers of :mod:`rtamt.nn` run those kernels unchanged for their forward pass.  This
@@ -36,7 +36,27 @@ SEGMENT = 512
 
 
 @njit(**_JIT)
-def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx):
+def _gammatone_span(p_r, p_i, x, t0, t1, wr, wi, zr, zi, store):
+    """The four sections ``z_j <- p z_j + z_{j-1}`` (``z_0 = x[t]``) for
+    ``t0 <= t < t1`` from the memories ``wr``, ``wi`` (4,), advanced in place; with
+    ``store``, ``z_j[t]`` goes to row ``t - t0 + 1`` of ``zr``, ``zi`` (row 0 is left
+    to the caller: the memories before ``t0``)."""
+    for t in range(t0, t1):
+        ur = x[t]
+        ui = 0.0
+        for j in range(4):
+            ar = wr[j]
+            ai = wi[j]
+            ur, ui = p_r * ar - p_i * ai + ur, p_r * ai + p_i * ar + ui
+            wr[j] = ur
+            wi[j] = ui
+        if store:
+            zr[t - t0 + 1] = wr
+            zi[t - t0 + 1] = wi
+
+
+@njit(**_JIT)
+def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx, want, sr, si, x, gp):
     """Adjoint of :func:`rtamt.engine.kernels.gammatone4` (Hohmann 2002, Acta Acustica
     88, 433-442: the all-pole gammatone as a cascade of four identical complex one-pole
     sections ``z_j[t] = p z_j[t-1] + z_{j-1}[t]``, ``z_0 = x``, ``y = gain Re z_4``).
@@ -45,36 +65,76 @@ def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx):
     transpose "multiply by conj(p)".  So, backwards in time, with ``mu_j`` the gradient of
     ``z_j[t]`` through ``z_j[t+1]``: ``lam_4 = gain gy[t] + mu_4``,
     ``lam_j = lam_{j+1} + mu_j`` (j = 3, 2, 1), ``gx[t] += Re lam_1`` and
-    ``mu_j <- conj(p) lam_j``.  The recursion is linear: no trajectory is needed.
+    ``mu_j <- conj(p) lam_j``.  The recursion is linear: the input gradient needs no
+    trajectory.
+
+    With ``want``, the gradient of the coefficients too: ``z_j[t]`` depends on ``p``
+    through ``p z_j[t-1]``, so ``dL/dRe p += Re(conj(lam_j[t]) z_j[t-1])`` and
+    ``dL/dIm p += Im(conj(lam_j[t]) z_j[t-1])`` (as real pairs: ``lr ar + li ai`` and
+    ``li ar - lr ai``), and ``dL/dgain += gy[t] Re z_4[t]``.  The section memories
+    along the block are recomputed from the incoming state, checkpointed every
+    :data:`SEGMENT` samples.
 
     pr, pi, gain : (C,) pole and output gain (``GammatoneCoeffs.pr``, ``.pi``, ``.gain``).
     gy   : (B, T, C) output gradient.
     mur, mui : (B, 4, C) in: gradient of the outgoing state ``(sr, si)``; out: of the
                incoming state.
     gx   : (B, T) input gradient (added to).
+    want : bool; sr, si : (B, 4, C) the incoming state; x : (B, T) the block input;
+    gp   : (3, C) gradients of ``pr``, ``pi``, ``gain`` (added to; read only with want).
     """
     B, T, C = gy.shape
     lr = np.empty(4)
     li = np.empty(4)
+    seg = SEGMENT if want else max(T, 1)
+    nseg = (T + seg - 1) // seg
+    ck = np.empty((nseg, 2, 4))
+    zr = np.empty((seg + 1, 4))
+    zi = np.empty((seg + 1, 4))
+    wr = np.empty(4)
+    wi = np.empty(4)
     for b in range(B):
         for c in range(C):
             p_r = pr[c]
             p_i = pi[c]
             g = gain[c]
+            if want:                                 # checkpoints of the trajectory
+                wr[:] = sr[b, :, c]
+                wi[:] = si[b, :, c]
+                for k in range(nseg):
+                    ck[k, 0] = wr
+                    ck[k, 1] = wi
+                    _gammatone_span(p_r, p_i, x[b], k * seg, min(T, (k + 1) * seg), wr, wi,
+                                    zr, zi, False)
             m_r = mur[b, :, c].copy()
             m_i = mui[b, :, c].copy()
-            for t in range(T - 1, -1, -1):
-                ar = g * gy[b, t, c]
-                ai = 0.0
-                for j in range(3, -1, -1):
-                    ar += m_r[j]
-                    ai += m_i[j]
-                    lr[j] = ar
-                    li[j] = ai
-                gx[b, t] += lr[0]
-                for j in range(4):
-                    m_r[j] = p_r * lr[j] + p_i * li[j]
-                    m_i[j] = p_r * li[j] - p_i * lr[j]
+            for k in range(nseg - 1, -1, -1):
+                t0 = k * seg
+                t1 = min(T, t0 + seg)
+                if want:
+                    wr[:] = ck[k, 0]
+                    wi[:] = ck[k, 1]
+                    zr[0] = wr
+                    zi[0] = wi
+                    _gammatone_span(p_r, p_i, x[b], t0, t1, wr, wi, zr, zi, True)
+                for t in range(t1 - 1, t0 - 1, -1):
+                    ar = g * gy[b, t, c]
+                    ai = 0.0
+                    for j in range(3, -1, -1):
+                        ar += m_r[j]
+                        ai += m_i[j]
+                        lr[j] = ar
+                        li[j] = ai
+                    gx[b, t] += lr[0]
+                    if want:
+                        i = t - t0
+                        gp[2, c] += gy[b, t, c] * zr[i + 1, 3]
+                        for j in range(4):
+                            gp[0, c] += lr[j] * zr[i, j] + li[j] * zi[i, j]
+                            gp[1, c] += li[j] * zr[i, j] - lr[j] * zi[i, j]
+                    for j in range(4):
+                        m_r[j] = p_r * lr[j] + p_i * li[j]
+                        m_i[j] = p_r * li[j] - p_i * lr[j]
             mur[b, :, c] = m_r
             mui[b, :, c] = m_i
 
@@ -138,7 +198,7 @@ def _efilt_span(p_r, p_i, g, u, t0, t1, ar, ai, wr, wi, store):
 
 
 @njit(**_JIT)
-def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
+def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
     """Adjoint of the complex one-pole modulation filters of
     :func:`rtamt.engine.kernels.cplx_onepole_bank` (Dau et al. 1997a, JASA 102, 2892:
     ``w[t] = p w[t-1] + g u[t]``, output ``sc Re w`` for filters ``f < nreal``, else
@@ -148,13 +208,16 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
     filter and ``sc gy w / |w|`` for an envelope filter (0 where ``w = 0``);
     ``gu[t] += g Re lam``; ``mu <- conj(p) lam``.  The envelope filters need ``w[t]``:
     the forward recursion is rerun from the incoming state ``st``, checkpointed every
-    :data:`SEGMENT` samples.
+    :data:`SEGMENT` samples.  With ``want``, the gradient of the coefficients too
+    (every filter's ``w`` is then recomputed): ``dL/dRe p += lr Re w[t-1] + li Im w[t-1]``,
+    ``dL/dIm p += li Re w[t-1] - lr Im w[t-1]``, ``dL/dg += lr u[t]``.
 
     coef : (4, F) rows Re p, Im p, g, sc (``ModFilterbankCoeffs.bp_coef``);
     ch   : (F,) input channel of each filter; x : (B, T, C) the bank's input;
     st   : (B, 2, F) incoming state; gy : (B, T, F) gradient of the filters' outputs;
     mu   : (B, 2, F) in: gradient of the outgoing state; out: of the incoming one;
-    gx   : (B, T, C) input gradient (added to).
+    gx   : (B, T, C) input gradient (added to);
+    want : bool; gc : (3, F) gradients of Re p, Im p and g (added to, with want).
     """
     B, T, C = x.shape
     F = coef.shape[1]
@@ -162,6 +225,7 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
     ck = np.empty((nseg, 2, F))
     wr = np.empty((SEGMENT, F))
     wi = np.empty((SEGMENT, F))
+    first = 0 if want else nreal                     # filters whose w is needed
     for b in range(B):
         for f in range(F):
             ar, ai = st[b, 0, f], st[b, 1, f]
@@ -173,7 +237,7 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
         for k in range(nseg - 1, -1, -1):
             t0 = k * SEGMENT
             t1 = min(T, t0 + SEGMENT)
-            for f in range(nreal, F):                # w of the envelope filters
+            for f in range(first, F):                # w of the filters that need it
                 _efilt_span(coef[0, f], coef[1, f], coef[2, f], x[b, :, ch[f]], t0, t1,
                             ck[k, 0, f], ck[k, 1, f], wr[:, f], wi[:, f], True)
             for f in range(F):
@@ -200,6 +264,16 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx):
                             lr = m_r
                             li = m_i
                     gx[b, t, cf] += g * lr
+                    if want:
+                        if t > t0:
+                            qr = wr[t - t0 - 1, f]
+                            qi = wi[t - t0 - 1, f]
+                        else:
+                            qr = ck[k, 0, f]
+                            qi = ck[k, 1, f]
+                        gc[0, f] += lr * qr + li * qi
+                        gc[1, f] += li * qr - lr * qi
+                        gc[2, f] += lr * x[b, t, cf]
                     m_r = p_r * lr + p_i * li
                     m_i = p_r * li - p_i * lr
                 mu[b, 0, f] = m_r

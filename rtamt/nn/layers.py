@@ -27,6 +27,7 @@ from ..filterbank import gammatone as _gt
 from ..ihc import envelope as _ih
 from ..modulation import modfb as _mf
 from ..nonlinear import compression as _cp
+from ._autograd import param_np
 from ._base import Part, StreamLayer, time_last
 
 __all__ = ["ChainLayer", "StageLayer", "LoudnessLayer", "Dau1997", "King2019", "Osses2021",
@@ -42,9 +43,14 @@ class ChainLayer(StreamLayer):
 
     ``stages``: the :class:`~rtamt.engine.stage.Stage` objects (their designs are used,
     never their own state); ``gain``: the model's input calibration, applied in the
-    input's dtype; ``learnable``: names of stages whose parameters become
-    ``torch.nn.Parameter``s (``self.theta[name]``; only :class:`AdaptLoop` stages have one:
-    the log of the time constants relative to the design).
+    input's dtype; ``learnable``: ``True`` (every stage that has learnable parameters)
+    or the names of the stages whose parameters become
+    ``torch.nn.Parameter``s (``self.theta[name]``, a float64 vector in the stage's
+    unconstrained parametrisation, 0 = the design; :meth:`learned` gives the physical
+    values).  Stages with learnable parameters: the gammatone
+    (log centre frequencies, log bandwidth factor), the adaptation loops (log time
+    constants), the ``efilt`` modulation bank (log modulation centre frequencies, log Q)
+    and the compressions (log knee, log exponent); see :mod:`rtamt.nn._autograd`.
     """
 
     def __init__(self, stages, *, name: str = "chain", n_in: int = 1, gain: float = 1.0,
@@ -64,19 +70,29 @@ class ChainLayer(StreamLayer):
         self.n_in, self.gain, self.output = int(n_in), float(gain), output
         self.input_limit, self._ltext = float(input_limit), limit_text
         self.theta = torch.nn.ParameterDict()
-        for s in learnable:
+        if learnable is True:
+            learnable = [p for p in parts if p.grad is not None and p.grad.n_params]
+        for s in learnable or ():
             p = self[s] if isinstance(s, str) else s
-            if p.grad is None or p.cls is not _al.AdaptLoop:
+            if p.grad is None or p.grad.n_params == 0:
                 raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
-                                 "(learnable: the adaptation time constants)")
+                                 "(learnable: gammatone, adaptation loops, efilt modulation "
+                                 "bank, compressions)")
             self.theta[p.name] = torch.nn.Parameter(
-                torch.zeros(p.coeffs.tau.size, dtype=torch.float64))
+                torch.zeros(p.grad.n_params, dtype=torch.float64))
 
     def __getitem__(self, name: str) -> Part:
         for p in self.parts:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def learned(self, name: str) -> dict:
+        """The physical values (numpy arrays, by name; e.g. ``{"tau": ...}`` in s,
+        ``{"fc": ..., "bandwidth_factor": ...}``, ``{"mfc": ..., "Q": ...}``,
+        ``{"knee": ..., "exponent": ...}``) of learnable stage ``name`` for the current
+        ``self.theta[name]``."""
+        return self[name].grad.learned(param_np(self.theta[name]))
 
     def tau(self, name: str = "adaptloop") -> torch.Tensor:
         """Time constants (s) of adaptation stage ``name``: the design's, times
@@ -117,11 +133,10 @@ class StageLayer(ChainLayer):
 
 
 def _from_model(model: Chain, output=None, learnable=False) -> dict:
-    """ChainLayer arguments of a streaming modulation model."""
-    ads = [s.name for s in model.stages if isinstance(s, _al.AdaptLoop)]
+    """ChainLayer arguments of a streaming modulation model (``learnable``: ``True`` for
+    every stage with learnable parameters, or the names of the stages to learn)."""
     return dict(name=model.name, gain=model.input_gain, input_limit=model.input_limit,
-                limit_text=model._limit_text(), output=output,
-                learnable=ads if learnable else ())
+                limit_text=model._limit_text(), output=output, learnable=learnable or ())
 
 
 class _ModelLayer(ChainLayer):
@@ -130,7 +145,7 @@ class _ModelLayer(ChainLayer):
 
     model_cls: type = Chain
 
-    def __init__(self, fs: float, *args, output: str | None = None, learnable: bool = False,
+    def __init__(self, fs: float, *args, output: str | None = None, learnable=False,
                  **kwargs):
         model = self.model_cls(fs, *args, **kwargs)
         self.model_config = getattr(model, "config", None)
@@ -211,8 +226,10 @@ AdaptHighpass = _stage_layer(
 
 
 def _compression(cls):
-    def make(fs: float | None = None, channels: int = 1, **kwargs):
-        return StageLayer(cls(_cp.CompressionParams(**kwargs)), int(channels))
+    def make(fs: float | None = None, channels: int = 1, *, learnable: bool = False,
+             **kwargs):
+        return StageLayer(cls(_cp.CompressionParams(**kwargs)), int(channels),
+                          learnable=learnable)
 
     make.__name__ = cls.__name__
     make.__doc__ = (f"{cls.__name__} compression (:mod:`rtamt.nonlinear.compression`) as a "
