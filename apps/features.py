@@ -38,10 +38,10 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 from rtamt.integrations import LHOTSE_INSTALL_HINT
+from rtamt.io.atomic import write_text_atomic
 from rtamt.models import MODELS
 
 from .args import UsageError, int_range, positive_float, spl_ref_db
@@ -194,21 +194,6 @@ def _one_line(e: BaseException) -> str:
 
 
 # ------------------------------------------------------------------ output directory
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _prepare_out(out: pathlib.Path, cfg) -> None:
     """Create ``out`` (and ``done/``, ``feats/``); refuse one made with another
     configuration."""
@@ -232,7 +217,7 @@ def _prepare_out(out: pathlib.Path, cfg) -> None:
     for d in (out, out / "done", out / "feats"):
         d.mkdir(parents=True, exist_ok=True)
     if not yml.exists():
-        _atomic_write(yml, yaml.safe_dump({**want, "feature_type": "rtamt"}, sort_keys=True))
+        write_text_atomic(yml, yaml.safe_dump({**want, "feature_type": "rtamt"}, sort_keys=True))
 
 
 def _done_path(out: pathlib.Path, cut_id: str) -> pathlib.Path:
@@ -268,7 +253,7 @@ def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
     except Exception as e:             # unreadable audio, a model error: report, go on
         return ("fail", cut.id, float(cut.duration), _one_line(e))
     d = done.to_dict()
-    _atomic_write(_done_path(outp, cut.id), json.dumps(d))
+    write_text_atomic(_done_path(outp, cut.id), json.dumps(d))
     return ("ok", cut.id, float(cut.duration), d)
 
 
@@ -382,7 +367,7 @@ class _Job:
     def _write_failures(self) -> None:
         lines = "".join(json.dumps({"id": i, "source": s, "error": e}) + "\n"
                         for i, s, e in self.failures)
-        _atomic_write(self.out / "failures.jsonl", lines)
+        write_text_atomic(self.out / "failures.jsonl", lines)
 
     def _report(self, n_ok, skipped, done_s, wall, workers, n_cuts) -> None:
         cfg = self.cfg

@@ -15,16 +15,16 @@ with the reason.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import json
 import math
 import os
 import pathlib
-import tempfile
 
 import numpy as np
+
+from .io.atomic import write_text_atomic
 
 __all__ = ["Calibration", "CalibrationError", "REFERENCE_DB_RANGE", "SPL_REF_RANGE",
            "default_path",
@@ -85,28 +85,7 @@ def save(cal: Calibration, path=None) -> pathlib.Path:
     _check_spl_ref(cal.spl_ref, "calibration not saved")
     text = json.dumps(dataclasses.asdict(cal), indent=2, allow_nan=False) + "\n"
     p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = p.stat().st_mode & 0o777 if p.exists() else 0o644
-    except OSError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError, AttributeError):   # make the rename durable (POSIX)
-        dfd = os.open(p.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    write_text_atomic(p, text)
     return p
 
 
