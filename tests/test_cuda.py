@@ -78,3 +78,56 @@ def test_scheduler_on_the_gpu_is_exact_per_stream():
     for i, x in enumerate(sigs):
         ref = rtamt.Dau1997(FS, device="cuda")(torch.from_numpy(x).cuda()).cpu().numpy()
         assert np.array_equal(np.concatenate(got[i], axis=-1), ref)
+
+
+def _run_streams(s, sigs, block, got, **kw):
+    hs = [s.open("dau1997", FS, block, admission="best-effort", budget_ms=1000.0,
+                 sample_dtype="float64", history=0, **kw) for _ in sigs]
+    for i, h in enumerate(hs):
+        h.subscribe(lambda r, i=i: got[i].append(_host(r.outputs["dau1997"])))
+    return hs
+
+
+def _host(y):
+    return y.cpu().numpy() if isinstance(y, torch.Tensor) else y.copy()
+
+
+def test_auto_placement_moves_a_group_to_the_gpu_and_back_exactly():
+    """Scheduler(device='auto') on a CUDA machine: the accelerator is the GPU; cost models
+    that make the CPU the tighter resource move the group there between two blocks
+    (rebalance), and back; outputs equal an offline model switching at the same blocks."""
+    import rtamt
+    from rtamt.scheduler import Scheduler
+    B_ = 256
+    sigs = [_signal(6 * B_, 40 + i) for i in range(3)]
+    got = {i: [] for i in range(3)}
+    with Scheduler(threads=2, device="auto", realtime=None) as s:
+        assert s.accelerator[0] == "triton" and s.accelerator[1].type == "cuda"
+        hs = _run_streams(s, sigs, B_, got, measure=False)
+
+        def feed(a, b):
+            for h, x in zip(hs, sigs):
+                assert h.push(x[a * B_:b * B_], wait=True, timeout=60)
+            assert all(h.wait_idle(timeout=60) for h in hs)
+        feed(0, 2)
+        cm = s.cost_models(hs[0])
+        cm["cpu"].per_sample_s, cm["gpu"].per_sample_s = 1e-3, 0.0
+        assert s.placement_of(hs[0]).device == "gpu"
+        s.rebalance()
+        assert hs[0].proc.device.type == "cuda" and hs[0].group.label.endswith("cuda")
+        feed(2, 4)
+        cm["cpu"].per_sample_s = 0.0
+        s.rebalance()
+        assert "triton" not in hs[0].group.label
+        feed(4, 6)
+        for h in hs:
+            h.close("drain", timeout=60)
+        assert not s.errors
+    for i, x in enumerate(sigs):
+        m = rtamt.Dau1997(FS)
+        a = m(x[:2 * B_])
+        m.to("cuda")
+        b = m(torch.from_numpy(x[2 * B_:4 * B_]).cuda()).cpu().numpy()
+        m.to(backend="numba")
+        c = m(x[4 * B_:])
+        assert np.array_equal(np.concatenate(got[i], axis=-1), np.concatenate([a, b, c], -1))

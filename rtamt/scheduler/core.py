@@ -55,6 +55,7 @@ from ..engine.contract import RtamtInputError, Streaming
 from ..engine.denormal import ensure_ftz
 from ..engine.parallel import Parallel
 from ..engine.realtime import DEFAULT_PRIORITY, request_realtime
+from . import placement as _P
 from .stream import Stream
 
 _perf = time.perf_counter
@@ -155,6 +156,8 @@ class Group:
         self.frozen = False
         self.runners: dict[int, list] = {}
         self.period = block / fs
+        #: device='auto': the design's cost-model keys (CPU, accelerator or None)
+        self.homes = None
         if batchable:
             sd = proto.state_dict()["stream"]
             self.stream_batch = sd.get("batch")
@@ -302,6 +305,18 @@ class Group:
             self.runners[n].append((obj, leaves, bufs))
 
 
+def _accelerator(name):
+    """``(backend, device)`` of a ``'gpu'`` placement, or None: ``name=None`` is CUDA when
+    torch sees a device and triton is installed, else None; a name is resolved on the
+    Triton backend (raising if it cannot run here)."""
+    if name is None:
+        import torch
+        if not torch.cuda.is_available() or _B._triton_available() is not None:
+            return None
+        name = "cuda"
+    return _B.resolve("triton", name)
+
+
 class Scheduler:
     """Runs many streams on a pool of worker threads under latency budgets.
 
@@ -317,6 +332,18 @@ class Scheduler:
                        garbage collector's scans.  A full collection otherwise scans every
                        object numba, numpy and torch created at import and pauses every
                        thread in the middle of a stream (docs/performance.md).
+    backend, device  : where every stream's processor runs (see
+                       :func:`rtamt.engine.backend.resolve`; default: the processor's own
+                       backend, numba on the CPU).  ``device='auto'`` places each group
+                       (see :mod:`rtamt.scheduler.placement`): on the CPU with the
+                       processor's own backend, or on ``accelerator`` when its cost model
+                       meets the budget there and the CPU is the tighter resource;
+                       :meth:`rebalance` re-decides every group between two blocks.
+    accelerator      : with ``device='auto'``, the device a ``'gpu'`` placement runs on
+                       (Triton backend): default ``'cuda'`` when torch sees a CUDA device
+                       and triton is installed, else none (every group on the CPU).
+                       ``'cpu'`` names Triton's interpreter on CPU tensors, which exercises
+                       the placement without a GPU.
     realtime         : SCHED_FIFO priority the workers ask for (default
                        ``rtamt.engine.realtime.DEFAULT_PRIORITY`` = 1; ``None``: normal
                        priority).  Without it a time-sharing task (on the benchmark machine
@@ -340,7 +367,7 @@ class Scheduler:
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
                  gil_switch_ms: float | None = 0.5,
                  realtime: int | None = DEFAULT_PRIORITY,
-                 backend: str | None = None, device=None,
+                 backend: str | None = None, device=None, accelerator=None,
                  freeze_gc: bool = True, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
@@ -350,6 +377,18 @@ class Scheduler:
         self.max_load = float(max_load)
         self.gil_switch = None if gil_switch_ms is None else float(gil_switch_ms) / 1e3
         #: compute backend of every stream's processor (None: the processor's own)
+        #: 'auto' (groups placed by their cost models) or None (one backend for all)
+        self.placement = "auto" if device == "auto" else None
+        #: (backend, torch.device) of 'gpu' placements, or None (device='auto' only)
+        self.accelerator = None
+        if self.placement:
+            if backend is not None:
+                raise ValueError("device='auto' places groups on the processor's own "
+                                 "backend or on the accelerator; leave backend=None")
+            device = None
+            self.accelerator = _accelerator(accelerator)
+        elif accelerator is not None:
+            raise ValueError("accelerator= goes with device='auto'")
         self.backend, self.device = (None, None) if backend is None and device is None \
             else _B.resolve(backend, device)
         self.realtime = None if realtime is None else int(realtime)
@@ -582,6 +621,7 @@ class Scheduler:
                 if batchable:
                     raise
         cost = self._design_cost(proto, example, dkey)
+        akey = self._accelerator_cost(proc, proto, example, dkey, measure)
         if budget_ms is None:
             budget_s = (block / fs) if block else 0.020
         else:
@@ -595,6 +635,9 @@ class Scheduler:
             if block < 1:
                 raise ValueError(f"block must be >= 1, got {block}")
             gkey = dkey + (block,)
+            if self.placement:
+                gkey = self._place(proc, dkey, akey, block, fs, batchable, budget_s)
+                cost = self._costs[gkey[:-1]]
             self._names += 1
             nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
             s = Stream(self, proc, nm, fs, channels, block, budget_s, dtype,
@@ -605,9 +648,11 @@ class Scheduler:
                 label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
                 if getattr(proc, "backend", "numba") == "triton":
                     label += f"/triton:{proc.device}"
-                if batchable and proto is None:          # the batched copies' template
-                    proto = copy.deepcopy(proc)
+                if batchable and (proto is None or gkey[:-1] != dkey):
+                    proto = copy.deepcopy(proc)          # the batched copies' template
                 g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch)
+                if self.placement:
+                    g.homes = (dkey, akey)
             self._admit(g, s, admission)
             self._groups[gkey] = g
             if g.batchable and all(v is not None for v in g.slots):
@@ -617,6 +662,95 @@ class Scheduler:
         if self.freeze_gc and self.running:
             gc.freeze()
         return s
+
+    # ================================================================ placement (device='auto')
+    def _accelerator_cost(self, proc, proto, example, dkey, measure: bool):
+        """``device='auto'`` with an accelerator: the design's key there, its cost model
+        made once per (design, device) (measured on a copy of the processor moved there;
+        nominal when ``measure`` is False), or None when the processor cannot move."""
+        if self.accelerator is None:
+            return None
+        b, d = self.accelerator
+        akey = dkey[:5] + (b, str(d)) + dkey[7:]
+        if akey not in self._costs:
+            try:
+                probe = copy.deepcopy(proto if proto is not None else proc)
+                probe.to(d, backend=b)
+            except Exception:  # noqa: BLE001 - no Triton kernel, not copyable: CPU only
+                return None
+            self._design_cost(probe if measure else None, example, akey)
+        return akey
+
+    def _decision(self, g: Group | None, homes, block: int, fs: float, max_batch: int,
+                  streams: int, budget_s: float) -> _P.Placement:
+        """Under the lock: :func:`rtamt.scheduler.placement.decide` for ``streams``
+        streams of the design whose CPU and accelerator keys are ``homes``, with the
+        loads of every group but ``g``."""
+        others = [h for h in self._groups.values() if h is not g and h.members]
+        akey = homes[1]
+        return _P.decide(
+            self._costs[homes[0]], None if akey is None else self._costs[akey],
+            streams=streams, block=block, fs=fs, budget_s=budget_s, max_batch=max_batch,
+            cpu_busy=sum(self._work(h, len(h.members)) for h in others), cores=self.threads,
+            gpu_busy=0.0 if akey is None else sum(
+                self._work(h, len(h.members)) for h in others if h.key[5:7] == akey[5:7]),
+            max_load=self.max_load)
+
+    def _place(self, proc, dkey, akey, block: int, fs: float, batchable: bool,
+               budget_s: float):
+        """Under the lock (``device='auto'``): the key of the group a new stream joins and
+        ``proc`` moved there: its design's group wherever that runs, else where
+        :meth:`_decision` places a new group."""
+        cpu, acc = dkey + (block,), None if akey is None else akey + (block,)
+        if acc is None:
+            return cpu
+        running = [k for k in (acc, cpu) if k in self._groups and self._groups[k].members]
+        if running:
+            key = running[0]
+        else:
+            p = self._decision(None, (dkey, akey), block, fs,
+                               self.max_batch if batchable else 1, 1, budget_s)
+            key = acc if p.device == "gpu" else cpu
+        if key == acc:
+            proc.to(self.accelerator[1], backend=self.accelerator[0])
+        return key
+
+    def placement_of(self, s: Stream) -> _P.Placement:
+        """``device='auto'``: the placement :func:`rtamt.scheduler.placement.decide` gives
+        the group of stream ``s`` now (its cost models per device, the other groups'
+        loads, the group's tightest budget)."""
+        with self._cv:
+            g = s.group
+            if g is None or not self.placement:
+                raise ValueError("placement_of: an open stream of a device='auto' scheduler")
+            return self._decision(g, g.homes, g.block, g.fs, g.max_batch, len(g.members),
+                                  min(m.budget_s for m in g.members))
+
+    def cost_models(self, s: Stream) -> dict:
+        """``device='auto'``: ``{'cpu': CostModel, 'gpu': CostModel or None}`` of the
+        design of stream ``s`` (the live objects the placement reads)."""
+        h = s.group.homes
+        return {"cpu": self._costs[h[0]], "gpu": None if h[1] is None else self._costs[h[1]]}
+
+    def rebalance(self, timeout: float = 10.0) -> dict:
+        """``device='auto'``: re-decide every group's placement (:meth:`placement_of`) and
+        move each group whose device changes with :meth:`move` (between two of its
+        blocks, the state exactly).  Returns ``{old label: new label}`` of the moves."""
+        moved = {}
+        if not self.placement or self.accelerator is None:
+            return moved
+        with self._cv:
+            groups = [g for g in self._groups.values() if g.members]
+        for g in groups:
+            if not g.members:
+                continue
+            s = g.members[0]
+            where = self.placement_of(s).device
+            home = g.homes[1] if where == "gpu" else g.homes[0]
+            if g.key[:-1] != home:
+                moved[g.label] = self.move(s, None if home[6] == "None" else home[6],
+                                           backend=home[5], timeout=timeout)
+        return moved
 
     def _quiesce(self, g: Group, timeout: float = 5.0) -> None:
         """Under the lock: wait until no call of ``g`` is in flight (its store may move)."""
@@ -634,11 +768,7 @@ class Scheduler:
     # ================================================================ admission
     def _work(self, g: Group, m: int) -> float:
         """Predicted busy seconds per second of group ``g`` with ``m`` streams."""
-        if m == 0:
-            return 0.0
-        calls = (g.fs / g.block) * (math.ceil(m / g.max_batch) if g.batchable else m)
-        c = g.cost
-        return c.scale * (calls * c.fixed_s + m * g.fs * c.per_sample_s)
+        return _P.work(g.cost, m, g.block, g.fs, g.max_batch)
 
     def _predict(self, g: Group, s_budget: float, extra: bool = True):
         """(load, latency) predicted for a stream of budget ``s_budget`` joining ``g``."""
@@ -962,6 +1092,7 @@ class Scheduler:
                     label = base if b == "numba" else f"{base}/triton:{d}"
                     ng = Group(key, label, probe, g.block, g.fs, cost, g.batchable,
                                self.max_batch)
+                    ng.homes = g.homes
                     self._groups[key] = ng
                 for m in members:
                     ng.add(m)
