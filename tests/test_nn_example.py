@@ -1,0 +1,25 @@
+"""examples/fit_dau1997.py converges: run as a script, it recovers the perturbed
+adaptation time constant and modulation filter Q of Dau1997 within 2 % by truncated BPTT
+over streamed blocks (its last output line is a JSON summary)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_fit_dau1997_example_converges():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "fit_dau1997.py")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    res = json.loads(lines[-1])
+    assert res["tau_rel_err"] < 0.02 and res["q_rel_err"] < 0.02, res
+    assert res["loss_last"] < 1e-2 * res["loss_first"], res
+    curve = [ln for ln in lines if ln[:5].strip().isdigit()]
+    assert len(curve) >= 2                         # the loss curve is printed, per epoch
+    assert "Warning" not in run.stderr, run.stderr
