@@ -23,3 +23,24 @@ def test_fit_dau1997_example_converges():
     curve = [ln for ln in lines if ln[:5].strip().isdigit()]
     assert len(curve) >= 2                         # the loss curve is printed, per epoch
     assert "Warning" not in run.stderr, run.stderr
+
+
+def test_nn_speed_script_reports_json():
+    """latency_bench/nn_speed.py runs (tiny configuration) and prints its JSON: the three
+    timed cases, and no torch_amt ratio unless torch_amt was measured (no times are
+    asserted)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    run = subprocess.run([sys.executable, "-m", "latency_bench.nn_speed", "--fs", "16000",
+                          "--seconds", "0.03", "--batch", "2", "--repeat", "1"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    res = json.loads(run.stdout)
+    assert set(res["rtamt"]) == {"forward", "forward_backward_input",
+                                 "forward_backward_all_params"}
+    for case in res["rtamt"].values():
+        assert case["best_s"] > 0 and case["first_s"] > 0 and case["runs"] == 1
+    if res["torch_amt"]["available"]:
+        assert res["speedup_vs_torch_amt"] > 0
+    else:
+        assert "speedup_vs_torch_amt" not in res and res["torch_amt"]["reason"]

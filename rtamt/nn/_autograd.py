@@ -33,6 +33,14 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return np.array(t.detach().cpu().numpy(), dtype=np.float64, copy=True)
 
 
+def _read(t: torch.Tensor) -> np.ndarray:
+    """A float64 host array of ``t`` for kernels that only read it: a view, in any
+    strides, when ``t`` is a float64 CPU tensor (an output gradient can be hundreds of
+    MB), else a converted copy in the same memory order."""
+    a = t.detach().cpu().numpy()
+    return a if a.dtype == np.float64 else a.astype(np.float64, order="K")
+
+
 class StageGrad:
     """The backward rule of one stage, made once per layer stage from the stage and its
     designed coefficients (``self.coeffs0``).
@@ -371,7 +379,7 @@ class StageFunction(torch.autograd.Function):
         mu = {k: (np.zeros(s.shape) if g is None else _np(g))
               for k, g, s in zip(part.keys, gstate, state)}
         st = {k: _np(s) for k, s in zip(part.keys, state)}
-        gyn = np.zeros(ctx.y_shape) if gy is None else _np(gy)
+        gyn = np.zeros(ctx.y_shape) if gy is None else _read(gy)
         want = param is not None and ctx.needs_input_grad[2]
         gx, gp = part.grad.backward(ctx.coeffs, param_np(param) if want else None, _np(x), st,
                                     gyn, mu)

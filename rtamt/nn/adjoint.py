@@ -281,17 +281,19 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
 
 
 @njit(**_JIT)
-def _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, xv):
+def _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, xv, q, v):
     """One sample of the adaptation loops on one channel (the arithmetic of
     :func:`rtamt.engine.kernels.adaptloop`, same exponential): advances ``s`` (K,) in
-    place and returns nothing."""
-    v = max(xv, ml)
+    place and writes each loop's quotient ``q`` and output ``v`` (K,)."""
+    w = max(xv, ml)
     for k in range(a.shape[0]):
-        q = v / s[k]
-        if limit_on and q > 1.0:
-            q = fa[k] / (1.0 + exp_f64_short(ef[k] * (q - 1.0))) - of[k]
-        v = q
-        s[k] = a[k] * s[k] + bcoef[k] * v
+        qk = w / s[k]
+        q[k] = qk
+        if limit_on and qk > 1.0:
+            qk = fa[k] / (1.0 + exp_f64_short(ef[k] * (qk - 1.0))) - of[k]
+        v[k] = qk
+        w = qk
+        s[k] = a[k] * s[k] + bcoef[k] * qk
 
 
 @njit(**_JIT)
@@ -325,11 +327,10 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
     K = a.shape[0]
     nseg = (T + SEGMENT - 1) // SEGMENT
     ck = np.empty((nseg, K))
-    traj = np.empty((SEGMENT, K))
+    traj = np.empty((SEGMENT, K))                    # s before each sample
+    tq = np.empty((SEGMENT, K))                      # and its quotients, outputs
+    tv = np.empty((SEGMENT, K))
     s = np.empty(K)
-    q = np.empty(K)
-    v = np.empty(K)
-    lim = np.zeros(K, np.bool_)
     for b in range(B):
         for c in range(C):
             ml = lanes[0, c]
@@ -341,7 +342,8 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
             for t in range(T):
                 if t % SEGMENT == 0:
                     ck[t // SEGMENT] = s
-                _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c])
+                _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c], tq[0],
+                               tv[0])
             lam = mu[b, :, c].copy()
             for kseg in range(nseg - 1, -1, -1):
                 t0 = kseg * SEGMENT
@@ -349,31 +351,24 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
                 s[:] = ck[kseg]
                 for t in range(t0, t1):
                     traj[t - t0] = s
-                    _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c])
+                    _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c],
+                                   tq[t - t0], tv[t - t0])
                 for t in range(t1 - 1, t0 - 1, -1):
                     st = traj[t - t0]
-                    xv = x[b, t, c]
-                    w = max(xv, ml)
-                    for k in range(K):               # the sample's loop values again
-                        qk = w / st[k]
-                        q[k] = qk
-                        lim[k] = limit_on and qk > 1.0
-                        if lim[k]:
-                            qk = fa[k] / (1.0 + exp_f64_short(ef[k] * (qk - 1.0))) - of[k]
-                        v[k] = qk
-                        w = qk
+                    q = tq[t - t0]
+                    v = tv[t - t0]
                     gv = mult * gy[b, t, c]
                     for k in range(K - 1, -1, -1):
                         lk = lam[k]
                         gv += bcoef[k] * lk
                         ga[k] += lk * (st[k] - v[k])
                         gq = gv
-                        if lim[k]:
+                        if limit_on and q[k] > 1.0:
                             e = math.exp(ef[k] * (q[k] - 1.0))
                             gq = -gv * fa[k] * ef[k] * e / ((1.0 + e) * (1.0 + e))
                         lam[k] = a[k] * lk - gq * q[k] / st[k]
                         gv = gq / st[k]
-                    if xv > ml:
+                    if x[b, t, c] > ml:
                         gx[b, t, c] += gv
             mu[b, :, c] = lam
 
