@@ -250,8 +250,8 @@ class AdaptLoopGrad(StageGrad):
 
 
 class ModFilterbankGrad(StageGrad):
-    """The ``efilt`` modulation bank (low-pass, optional pre-filter, complex one-poles;
-    Dau et al. 1997a).
+    """The modulation bank: low-pass, optional pre-filter, and the ``efilt`` complex
+    one-poles (Dau et al. 1997a) or the frequency-shifted Butterworth biquads.
 
     Learnable: ``th = [log(mfc / mfc0) (Fb,), log(Q / Q0)]``, the centre frequency of
     every band-pass filter (packed order, ``coeffs.filter_mfc[C:]``) and the quality
@@ -259,7 +259,8 @@ class ModFilterbankGrad(StageGrad):
     their 5 Hz bandwidth (``Q`` does not act on them), the others have bandwidth
     ``mfc / Q``; the pole ``e0 exp(i 2 pi mfc / fs)``, ``e0 = exp(-pi bw / fs)``, has
     radius below 1 for every ``th``; real-part / envelope outputs stay as designed.  The
-    2.5 Hz low-pass and the pre-filter are fixed."""
+    2.5 Hz low-pass and the pre-filter are fixed.  The Butterworth bank has no learnable
+    parameters (input and state gradients only)."""
 
     def __init__(self, stage, coeffs):
         super().__init__(stage, coeffs)
@@ -268,10 +269,6 @@ class ModFilterbankGrad(StageGrad):
         self.fixed_bw = self.mfc0 < 10.0
         self.n_params = self.mfc0.size + 1 if coeffs.filter_type == "efilt" else 0
         self.Q0 = float(getattr(stage.params, "Q", 2.0))
-
-    @staticmethod
-    def supports(coeffs) -> bool:
-        return coeffs.filter_type == "efilt"
 
     def _design(self, th):
         """``mfc``, ``Q``, bandwidth (Hz), ``w0`` and ``e0`` of the band-pass filters."""
@@ -307,7 +304,11 @@ class ModFilterbankGrad(StageGrad):
         gu = np.zeros(x.shape)
         A.sos_adjoint(coeffs.lp_sos, False, u, gy[:, :, :C], mu["lp"], gu)
         gc = np.zeros((3, Fb))
-        if Fb:
+        if Fb and coeffs.filter_type == "butterworth":
+            A.biquad_bank_adjoint(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b,
+                                  coeffs.bp_a, coeffs.bp_scale, u, state["bp"],
+                                  gy[:, :, C:], mu["bp"], gu)
+        elif Fb:
             A.efilt_adjoint(coeffs.bp_coef, coeffs.bp_nreal, coeffs.bp_channel, u,
                             state["bp"], gy[:, :, C:], mu["bp"], gu, want, gc)
         gx = gu

@@ -281,6 +281,103 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
 
 
 @njit(**_JIT)
+def _biquad_span(bc, ac, u, t0, t1, z, orr, oi, store):
+    """The complex DF-II transposed biquad of :func:`rtamt.engine.kernels.cplx_biquad_bank`
+    on real input ``u[t]``, ``t0 <= t < t1``, from memories ``z`` (2, 2) [index,
+    re/im], advanced in place; with ``store``, the output ``o[t]`` goes to
+    ``orr[t - t0]``, ``oi[t - t0]``."""
+    b0 = complex(bc[0, 0], bc[0, 1])
+    b1 = complex(bc[1, 0], bc[1, 1])
+    b2 = complex(bc[2, 0], bc[2, 1])
+    a1 = complex(ac[1, 0], ac[1, 1])
+    a2 = complex(ac[2, 0], ac[2, 1])
+    z0 = complex(z[0, 0], z[0, 1])
+    z1 = complex(z[1, 0], z[1, 1])
+    for t in range(t0, t1):
+        v = u[t]
+        o = b0 * v + z0
+        z0 = b1 * v - a1 * o + z1
+        z1 = b2 * v - a2 * o
+        if store:
+            orr[t - t0] = o.real
+            oi[t - t0] = o.imag
+    z[0, 0], z[0, 1], z[1, 0], z[1, 1] = z0.real, z0.imag, z1.real, z1.imag
+
+
+@njit(**_JIT)
+def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
+    """Adjoint of :func:`rtamt.engine.kernels.cplx_biquad_bank`, the frequency-shifted
+    Butterworth modulation filters (rtamt's ``filter_type='butterworth'``: a 2nd-order
+    Butterworth low-pass moved to ``mfc`` by ``H(z e^{-i w0})``; output ``sc Re o`` for
+    ``f < nreal``, else ``sc |o|``).
+
+    Forward, complex coefficients, real input ``v``: ``o = b0 v + z0``,
+    ``z0' = b1 v - a1 o + z1``, ``z1' = b2 v - a2 o``.  Backwards (the transpose of a
+    multiplication by ``c`` is one by ``conj(c)``), with ``m0``, ``m1`` the gradients
+    of ``z0'``, ``z1'``: ``go = gout - conj(a1) m0 - conj(a2) m1`` (``gout = sc gy``, or
+    ``sc gy o / |o|`` for an envelope filter, 0 where ``o = 0``),
+    ``gv = Re(conj(b0) go + conj(b1) m0 + conj(b2) m1)``, then ``m1 <- m0``,
+    ``m0 <- go``.  The envelope filters' ``o`` is recomputed from the incoming state,
+    checkpointed every :data:`SEGMENT` samples.
+
+    ch : (F,); bcoef, acoef : (F, 3, 2); scale : (F,); x : (B, T, C) the bank's input;
+    st : (B, F, 2, 2) incoming state; gy : (B, T, F) gradient of the filters' outputs;
+    mu : (B, F, 2, 2) in: gradient of the outgoing state; out: of the incoming one;
+    gx : (B, T, C) (added to).
+    """
+    B, T, C = x.shape
+    F = ch.shape[0]
+    nseg = (T + SEGMENT - 1) // SEGMENT
+    ck = np.empty((nseg, 2, 2))
+    orr = np.empty(SEGMENT)
+    oi = np.empty(SEGMENT)
+    z = np.empty((2, 2))
+    for b in range(B):
+        for f in range(F):
+            bc = bcoef[f]
+            ac = acoef[f]
+            u = x[b, :, ch[f]]
+            env = f >= nreal
+            if env:
+                z[:] = st[b, f]
+                for k in range(nseg):
+                    ck[k] = z
+                    _biquad_span(bc, ac, u, k * SEGMENT, min(T, (k + 1) * SEGMENT), z, orr,
+                                 oi, False)
+            m = mu[b, f]
+            m0r, m0i, m1r, m1i = m[0, 0], m[0, 1], m[1, 0], m[1, 1]
+            for k in range(nseg - 1, -1, -1):
+                t0 = k * SEGMENT
+                t1 = min(T, t0 + SEGMENT)
+                if env:
+                    z[:] = ck[k]
+                    _biquad_span(bc, ac, u, t0, t1, z, orr, oi, True)
+                for t in range(t1 - 1, t0 - 1, -1):
+                    g = scale[f] * gy[b, t, f]
+                    gr = g
+                    gi = 0.0
+                    if env:
+                        vr = orr[t - t0]
+                        vi = oi[t - t0]
+                        mag = math.sqrt(vr * vr + vi * vi)
+                        if mag > 0.0:
+                            gr = g * vr / mag
+                            gi = g * vi / mag
+                        else:
+                            gr = 0.0
+                    gor = (gr - (ac[1, 0] * m0r + ac[1, 1] * m0i)
+                           - (ac[2, 0] * m1r + ac[2, 1] * m1i))
+                    goi = (gi - (ac[1, 0] * m0i - ac[1, 1] * m0r)
+                           - (ac[2, 0] * m1i - ac[2, 1] * m1r))
+                    gx[b, t, ch[f]] += (bc[0, 0] * gor + bc[0, 1] * goi
+                                        + bc[1, 0] * m0r + bc[1, 1] * m0i
+                                        + bc[2, 0] * m1r + bc[2, 1] * m1i)
+                    m1r, m1i = m0r, m0i
+                    m0r, m0i = gor, goi
+            m[0, 0], m[0, 1], m[1, 0], m[1, 1] = m0r, m0i, m1r, m1i
+
+
+@njit(**_JIT)
 def _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, xv, q, v):
     """One sample of the adaptation loops on one channel (the arithmetic of
     :func:`rtamt.engine.kernels.adaptloop`, same exponential): advances ``s`` (K,) in

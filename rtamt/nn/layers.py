@@ -216,7 +216,7 @@ AdaptLoop = _stage_layer(
 ModFilterbank = _stage_layer(
     _mf.ModFilterbank, _mf.ModFilterbankParams,
     "Modulation filterbank (:mod:`rtamt.modulation.modfb`): ``(batch, C, T)`` -> packed "
-    "``(batch, F, T)``; differentiable for ``filter_type='efilt'``.  "
+    "``(batch, F, T)``; differentiable (learnable mfc and Q: ``efilt``).  "
     "``ModFilterbank(fs, fc=(...), **ModFilterbankParams)``.",
     channels_from=lambda p: len(p.fc))
 AdaptHighpass = _stage_layer(
