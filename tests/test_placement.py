@@ -1,6 +1,7 @@
 """Placement of scheduler groups (``Scheduler(device='auto')``, issue 21 item 3): the
 decision as a pure function of cost models and loads, 'auto' without CUDA, groups moved
-between devices by :meth:`Scheduler.rebalance` bit-exactly."""
+between devices by :meth:`Scheduler.rebalance` bit-exactly, and no staging buffers off
+CUDA."""
 import numpy as np
 import pytest
 
@@ -95,12 +96,46 @@ def test_auto_without_cuda_places_every_group_on_the_cpu():
                    measure=False, admission="best-effort", budget_ms=1000.0, history=0)
         assert getattr(h.proc, "backend", "numba") == "numba"
         assert "triton" not in h.group.label
+        assert h.group.cuda_stream is None and h.group.staging is None
         p = s.placement_of(h)
         assert p.device == "cpu" and p.reason == "no GPU"
         assert s.cost_models(h)["gpu"] is None
         assert s.rebalance() == {}
     finally:
         s.close("discard")
+
+
+def test_no_staging_buffer_on_the_cpu_path(monkeypatch):
+    """A numba group stages nothing: no pinned buffer is allocated, no CUDA stream made,
+    and batched calls still form."""
+    torch = pytest.importorskip("torch")
+    pinned = []
+    empty = torch.empty
+
+    def spy(*a, **k):
+        if k.get("pin_memory"):
+            pinned.append(a)
+        return empty(*a, **k)
+    monkeypatch.setattr(torch, "empty", spy)
+    batches = []
+    s = Scheduler(threads=2, realtime=None)
+    try:
+        hs = [s.open("dau1997", FS, 64, model_kwargs=dict(flow=500.0, fhigh=2000.0),
+                     measure=False, admission="best-effort", budget_ms=1000.0, history=0,
+                     sample_dtype="float64") for _ in range(3)]
+        for h in hs:
+            h.subscribe(lambda r: batches.append(r.batch))
+        x = np.random.default_rng(1).standard_normal(640) * 0.05
+        for k in range(0, 640, 64):
+            for h in hs:
+                assert h.push(x[k:k + 64], wait=True, timeout=60)
+        for h in hs:
+            assert h.wait_idle(timeout=60)
+        g = hs[0].group
+        assert g.staging is None and g.cuda_stream is None
+    finally:
+        s.close("discard")
+    assert pinned == [] and len(batches) == 30
 
 
 def test_rebalance_moves_a_group_between_devices_bit_exactly():
@@ -153,6 +188,7 @@ def test_rebalance_moves_a_group_between_devices_bit_exactly():
         hs.append(s.open("dau1997", FS, B_, **kw))   # joins its design's group there
         hs[3].subscribe(rec(3))
         assert hs[3].group is hs[0].group and hs[3].proc.backend == "triton"
+        assert hs[0].group.staging is None and hs[0].group.cuda_stream is None
         feed(2)
         cm["cpu"].per_sample_s = 0.0
         assert s.placement_of(hs[0]).device == "cpu"

@@ -142,7 +142,7 @@ class Group:
     a pool of batched copies of the processor, and a cost model."""
 
     def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
-                 batchable: bool, max_batch: int):
+                 batchable: bool, max_batch: int, device=None):
         self.key = key
         self.label = label
         self.proto = proto
@@ -156,8 +156,14 @@ class Group:
         self.frozen = False
         self.runners: dict[int, list] = {}
         self.period = block / fs
+        #: CUDA groups only (None elsewhere): the group's CUDA stream, on which its calls
+        #: copy and launch, and its pinned host staging buffers, a pool per input shape
+        self.cuda_stream, self.staging = None, None
         #: device='auto': the design's cost-model keys (CPU, accelerator or None)
         self.homes = None
+        if device is not None and getattr(device, "type", None) == "cuda":
+            import torch
+            self.cuda_stream, self.staging = torch.cuda.Stream(device), {}
         if batchable:
             sd = proto.state_dict()["stream"]
             self.stream_batch = sd.get("batch")
@@ -237,12 +243,62 @@ class Group:
 
     def run(self, streams: list) -> list:
         """Process the ready block of every stream in ``streams`` (sorted by slot, same
-        length, same shared state) in one call; returns each stream's output."""
+        length, same shared state) in one call; returns each stream's output.
+
+        A CUDA group stages the input in a pinned host buffer and runs the call on its
+        CUDA stream (after the work queued on the device's default stream), then waits
+        for that stream: the outputs (tensors on the device) are complete when this
+        returns."""
+        if self.cuda_stream is None:
+            return self._call(streams, None)
+        import torch
+        pool, cs = self.staging, self.cuda_stream
+        # state written on the default stream (attach, move, restore) comes first
+        cs.wait_stream(torch.cuda.default_stream(cs.device))
+        try:
+            with torch.cuda.stream(cs):
+                return self._call(streams, pool)
+        finally:
+            cs.synchronize()
+
+    def _input(self, blocks: list, pool):
+        """The ready blocks as one call's input: the one block itself, or the blocks
+        stacked (a new numpy array) when ``pool`` is None; otherwise written into a pinned
+        host buffer from ``pool`` (a CPU tensor, so the model's copy to the device reads
+        page-locked memory) that :meth:`_release` returns to the pool after the call."""
+        if pool is None:
+            return blocks[0] if len(blocks) == 1 else np.stack(blocks)
+        import torch
+        shape = blocks[0].shape if len(blocks) == 1 else (len(blocks),) + blocks[0].shape
+        key = (shape, blocks[0].dtype.str)
+        free = pool.setdefault(key, [])
+        buf = free.pop() if free else torch.empty(
+            shape, dtype=torch.from_numpy(blocks[0][:0]).dtype, pin_memory=True)
+        dst = buf.numpy()
+        if len(blocks) == 1:
+            dst[...] = blocks[0]
+        else:
+            np.stack(blocks, out=dst)
+        return buf
+
+    @staticmethod
+    def _release(pool, x) -> None:
+        if pool is not None:
+            pool[(tuple(x.shape), x.numpy().dtype.str)].append(x)
+
+    def _call(self, streams: list, pool) -> list:
         n = len(streams)
         if n == 1 or not self.batchable:
             s = streams[0]
-            return [s.proc(s._block_input())]
+            if pool is None:
+                return [s.proc(s._block_input())]
+            x = self._input([s._block_input()], pool)
+            try:
+                return [s.proc(x)]
+            finally:
+                self._release(pool, x)
         obj, leaves, bufs = self.runner(n)
+        x = None
         try:
             idx = [s.slot for s in streams]
             contiguous = idx[-1] - idx[0] == n - 1
@@ -269,10 +325,9 @@ class Group:
                     v = buf
                 h[k] = v
                 set_.append(v)
-            x = np.stack([s._block_input() for s in streams])
-            if self.stream_batch is not None:
-                x = x.reshape((n * self.stream_batch,) + x.shape[2:])
-            out = obj(x)
+            x = self._input([s._block_input() for s in streams], pool)
+            out = obj(x if self.stream_batch is None else
+                      x.reshape((n * self.stream_batch,) + tuple(x.shape[2:])))
             # write back what does not live in the store already
             for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
                 st = self.store[j]
@@ -303,6 +358,8 @@ class Group:
             for (h, k, _), buf in zip(leaves, bufs):
                 h[k] = buf
             self.runners[n].append((obj, leaves, bufs))
+            if x is not None:
+                self._release(pool, x)
 
 
 def _accelerator(name):
@@ -650,7 +707,8 @@ class Scheduler:
                     label += f"/triton:{proc.device}"
                 if batchable and (proto is None or gkey[:-1] != dkey):
                     proto = copy.deepcopy(proc)          # the batched copies' template
-                g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch)
+                g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch,
+                          getattr(proc, "device", None))
                 if self.placement:
                     g.homes = (dkey, akey)
             self._admit(g, s, admission)
@@ -1091,7 +1149,7 @@ class Scheduler:
                     base = g.label.split("/triton:")[0]
                     label = base if b == "numba" else f"{base}/triton:{d}"
                     ng = Group(key, label, probe, g.block, g.fs, cost, g.batchable,
-                               self.max_batch)
+                               self.max_batch, d)
                     ng.homes = g.homes
                     self._groups[key] = ng
                 for m in members:
