@@ -128,15 +128,21 @@ def test_osses2021_gradcheck():
                      eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
 
 
-@pytest.mark.parametrize("model", [rn.Dau1997, rn.Osses2021])
-def test_gradient_over_blocks_equals_one_call(model):
+@pytest.mark.parametrize("model,learned", [
+    (rn.Dau1997, {"gammatone", "adaptloop", "modfb"}),
+    (rn.Osses2021, {"gammatone", "adaptloop", "modfb"}),
+    (rn.King2019, {"gammatone", "compression"})])
+def test_gradient_over_blocks_equals_one_call(model, learned):
     """Two blocks with carried (not detached) state give the gradient of one call on the
     concatenated input, w.r.t. the input, the first block's state and every learnable
     parameter (gammatone centre frequencies and bandwidth, adaptation time constants,
-    modulation centre frequencies and Q; <= 1e-10 relative), across a 20 dB onset; the
-    second block starts past a recomputation checkpoint (adjoint.SEGMENT)."""
-    layer = model(FS, fc=(1000.0, 2000.0), learnable=True)
-    assert set(layer.theta) == {"gammatone", "adaptloop", "modfb"}
+    modulation centre frequencies and Q, compression knee and exponent; <= 1e-10
+    relative), across a 20 dB onset; the second block starts past a recomputation
+    checkpoint (adjoint.SEGMENT).  King2019 runs through its compression, adaptation
+    high-pass and modulation bank (with the 150 Hz pre-filter)."""
+    kw = {"lp150": True} if model is rn.King2019 else {}
+    layer = model(FS, fc=(1000.0, 2000.0), learnable=True, **kw)
+    assert set(layer.theta) == learned
     T, cut = 1300, 600
     x = _x((2, T), 4, scale=0.5)
     with torch.no_grad():
@@ -160,7 +166,7 @@ def test_gradient_over_blocks_equals_one_call(model):
     one, two = grads([T]), grads([cut, T])
     for g1, g2 in zip(one, two):
         assert torch.linalg.norm(g1 - g2) <= 1e-10 * torch.linalg.norm(g1)
-    assert all(torch.linalg.norm(g) > 0 for g in one[1:4])
+    assert all(torch.linalg.norm(g) > 0 for g in one[:len(learned) + 2])
 
 
 def test_detach_state_truncates():
@@ -182,11 +188,64 @@ def test_detach_state_truncates():
 
 def test_forward_only_stages_refuse_gradients():
     x = _x((1, 100), scale=0.1).requires_grad_(True)
+    kw = dict(n_channels=2, fhigh=4000.0)
     with pytest.raises(RtamtInputError, match="forward-only"):
-        rn.King2019(16000, basef=1000.0)(x)
+        rn.Paulick2024(16000, **kw)(x)
     with torch.no_grad():                              # forward-only works without grad
-        y, _ = rn.King2019(16000, basef=1000.0)(x)
+        y, _ = rn.Paulick2024(16000, **kw)(x)
     assert y.grad_fn is None
+
+
+@pytest.mark.parametrize("lp150", [False, True])
+def test_king_modfb_gradcheck(lp150):
+    """King2019's modulation bank (5 band-passes on 3 channels), with and without its
+    150 Hz pre-filter: input and every state entry."""
+    layer = rn.KingModFilterbank(FS, fc=FC, lp150=lp150)
+    assert layer.parts[0].coeffs.mfc.size == 5
+    _check(layer, _x((1, 3, 25)), warm=_x((1, 3, 20), 1))
+
+
+def test_king_bank_adjoint_is_reversed_filtering():
+    """The derivation of adjoint.king_bank_adjoint: with no gradient on the outgoing state,
+    the input gradient is the output gradient filtered backwards in time by the same
+    band-passes (scipy.signal.sosfilt on the time-reversed gradient), summed over the
+    modulation filters of each channel; a gradient on the outgoing state of one filter
+    gives the incoming state that same filter's state gradient back through T samples of
+    its homogeneous recursion."""
+    from scipy import signal
+
+    from rtamt.nn import adjoint as A
+
+    c = rn.KingModFilterbank(FS, fc=FC).parts[0].coeffs
+    M, C, T = c.mfc.size, len(FC), 200
+    gy = _x((2, T, M * C), 3).numpy()
+    gx, mu = np.zeros((2, T, C)), np.zeros((M, 2, 1, 2, C))
+    A.king_bank_adjoint(c.sos, gy, mu, gx)
+    ref = sum(signal.sosfilt(c.sos[m], gy[:, ::-1, m * C:(m + 1) * C], axis=1)[:, ::-1]
+              for m in range(M))
+    np.testing.assert_allclose(gx, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    # zero input: (z0, z1)[T-1] = P^T (z0, z1)[-1] (P to the power T), so the gradient of
+    # the incoming state is (P^T)' mu ((.)' the transpose)
+    m, b, ch = 2, 1, 1
+    mu = np.zeros((M, 2, 1, 2, C))
+    mu[m, b, 0, :, ch] = (0.7, -0.3)
+    A.king_bank_adjoint(c.sos, np.zeros_like(gy), mu, np.zeros((2, T, C)))
+    a1, a2 = c.sos[m, 0, 4], c.sos[m, 0, 5]
+    P = np.array([[-a1, 1.0], [-a2, 0.0]])              # (z0, z1)[t] = P (z0, z1)[t-1]
+    want = np.linalg.matrix_power(P, T).T @ np.array([0.7, -0.3])
+    np.testing.assert_allclose(mu[m, b, 0, :, ch], want, rtol=1e-10, atol=1e-14)
+    mu[m, b, 0, :, ch] = 0.0
+    assert not mu.any()
+
+
+def test_king2019_gradcheck():
+    """King2019 end to end (gammatone, broken-stick compression, IHC, adaptation high-pass,
+    modulation bank with its pre-filter) w.r.t. the input, from a warmed-up state
+    (gradcheck's fast mode)."""
+    layer = rn.King2019(FS, fc=(1000.0, 2000.0), lp150=True)
+    _, st = layer(_x((1, 300), 1, scale=0.3))
+    assert gradcheck(lambda xb: layer(xb, st)[0], (_x((1, 12), scale=0.3).requires_grad_(),),
+                     eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
 
 
 def test_highpass_and_compression_gradcheck():

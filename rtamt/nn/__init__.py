@@ -8,10 +8,11 @@ with lhotse's naming.
 
 Forward passes run rtamt's compiled streaming kernels: outputs equal the streaming
 models' bit for bit, and any block partition equals one call.  Gradients (to the input,
-to the incoming state and to learnable adaptation time constants) run adjoint recursions
-in compiled kernels (:mod:`rtamt.nn.adjoint`) for the stages of Dau1997: gammatone,
-IHC envelope, adaptation loops with the overshoot limiter, the ``efilt`` modulation
-filterbank.  The other layers are forward-only (docs/nn.md lists which).
+to the incoming state and to learnable parameters) run adjoint recursions in compiled
+kernels (:mod:`rtamt.nn.adjoint`) for the stages of Dau1997, Osses2021 and King2019:
+gammatone, IHC envelope, adaptation loops with the overshoot limiter, adaptation
+high-pass, compressions, ear FIRs, the ``efilt``, Butterworth and King2019 modulation
+filterbanks.  The other layers are forward-only (docs/nn.md lists which).
 """
 from ._base import DESIGN_KEY, StreamLayer, detach_state
 from .layers import (
@@ -25,6 +26,7 @@ from .layers import (
     Glasberg2002,
     IHCEnvelope,
     King2019,
+    KingModFilterbank,
     LoudnessLayer,
     ModFilterbank,
     Moore2016,
@@ -36,5 +38,5 @@ from .layers import (
 
 __all__ = ["DESIGN_KEY", "StreamLayer", "detach_state", "LAYERS", "AdaptHighpass", "AdaptLoop",
            "BrokenStick", "ChainLayer", "Dau1997", "Gammatone", "Glasberg2002", "IHCEnvelope",
-           "King2019", "LoudnessLayer", "ModFilterbank", "Moore2016", "Osses2021",
-           "Paulick2024", "PowerCompression", "StageLayer"]
+           "King2019", "KingModFilterbank", "LoudnessLayer", "ModFilterbank", "Moore2016",
+           "Osses2021", "Paulick2024", "PowerCompression", "StageLayer"]

@@ -4,8 +4,9 @@ backward pass the stage's adjoint recursion (:mod:`rtamt.nn.adjoint`).
 
 A stage is differentiable when :data:`GRADS` has a rule for its class (and the rule
 accepts its design): :class:`GammatoneGrad`, :class:`SOSGrad` (the IHC envelope),
-:class:`AdaptLoopGrad`, :class:`ModFilterbankGrad` (the ``efilt`` bank),
-:class:`HighpassGrad` (King2019's adaptation high-pass), :class:`FIRGrad` (the ear
+:class:`AdaptLoopGrad`, :class:`ModFilterbankGrad` (the ``efilt`` and Butterworth banks),
+:class:`HighpassGrad` (King2019's adaptation high-pass),
+:class:`KingModFilterbankGrad` (King2019's modulation bank), :class:`FIRGrad` (the ear
 filters) and the compressions (:class:`BrokenStickGrad`, :class:`PowerGrad`).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..engine import kernels as K
 from ..filterbank.erb import erb
 from ..filterbank.gammatone import Gammatone, bandwidth_factor
 from ..ihc.envelope import IHCEnvelope
+from ..modulation.king2019 import KingModFilterbank
 from ..modulation.modfb import ModFilterbank
 from ..nonlinear.compression import BrokenStick, PowerCompression
 from . import adjoint as A
@@ -249,6 +251,29 @@ class AdaptLoopGrad(StageGrad):
         return gx, ga * coeffs.a / (coeffs.tau * coeffs.fs)
 
 
+def _prefilter_adjoint(coeffs, x, gu, mu):
+    """The input gradient of a modulation bank from that of its filters' input ``gu``:
+    through the optional low-pass before the bank (``coeffs.pre_sos``, state ``pre``,
+    whose gradient ``mu["pre"]`` becomes that of the incoming state), else ``gu``."""
+    if coeffs.pre_sos is None:
+        return gu
+    gx = np.zeros(x.shape)
+    A.sos_adjoint(coeffs.pre_sos, False, x, gu, mu["pre"], gx)
+    return gx
+
+
+class KingModFilterbankGrad(StageGrad):
+    """:class:`rtamt.modulation.king2019.KingModFilterbank` (King et al. 2019): the real
+    Butterworth band-pass of every modulation filter on every channel, after the optional
+    150 Hz low-pass; input and state gradients (no learnable parameters).  Linear: the
+    adjoint (:func:`rtamt.nn.adjoint.king_bank_adjoint`) needs no forward trajectory."""
+
+    def backward(self, coeffs, th, x, state, gy, mu):
+        gu = np.zeros(x.shape)
+        A.king_bank_adjoint(coeffs.sos, gy, mu["bp"], gu)
+        return _prefilter_adjoint(coeffs, x, gu, mu), None
+
+
 class ModFilterbankGrad(StageGrad):
     """The modulation bank: low-pass, optional pre-filter, and the ``efilt`` complex
     one-poles (Dau et al. 1997a) or the frequency-shifted Butterworth biquads.
@@ -311,10 +336,7 @@ class ModFilterbankGrad(StageGrad):
         elif Fb:
             A.efilt_adjoint(coeffs.bp_coef, coeffs.bp_nreal, coeffs.bp_channel, u,
                             state["bp"], gy[:, :, C:], mu["bp"], gu, want, gc)
-        gx = gu
-        if coeffs.pre_sos is not None:
-            gx = np.zeros(x.shape)
-            A.sos_adjoint(coeffs.pre_sos, False, x, gu, mu["pre"], gx)
+        gx = _prefilter_adjoint(coeffs, x, gu, mu)
         if not want:
             return gx, None
         # chain rule: Re p = e0 cos w0, Im p = e0 sin w0, g = 2 (1 - e0);
@@ -330,6 +352,7 @@ class ModFilterbankGrad(StageGrad):
 #: backward rules by stage class
 GRADS: dict[type, type] = {Gammatone: GammatoneGrad, IHCEnvelope: SOSGrad,
                            AdaptLoop: AdaptLoopGrad, ModFilterbank: ModFilterbankGrad,
+                           KingModFilterbank: KingModFilterbankGrad,
                            AdaptHighpass: HighpassGrad, HeadphoneFilter: FIRGrad,
                            MiddleEarFilter: FIRGrad, OuterMiddleEarFilter: FIRGrad,
                            BrokenStick: BrokenStickGrad, PowerCompression: PowerGrad}

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.fastexp import exp_f64_short
+from ..engine.jit import INLINE as _INLINE
 from ..engine.jit import JIT as _JIT
 
 #: samples between checkpoints of the recomputed forward trajectory
@@ -139,6 +140,30 @@ def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx, want, sr, si, x, gp):
             mui[b, :, c] = m_i
 
 
+@njit(**_INLINE)
+def _sos_back(sos, m, c, g):
+    """One sample of the adjoint of a DF-II transposed section cascade on channel ``c``:
+    ``g`` is the gradient of the cascade's output, ``m`` (S, 2, C) the gradients of the
+    section memories after the sample (replaced by those before it); returns the gradient
+    of the cascade's input.  The derivation is in :func:`sos_adjoint`."""
+    for s_ in range(sos.shape[0] - 1, -1, -1):
+        b0 = sos[s_, 0]
+        b1 = sos[s_, 1]
+        b2 = sos[s_, 2]
+        a1 = sos[s_, 4]
+        a2 = sos[s_, 5]
+        m0 = m[s_, 0, c]
+        m1 = m[s_, 1, c]
+        go = g - a1 * m0 - a2 * m1
+        g = b0 * go + b1 * m0 + b2 * m1
+        m[s_, 0, c] = go
+        if b2 == 0.0 and a2 == 0.0:
+            m[s_, 1, c] = m0 + m1
+        else:
+            m[s_, 1, c] = m0
+    return g
+
+
 @njit(**_JIT)
 def sos_adjoint(sos, rectify, x, gy, mu, gx):
     """Adjoint of :func:`rtamt.engine.kernels.sos_shared` (DF-II transposed sections,
@@ -158,30 +183,68 @@ def sos_adjoint(sos, rectify, x, gy, mu, gx):
     gx  : (B, T, C) input gradient (added to).
     """
     B, T, C = gy.shape
-    S = sos.shape[0]
     for b in range(B):
         m = mu[b]
         for t in range(T - 1, -1, -1):
             for c in range(C):
-                g = gy[b, t, c]
-                for s_ in range(S - 1, -1, -1):
-                    b0 = sos[s_, 0]
-                    b1 = sos[s_, 1]
-                    b2 = sos[s_, 2]
-                    a1 = sos[s_, 4]
-                    a2 = sos[s_, 5]
-                    m0 = m[s_, 0, c]
-                    m1 = m[s_, 1, c]
-                    go = g - a1 * m0 - a2 * m1
-                    g = b0 * go + b1 * m0 + b2 * m1
-                    m[s_, 0, c] = go
-                    if b2 == 0.0 and a2 == 0.0:
-                        m[s_, 1, c] = m0 + m1
-                    else:
-                        m[s_, 1, c] = m0
+                g = _sos_back(sos, m, c, gy[b, t, c])
                 if rectify and not x[b, t, c] > 0.0:
                     g = 0.0
                 gx[b, t, c] += g
+
+
+@njit(**_JIT)
+def king_bank_adjoint(sos, gy, mu, gx):
+    """Adjoint of the King, Varnet & Lorenzi (2019, JASA 145, 2277-2293) modulation
+    filterbank, :class:`rtamt.modulation.king2019.KingModFilterbank`: ``M`` real
+    2nd-order Butterworth band-passes (one DF-II transposed section each, run by
+    :func:`rtamt.engine.kernels.sos_shared`), every one applied to every channel, output
+    column ``f = m C + c``.
+
+    Derivation.  One section, per channel, in state-space form with memories
+    ``s[t] = (z0[t], z1[t])`` after sample ``t`` and input ``v``::
+
+        o[t]  = b0 v[t] + z0[t-1]
+        z0[t] = b1 v[t] - a1 o[t] + z1[t-1]
+        z1[t] = b2 v[t] - a2 o[t]
+
+    For a loss ``L`` with ``g[t] = dL/do[t]`` (the output gradient) and ``m[t] =
+    (dL/dz0[t], dL/dz1[t])`` (the memories' gradient, through the later samples),
+    ``o[t]`` reaches ``L`` directly and through ``z0[t]``, ``z1[t]``; ``z0[t-1]`` only
+    through ``o[t]``, ``z1[t-1]`` only through ``z0[t]``.  So, from ``t = T-1`` down to 0,
+    starting from ``m[T-1] = mu`` (the gradient of the block's outgoing state)::
+
+        go[t]  = g[t] - a1 m0[t] - a2 m1[t]           (total gradient of o[t])
+        gv[t]  = b0 go[t] + b1 m0[t] + b2 m1[t]        (gradient of v[t])
+        m[t-1] = (go[t], m0[t])
+
+    Eliminating ``m`` (``m0[t] = go[t+1]``, ``m1[t] = go[t+2]``):
+    ``go[t] = g[t] - a1 go[t+1] - a2 go[t+2]`` and
+    ``gv[t] = b0 go[t] + b1 go[t+1] + b2 go[t+2]``, i.e. ``1 / A(z)`` then ``B(z)`` applied
+    in reversed time: the input gradient is the output gradient filtered by the same
+    transfer function ``H = B / A`` run backwards (the recursion is the direct form II,
+    the transpose of the forward DF-II transposed form; LTI, so no forward trajectory is
+    needed).  ``mu`` is the initial memory of that reversed pass, and its final memory
+    ``m[-1] = (go[0], m0[0])`` is the gradient of the block's incoming state.  Each input
+    channel feeds all ``M`` filters, so its gradient is the sum over ``m`` of those
+    reversed filterings of columns ``m C + c``.  (A first-order section, e.g. the
+    optional 150 Hz pre-filter, whose adjoint is :func:`sos_adjoint`, keeps ``z1``
+    unchanged in the forward kernel, so there ``m1[t-1] = m0[t] + m1[t]``.)
+
+    sos : (M, S, 6) the filters' sections (``KingModFilterbankCoeffs.sos``);
+    gy  : (B, T, M*C) gradient of the packed output (any strides);
+    mu  : (M, B, S, 2, C) in: gradient of the outgoing state ``bp``; out: of the incoming;
+    gx  : (B, T, C) input gradient of the bank (added to).
+    """
+    M = sos.shape[0]
+    B, T, C = gx.shape
+    for b in range(B):
+        for t in range(T - 1, -1, -1):
+            for j in range(M):
+                sj = sos[j]
+                mj = mu[j, b]
+                for c in range(C):
+                    gx[b, t, c] += _sos_back(sj, mj, c, gy[b, t, j * C + c])
 
 
 @njit(**_JIT)

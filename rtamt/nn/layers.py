@@ -25,6 +25,7 @@ from ..engine.contract import RtamtInputError
 from ..engine.stage import Chain, Stage
 from ..filterbank import gammatone as _gt
 from ..ihc import envelope as _ih
+from ..modulation import king2019 as _mk
 from ..modulation import modfb as _mf
 from ..nonlinear import compression as _cp
 from ._autograd import param_np
@@ -32,8 +33,8 @@ from ._base import Part, StreamLayer, time_last
 
 __all__ = ["ChainLayer", "StageLayer", "LoudnessLayer", "Dau1997", "King2019", "Osses2021",
            "Paulick2024", "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope",
-           "AdaptLoop", "ModFilterbank", "AdaptHighpass", "BrokenStick", "PowerCompression",
-           "LAYERS"]
+           "AdaptLoop", "ModFilterbank", "KingModFilterbank", "AdaptHighpass", "BrokenStick",
+           "PowerCompression", "LAYERS"]
 
 
 class ChainLayer(StreamLayer):
@@ -165,8 +166,8 @@ class Osses2021(_ModelLayer):
 
 
 class King2019(_ModelLayer):
-    """:class:`rtamt.models.King2019` as a layer (forward-only: its modulation bank has no
-    adjoint yet; the stages before it have one)."""
+    """:class:`rtamt.models.King2019` as a layer: gradients through every stage (input and
+    state; learnable gammatone and compression parameters)."""
 
     model_cls = _M.King2019
 
@@ -178,9 +179,10 @@ class Paulick2024(_ModelLayer):
 
 
 # ---------------------------------------------------------------------------- stages
-def _stage_layer(stage_cls, params_cls, doc: str, channels_from=None):
+def _stage_layer(stage_cls, params_cls, doc: str):
     """A :class:`StageLayer` class for ``stage_cls`` built from ``params_cls`` keywords;
-    a channel stage takes ``channels`` (or derives it from ``channels_from(params)``)."""
+    a channel stage takes ``channels``, or one per auditory centre frequency when its
+    parameters list them (``fc``, the modulation banks)."""
 
     class _Layer(StageLayer):
         def __init__(self, fs: float, channels: int | None = None, *, learnable=False,
@@ -190,9 +192,9 @@ def _stage_layer(stage_cls, params_cls, doc: str, channels_from=None):
             if stage_cls.in_kind == "signal":
                 channels = 1
             elif channels is None:
-                if channels_from is None:
+                if getattr(params, "fc", None) is None:
                     raise TypeError(f"{stage_cls.__name__} layer needs channels=")
-                channels = channels_from(params)
+                channels = len(params.fc)
             super().__init__(stage, int(channels), learnable=learnable)
 
     _Layer.__name__ = _Layer.__qualname__ = stage_cls.__name__
@@ -217,8 +219,12 @@ ModFilterbank = _stage_layer(
     _mf.ModFilterbank, _mf.ModFilterbankParams,
     "Modulation filterbank (:mod:`rtamt.modulation.modfb`): ``(batch, C, T)`` -> packed "
     "``(batch, F, T)``; differentiable (learnable mfc and Q: ``efilt``).  "
-    "``ModFilterbank(fs, fc=(...), **ModFilterbankParams)``.",
-    channels_from=lambda p: len(p.fc))
+    "``ModFilterbank(fs, fc=(...), **ModFilterbankParams)``.")
+KingModFilterbank = _stage_layer(
+    _mk.KingModFilterbank, _mk.KingModFilterbankParams,
+    "King et al. (2019) modulation filterbank (:mod:`rtamt.modulation.king2019`): "
+    "``(batch, C, T)`` -> packed ``(batch, M*C, T)``; differentiable (input and state).  "
+    "``KingModFilterbank(fs, fc=(...), **KingModFilterbankParams)``.")
 AdaptHighpass = _stage_layer(
     _hp.AdaptHighpass, _hp.AdaptHighpassParams,
     "King2019's adaptation high-pass (:mod:`rtamt.adaptation.highpass`): ``(batch, C, T)`` "
