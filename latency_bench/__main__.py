@@ -55,6 +55,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _device_name(device: str) -> str:
+    """``cpu (<model name>)`` or ``cuda (<GPU name>)``."""
+    if device == "cuda":
+        import torch
+        return f"cuda ({torch.cuda.get_device_name()})"
+    return f"cpu ({_cpu_name()})"
+
+
 class _Parser(argparse.ArgumentParser):
     """Lists the models in ``--help`` (importing them only then: the thread-count variables
     must be set before numpy is imported by a run)."""
@@ -95,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu (numba kernels, default) or cuda (the Triton kernels on the GPU: "
                         "reports kernel time, host-device copies and end-to-end block "
                         "latency apart; needs a CUDA device and pip install 'rtamt[gpu]')")
+    p.add_argument("--backend", default=None, choices=["numba", "triton"],
+                   help="with --streams / --find-capacity: the scheduler's kernels (default "
+                        "numba on cpu, triton on cuda; triton on cpu runs Triton's "
+                        "interpreter, which needs TRITON_INTERPRET=1: a check, not a timing)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                    help="sample and state precision (default float64)")
     p.add_argument("--threads", type=int_range(1, 1024), default=None,
@@ -205,8 +217,9 @@ def _main_streams(args) -> int:
     ensure_ftz()
     head = {"model": args.model, "config": args.config, "fs": args.fs, "block": args.block,
             "batch": args.batch, "channels": args.channels, "dtype": args.dtype,
-            "signal": args.signal, "device": f"cpu ({_cpu_name()})", "threads": args.threads,
-            "python": platform.python_version()}
+            "signal": args.signal, "device": _device_name(args.device),
+            "backend": args.backend or ("triton" if args.device == "cuda" else "numba"),
+            "threads": args.threads, "python": platform.python_version()}
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
     if args.threads_scaling:
@@ -231,15 +244,21 @@ def main(argv=None) -> int:
     if args.model not in _model_names():
         p.error(f"argument --model: unknown model {args.model!r}; choose from "
                 f"{', '.join(sorted(_model_names()))}")
-    if args.device == "cuda":
-        if multi:
-            p.error("argument --device: cuda with --streams / --find-capacity / "
-                    "--threads-scaling needs the scheduler's GPU placement, not built yet")
+    if args.backend is not None and not multi:
+        p.error("argument --backend: only with --streams / --find-capacity (one model: "
+                "--device cpu is numba, --device cuda is triton)")
+    if args.device == "cuda" or args.backend == "triton":
+        if args.threads_scaling:
+            p.error("argument --threads-scaling: measures CPU worker threads (numba); "
+                    "not with --device cuda or --backend triton")
+        if args.device == "cuda" and args.backend == "numba":
+            p.error("argument --backend: numba kernels run on the cpu only")
         from rtamt.engine.backend import RtamtBackendError, resolve
         try:
-            resolve("triton", "cuda")
+            resolve("triton", args.device)
         except RtamtBackendError as e:       # one line, not the usage: the option is fine
-            print(f"latency_bench: error: --device cuda: {e}", file=sys.stderr)
+            print(f"latency_bench: error: --device {args.device} --backend triton: {e}",
+                  file=sys.stderr)
             return 2
     if multi:
         return _main_streams(args)

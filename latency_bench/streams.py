@@ -54,11 +54,21 @@ def _noise(n_frames: int, cols: int, seed: int) -> np.ndarray:
     return x
 
 
+def _placement(args) -> dict:
+    """The scheduler's ``backend`` / ``device`` for ``--device`` / ``--backend``: numba on
+    the cpu by default, Triton on cuda (or on the cpu, in Triton's interpreter)."""
+    device = getattr(args, "device", "cpu")
+    backend = getattr(args, "backend", None) or ("triton" if device == "cuda" else "numba")
+    return {} if backend == "numba" else {"backend": backend, "device": device}
+
+
 def _open(sched, args, n: int, **kw) -> tuple[list, float, float]:
     """Open ``n`` streams; returns (streams, seconds for all, seconds for the first)."""
     model_kw = {} if args.config is None else {"config": args.config}
     if getattr(args, "history", None) is not None:
         kw.setdefault("history", args.history)
+    if getattr(args, "backend", None) == "triton" and getattr(args, "device", "cpu") == "cpu":
+        kw.setdefault("measure", False)     # Triton's interpreter: a check, not a timing
     streams, first = [], 0.0
     t0 = _perf()
     for i in range(n):
@@ -162,7 +172,7 @@ def run_trial(args, n: int) -> dict:
     budget = args.budget_ms / 1e3
 
     sched = Scheduler(threads=args.threads, max_batch=args.batch,
-                      realtime=getattr(args, "realtime", None))
+                      realtime=getattr(args, "realtime", None), **_placement(args))
     rt = sched.realtime_info()
     src_rt = min(rt["priority"] + 1, 99) if rt["workers"] else None
     try:

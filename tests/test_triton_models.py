@@ -2,6 +2,8 @@
 equal to the numba models within 1e-12 (float64) / 1e-5 (float32), exact under any block
 partition on the Triton path itself, snapshots that cross between the backends, and clear
 errors for a backend or device that cannot run."""
+import os
+
 import numpy as np
 import pytest
 
@@ -164,16 +166,40 @@ def test_king2019_triton_equals_numba_per_stage(dtype, comp):
     _equals_numba_per_stage(rtamt.King2019, FS, dict(SMALL, compression=comp), x, 13)
 
 
-def test_latency_bench_device_cuda_without_a_gpu_is_one_clear_line():
+@pytest.mark.parametrize("extra", [[], ["--streams", "4"], ["--find-capacity"]])
+def test_latency_bench_device_cuda_without_a_gpu_is_one_clear_line(extra):
     import subprocess
     import sys
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    r = subprocess.run([sys.executable, "-m", "latency_bench", "--device", "cuda"],
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--device", "cuda", *extra],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--device cuda" in lines[0] and "CUDA" in lines[0]
+
+
+def test_latency_bench_streams_on_the_triton_backend():
+    """``latency_bench --streams 2 --backend triton`` (the path ``--device cuda`` takes, here
+    in the interpreter): both streams' blocks all processed through a Triton scheduler, and
+    the report says which backend ran."""
+    import json
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--model", "king2019",
+                        "--streams", "2", "--backend", "triton", "--fs", "16000",
+                        "--block", "64", "--seconds", "0.016", "--warmup-seconds", "0",
+                        "--budget-ms", "10000", "--realtime", "0", "--json"],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["backend"] == "triton" and res["device"].startswith("cpu")
+    assert res["errors"] == [] and res["streams"] == 2
+    assert res["n_blocks"] == 2 * 4 and res["drops"] == 0
+    bad = subprocess.run([sys.executable, "-m", "latency_bench", "--backend", "triton"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--backend: only with --streams" in bad.stderr
 
 
 #: small configurations (few channels) of every modulation model, for the interpreter
