@@ -441,19 +441,46 @@ def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
 
 
 @njit(**_JIT)
-def _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, xv, q, v):
-    """One sample of the adaptation loops on one channel (the arithmetic of
-    :func:`rtamt.engine.kernels.adaptloop`, same exponential): advances ``s`` (K,) in
-    place and writes each loop's quotient ``q`` and output ``v`` (K,)."""
-    w = max(xv, ml)
-    for k in range(a.shape[0]):
-        qk = w / s[k]
-        q[k] = qk
-        if limit_on and qk > 1.0:
-            qk = fa[k] / (1.0 + exp_f64_short(ef[k] * (qk - 1.0))) - of[k]
-        v[k] = qk
-        w = qk
-        s[k] = a[k] * s[k] + bcoef[k] * qk
+def _adapt_span(a, bcoef, lanes, limit_on, s, x, t0, t1, w, traj, tq, tv, store):
+    """The adaptation loops of :func:`rtamt.engine.kernels.adaptloop` (the same
+    arithmetic and exponential, per lane) on one stream for ``t0 <= t < t1``, all
+    channels as lanes: ``s`` (K, L) the dividers, advanced in place; ``x`` (T, C), the
+    ``L - C`` padding lanes fed their minimum level; ``w`` (L,) work.  With ``store``,
+    sample ``t``'s dividers before its update, quotients and outputs go to
+    ``traj[t - t0]``, ``tq[t - t0]``, ``tv[t - t0]`` (each (K, L))."""
+    K, L = s.shape
+    C = x.shape[1]
+    ml = lanes[0]
+    for t in range(t0, t1):
+        w[:] = ml                                    # v_0 = max(x, minlvl)
+        xt = x[t]
+        for c in range(C):
+            if xt[c] > ml[c]:
+                w[c] = xt[c]
+        for k in range(K):
+            sk = s[k]
+            fak = lanes[3 + k]
+            efk = lanes[3 + K + k]
+            ofk = lanes[3 + 2 * K + k]
+            over = False
+            for c in range(L):
+                q = w[c] / sk[c]
+                w[c] = q
+                over |= q > 1.0
+            if store:
+                traj[t - t0, k] = sk
+                tq[t - t0, k] = w
+            if limit_on and over:
+                for c in range(L):
+                    q = w[c]
+                    if q > 1.0:
+                        w[c] = fak[c] / (1.0 + exp_f64_short(efk[c] * (q - 1.0))) - ofk[c]
+            if store:
+                tv[t - t0, k] = w
+            ak = a[k]
+            bk = bcoef[k]
+            for c in range(L):
+                sk[c] = ak * sk[c] + bk * w[c]
 
 
 @njit(**_JIT)
@@ -477,7 +504,13 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
     channels.  The dividers ``s`` along the block are recomputed from ``s_in``
     (checkpointed every :data:`SEGMENT` samples).
 
-    a, bcoef : (K,); lanes : the kernel's per-channel constants
+    As in the forward kernel, the channels of a stream run as parallel lanes (the loops
+    over channels are innermost, so they vectorise), padded to ``L`` lanes; a padding
+    lane has no output or state gradient, so its ``lam`` and contributions stay 0.  Each
+    lane's arithmetic is that of a scalar pass over the channel; ``ga`` is summed per
+    lane over the block, then over the lanes.
+
+    a, bcoef : (K,); lanes : (3 + 4K, L) the kernel's per-channel constants
     (``AdaptLoopCoeffs.lanes``: minlvl, corr, mult, factor, expfac, offset, s0);
     s_in : (B, K, C) incoming dividers; x, gy : (B, T, C);
     mu   : (B, K, C) in: gradient of the outgoing dividers; out: of the incoming ones;
@@ -485,52 +518,71 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
     """
     B, T, C = x.shape
     K = a.shape[0]
+    L = lanes.shape[1]
+    ml = lanes[0]
+    mult = lanes[2]
     nseg = (T + SEGMENT - 1) // SEGMENT
-    ck = np.empty((nseg, K))
-    traj = np.empty((SEGMENT, K))                    # s before each sample
-    tq = np.empty((SEGMENT, K))                      # and its quotients, outputs
-    tv = np.empty((SEGMENT, K))
-    s = np.empty(K)
+    ck = np.empty((nseg, K, L))
+    traj = np.empty((SEGMENT, K, L))                 # s before each sample's update
+    tq = np.empty((SEGMENT, K, L))                   # and its quotients, outputs
+    tv = np.empty((SEGMENT, K, L))
+    s = np.empty((K, L))
+    w = np.empty(L)
+    lam = np.zeros((K, L))
+    gv = np.empty(L)
+    gal = np.zeros((K, L))
     for b in range(B):
+        s[:, C:] = lanes[3 + 3 * K:3 + 4 * K, C:]
+        s[:, :C] = s_in[b]
+        for kseg in range(nseg):                     # checkpoints of the trajectory
+            ck[kseg] = s
+            _adapt_span(a, bcoef, lanes, limit_on, s, x[b], kseg * SEGMENT,
+                        min(T, (kseg + 1) * SEGMENT), w, traj, tq, tv, False)
+        lam[:, :C] = mu[b]
+        for kseg in range(nseg - 1, -1, -1):
+            t0 = kseg * SEGMENT
+            t1 = min(T, t0 + SEGMENT)
+            s[:] = ck[kseg]
+            _adapt_span(a, bcoef, lanes, limit_on, s, x[b], t0, t1, w, traj, tq, tv, True)
+            for t in range(t1 - 1, t0 - 1, -1):
+                i = t - t0
+                gyt = gy[b, t]
+                for c in range(C):
+                    gv[c] = mult[c] * gyt[c]
+                for c in range(C, L):
+                    gv[c] = 0.0
+                for k in range(K - 1, -1, -1):
+                    st = traj[i, k]
+                    q = tq[i, k]
+                    v = tv[i, k]
+                    lk = lam[k]
+                    gk = gal[k]
+                    ak = a[k]
+                    bk = bcoef[k]
+                    over = False
+                    for c in range(L):
+                        gv[c] += bk * lk[c]
+                        gk[c] += lk[c] * (st[c] - v[c])
+                        over |= q[c] > 1.0
+                    if limit_on and over:
+                        fak = lanes[3 + k]
+                        efk = lanes[3 + K + k]
+                        for c in range(L):
+                            if q[c] > 1.0:
+                                e = math.exp(efk[c] * (q[c] - 1.0))
+                                gv[c] = -gv[c] * fak[c] * efk[c] * e / ((1.0 + e) * (1.0 + e))
+                    for c in range(L):
+                        lk[c] = ak * lk[c] - gv[c] * q[c] / st[c]
+                        gv[c] = gv[c] / st[c]
+                xt = x[b, t]
+                gxt = gx[b, t]
+                for c in range(C):
+                    if xt[c] > ml[c]:
+                        gxt[c] += gv[c]
+        mu[b] = lam[:, :C]
+    for k in range(K):
         for c in range(C):
-            ml = lanes[0, c]
-            mult = lanes[2, c]
-            fa = lanes[3:3 + K, c]
-            ef = lanes[3 + K:3 + 2 * K, c]
-            of = lanes[3 + 2 * K:3 + 3 * K, c]
-            s[:] = s_in[b, :, c]
-            for t in range(T):
-                if t % SEGMENT == 0:
-                    ck[t // SEGMENT] = s
-                _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c], tq[0],
-                               tv[0])
-            lam = mu[b, :, c].copy()
-            for kseg in range(nseg - 1, -1, -1):
-                t0 = kseg * SEGMENT
-                t1 = min(T, t0 + SEGMENT)
-                s[:] = ck[kseg]
-                for t in range(t0, t1):
-                    traj[t - t0] = s
-                    _adapt_forward(a, bcoef, ml, fa, ef, of, limit_on, s, x[b, t, c],
-                                   tq[t - t0], tv[t - t0])
-                for t in range(t1 - 1, t0 - 1, -1):
-                    st = traj[t - t0]
-                    q = tq[t - t0]
-                    v = tv[t - t0]
-                    gv = mult * gy[b, t, c]
-                    for k in range(K - 1, -1, -1):
-                        lk = lam[k]
-                        gv += bcoef[k] * lk
-                        ga[k] += lk * (st[k] - v[k])
-                        gq = gv
-                        if limit_on and q[k] > 1.0:
-                            e = math.exp(ef[k] * (q[k] - 1.0))
-                            gq = -gv * fa[k] * ef[k] * e / ((1.0 + e) * (1.0 + e))
-                        lam[k] = a[k] * lk - gq * q[k] / st[k]
-                        gv = gq / st[k]
-                    if x[b, t, c] > ml:
-                        gx[b, t, c] += gv
-            mu[b, :, c] = lam
+            ga[k] += gal[k, c]
 
 
 @njit(**_JIT)
