@@ -102,18 +102,20 @@ def per_worker(cfg, fs, channels, tmp, files, seconds, repeat):
 
 def dask_scaling(cfg, fs, tmp, files, seconds, repeat):
     """{workers: best x real time of the whole cluster} for 1 and 2 Dask workers."""
+    import dask
     import distributed
     from lhotse import LilcomChunkyWriter
 
-    from rtamt.integrations.lhotse import RtamtExtractor
+    from rtamt.integrations.lhotse import RtamtExtractor, dask_config
 
     paths = write_corpus(tmp / "dask", files, seconds, fs, seed=1)
     cuts = _cuts(paths)
     ext = RtamtExtractor(cfg)
     res = {}
     for workers in (1, 2):
-        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster, \
+        with dask.config.set(dask_config()), \
+                distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                         processes=True, dashboard_address=None) as cluster, \
                 distributed.Client(cluster) as client:
             client.run(_warm, cfg.to_dict(), fs, 1)
             best = 0.0

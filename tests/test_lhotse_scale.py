@@ -4,13 +4,14 @@ HDF5 storage, on WAV files written here; the stored features load back with
 cut.load_features() and match extract()."""
 from __future__ import annotations
 
+import dask
 import distributed
 import numpy as np
 import pytest
 from lhotse import CutSet, LilcomChunkyWriter, NumpyHdf5Writer, Recording, RecordingSet
 from scipy.io import wavfile
 
-from rtamt.integrations.lhotse import RtamtConfig, RtamtExtractor
+from rtamt.integrations.lhotse import DASK_WORKER_ENVIRON, RtamtConfig, RtamtExtractor, dask_config
 
 FS = 16000
 #: lilcom stores integer multiples of 2^tick_power (lhotse's default tick_power = -5)
@@ -56,14 +57,19 @@ def test_num_jobs_2_lilcom(cuts, tmp_path):
 
 def test_dask_local_cluster_hdf5(cuts, tmp_path):
     ext = RtamtExtractor(RtamtConfig(model="dau1997", output="adaptloop", pooling="rms"))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    with dask.config.set(dask_config()), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         out = cuts.compute_and_store_features(ext, tmp_path / "feats", num_jobs=2,
                                               executor=client,
                                               storage_type=NumpyHdf5Writer, progress_bar=False)
-        workers = client.run(lambda: __import__("os").getpid())
-    assert len(set(workers.values())) == 2          # two worker processes
+        workers = client.run(lambda: (__import__("os").getpid(),
+                                      __import__("os").environ.get("MALLOC_MMAP_THRESHOLD_")))
+    assert len({pid for pid, _ in workers.values()}) == 2      # two worker processes
+    # the workers got the malloc setting the extractor needs (rtamt.integrations.lhotse)
+    assert {env for _, env in workers.values()} == {str(DASK_WORKER_ENVIRON[
+        "MALLOC_MMAP_THRESHOLD_"])}
     _check_loaded(out, ext, exact=True)
     assert sorted(p.name for p in (tmp_path / "feats").iterdir()) == [
         "feats-0.h5", "feats-1.h5"]

@@ -81,7 +81,7 @@ except ImportError as e:      # pragma: no cover - exercised by a subprocess tes
 from ..models import MODELS
 
 __all__ = ["RtamtConfig", "RtamtExtractor", "POOLINGS", "CHANNEL_MODES", "CHUNK",
-           "default_output"]
+           "default_output", "DASK_WORKER_ENVIRON", "dask_config"]
 
 POOLINGS = ("mean", "power", "rms", "db")
 CHANNEL_MODES = ("auto", "first", "mean", "stack")
@@ -92,6 +92,22 @@ CHUNK = 4096
 BINAURAL = ("moore2016",)
 _LOUDNESS = ("glasberg2002", "moore2016")
 _CONTEXT = "rtamt.lhotse.context"
+
+#: Environment for Dask worker processes running the extractor.  A Dask nanny starts its
+#: worker with ``MALLOC_TRIM_THRESHOLD_`` set (distributed's ``nanny.pre-spawn-environ``);
+#: an explicit glibc malloc threshold freezes glibc's adaptive mmap threshold at 128 KiB, so
+#: every block's model output (a few MB) becomes a fresh ``mmap`` that the kernel
+#: zero-fills page by page.  A fixed 32 MiB mmap threshold (glibc's largest) keeps those
+#: blocks on the heap, where they are reused (docs/features.md, docs/performance.md).
+DASK_WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": 32 * 1024 * 1024}
+
+
+def dask_config() -> dict:
+    """``dask.config.set(dask_config())`` before creating a cluster (``LocalCluster`` or
+    ``dask worker`` processes) gives its workers :data:`DASK_WORKER_ENVIRON`: the keys
+    ``distributed.nanny.pre-spawn-environ.<VAR>``."""
+    return {f"distributed.nanny.pre-spawn-environ.{k}": v
+            for k, v in DASK_WORKER_ENVIRON.items()}
 
 
 def default_output(model: str) -> str:
