@@ -19,6 +19,10 @@ def test_readme_python_blocks_run():
     assert "spl_ref" in blocks[0] and ".calibrate(" not in README.read_text()
     assert ns["model"].spl_ref == 94.0 and ns["model"].input_gain != 1.0
     assert np.isfinite(np.asarray(ns["out"]["ltl"])).all()
+    # the torch-layer example: (batch, F, T) out, and the loss reached every learnable parameter
+    assert tuple(ns["z"].shape) == (2, 275, 4800)
+    params = list(ns["layer"].parameters())
+    assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
     # the stacking example: each row of the batch is what its stream gives alone
     import rtamt
     x, fs = ns["x"], ns["fs"]
