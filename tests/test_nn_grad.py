@@ -131,15 +131,15 @@ def test_osses2021_gradcheck():
 @pytest.mark.parametrize("model,learned", [
     (rn.Dau1997, {"gammatone", "adaptloop", "modfb"}),
     (rn.Osses2021, {"gammatone", "adaptloop", "modfb"}),
-    (rn.King2019, {"gammatone", "compression"})])
+    (rn.King2019, {"gammatone", "compression", "modfb"})])
 def test_gradient_over_blocks_equals_one_call(model, learned):
     """Two blocks with carried (not detached) state give the gradient of one call on the
     concatenated input, w.r.t. the input, the first block's state and every learnable
     parameter (gammatone centre frequencies and bandwidth, adaptation time constants,
-    modulation centre frequencies and Q, compression knee and exponent; <= 1e-10
-    relative), across a 20 dB onset; the second block starts past a recomputation
-    checkpoint (adjoint.SEGMENT).  King2019 runs through its compression, adaptation
-    high-pass and modulation bank (with the 150 Hz pre-filter)."""
+    modulation centre frequencies and Q (efilt and King2019 banks), compression knee and
+    exponent; <= 1e-10 relative), across a 20 dB onset; the second block starts past a
+    recomputation checkpoint (adjoint.SEGMENT).  King2019 runs through its compression,
+    adaptation high-pass and modulation bank (with the 150 Hz pre-filter)."""
     kw = {"lp150": True} if model is rn.King2019 else {}
     layer = model(FS, fc=(1000.0, 2000.0), learnable=True, **kw)
     assert set(layer.theta) == learned
@@ -220,7 +220,8 @@ def test_king_bank_adjoint_is_reversed_filtering():
     M, C, T = c.mfc.size, len(FC), 200
     gy = _x((2, T, M * C), 3).numpy()
     gx, mu = np.zeros((2, T, C)), np.zeros((M, 2, 1, 2, C))
-    A.king_bank_adjoint(c.sos, gy, mu, gx)
+    unused = (np.zeros((2, T, C)), np.zeros_like(mu), np.zeros((M, 5)))
+    A.king_bank_adjoint(c.sos, gy, mu, gx, False, *unused)
     ref = sum(signal.sosfilt(c.sos[m], gy[:, ::-1, m * C:(m + 1) * C], axis=1)[:, ::-1]
               for m in range(M))
     np.testing.assert_allclose(gx, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
@@ -229,13 +230,57 @@ def test_king_bank_adjoint_is_reversed_filtering():
     m, b, ch = 2, 1, 1
     mu = np.zeros((M, 2, 1, 2, C))
     mu[m, b, 0, :, ch] = (0.7, -0.3)
-    A.king_bank_adjoint(c.sos, np.zeros_like(gy), mu, np.zeros((2, T, C)))
+    A.king_bank_adjoint(c.sos, np.zeros_like(gy), mu, np.zeros((2, T, C)), False, *unused)
     a1, a2 = c.sos[m, 0, 4], c.sos[m, 0, 5]
     P = np.array([[-a1, 1.0], [-a2, 0.0]])              # (z0, z1)[t] = P (z0, z1)[t-1]
     want = np.linalg.matrix_power(P, T).T @ np.array([0.7, -0.3])
     np.testing.assert_allclose(mu[m, b, 0, :, ch], want, rtol=1e-10, atol=1e-14)
     mu[m, b, 0, :, ch] = 0.0
     assert not mu.any()
+
+
+def test_king_bank_coefficient_gradients_over_segments():
+    """adjoint.king_bank_adjoint with want: the gradients of b0, b1, b2, a1, a2 of every
+    band-pass over 1100 samples (three recomputation segments, from a non-zero incoming
+    state, with an outgoing-state gradient) equal central differences (five-point
+    stencil) of the same loss computed with scipy.signal.sosfilt; the input and state
+    gradients are bit-identical to those of the pass without coefficient gradients."""
+    from scipy import signal
+
+    from rtamt.nn import adjoint as A
+
+    c = rn.KingModFilterbank(FS, fc=FC).parts[0].coeffs
+    M, C, B, T = c.mfc.size, len(FC), 2, 1100
+    assert T > 2 * A.SEGMENT
+    u, gy = _x((B, T, C), 1).numpy(), _x((B, T, M * C), 2).numpy()
+    st, mu0 = 0.3 * _x((M, B, 1, 2, C), 3).numpy(), _x((M, B, 1, 2, C), 4).numpy()
+
+    def loss(sos):
+        total = 0.0
+        for m in range(M):
+            y, zf = signal.sosfilt(sos[m], u, axis=1, zi=st[m].transpose(1, 0, 2, 3))
+            total += np.sum(gy[:, :, m * C:(m + 1) * C] * y)
+            total += np.sum(mu0[m] * zf.transpose(1, 0, 2, 3))
+        return total
+
+    out = {}
+    for want in (False, True):
+        gx, mu, gc = np.zeros((B, T, C)), mu0.copy(), np.zeros((M, 5))
+        A.king_bank_adjoint(c.sos, gy, mu, gx, want, u, st, gc)
+        out[want] = gx, mu, gc
+    assert np.array_equal(out[False][0], out[True][0])
+    assert np.array_equal(out[False][1], out[True][1])
+    assert not out[False][2].any()
+    fd, h = np.zeros((M, 5)), 1e-7
+    for m in range(M):
+        for i, col in enumerate((0, 1, 2, 4, 5)):
+            val = []
+            for step in (2, 1, -1, -2):
+                sos = c.sos.copy()
+                sos[m, 0, col] += step * h
+                val.append(loss(sos))
+            fd[m, i] = (-val[0] + 8 * val[1] - 8 * val[2] + val[3]) / (12 * h)  # O(h^4)
+    np.testing.assert_allclose(out[True][2], fd, rtol=5e-6, atol=0)
 
 
 def test_king2019_gradcheck():

@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 import torch
+from scipy import signal
 from torch.autograd.function import once_differentiable
 
 from ..adaptation.adaptloop import AdaptLoop
@@ -262,16 +263,131 @@ def _prefilter_adjoint(coeffs, x, gu, mu):
     return gx
 
 
+def king_bandpass_sos(f_lo, f_hi, fs: float) -> torch.Tensor:
+    """The band-passes of King et al. (2019) as a differentiable torch function of their
+    -3 dB edges ``f_lo < f_hi`` (Hz, tensors of shape (M,), below ``fs / 2``): rows
+    ``[b0, b1, b2, 1, a1, a2]`` (M, 6), the values of
+    ``scipy.signal.butter(1, [f_lo, f_hi], 'bandpass', fs=fs, output='sos')`` (to
+    rounding) written in closed form.
+
+    Derivation: the 1st-order Butterworth low-pass prototype ``1 / (s + 1)`` becomes,
+    with ``s -> (s^2 + w_lo w_hi) / (B s)``, ``B = w_hi - w_lo``, the band-pass
+    ``H(s) = B s / (s^2 + B s + w_lo w_hi)`` whose -3 dB edges are ``w_lo``, ``w_hi``.
+    The bilinear transform ``s = 2 fs (z - 1) / (z + 1)`` with pre-warped edges
+    ``w = 2 fs tan(pi f / fs)`` keeps the edges of the digital filter at ``f_lo``,
+    ``f_hi`` (Oppenheim & Schafer, *Discrete-Time Signal Processing*, 3rd ed., sec.
+    7.2.2).  The factor ``2 fs`` cancels: with ``W = tan(pi f / fs)``, ``b = W_hi - W_lo``
+    and ``p = W_lo W_hi``, multiplying numerator and denominator by ``(z + 1)^2`` gives
+    ``H(z) = b (z^2 - 1) / ((1 + b + p) z^2 + 2 (p - 1) z + (1 - b + p))``, so with
+    ``D = 1 + b + p``: ``b0 = b / D``, ``b1 = 0``, ``b2 = -b / D``, ``a1 = 2 (p - 1) / D``,
+    ``a2 = (1 - b + p) / D``.  For every ``0 < f_lo < f_hi < fs / 2`` the poles are inside
+    the unit circle (``0 < a2 < 1`` and ``|a1| < 1 + a2``)."""
+    w_lo, w_hi = torch.tan(torch.pi * f_lo / fs), torch.tan(torch.pi * f_hi / fs)
+    b, p = w_hi - w_lo, w_lo * w_hi
+    d = 1.0 + b + p
+    zero = torch.zeros_like(d)
+    return torch.stack([b / d, zero, -b / d, zero + 1.0, 2.0 * (p - 1.0) / d,
+                        (1.0 - b + p) / d], dim=1)
+
+
+def _king_edges(mfc, Q, lib):
+    """-3 dB edges (M, 2) of King et al.'s band-passes of centre ``mfc`` (M,) and quality
+    factor ``Q`` (``lib``: numpy or torch), in the operations of
+    :func:`rtamt.modulation.king2019.design`: ``f_lo,hi = mfc/2 sqrt(4 + 1/Q^2) -/+
+    mfc/(2Q)``."""
+    mid = mfc / 2 * lib.sqrt(4 + 1 / Q ** 2)
+    return lib.stack([mid - mfc / (2 * Q), mid + mfc / (2 * Q)], 1)
+
+
 class KingModFilterbankGrad(StageGrad):
-    """:class:`rtamt.modulation.king2019.KingModFilterbank` (King et al. 2019): the real
-    Butterworth band-pass of every modulation filter on every channel, after the optional
-    150 Hz low-pass; input and state gradients (no learnable parameters).  Linear: the
-    adjoint (:func:`rtamt.nn.adjoint.king_bank_adjoint`) needs no forward trajectory."""
+    """:class:`rtamt.modulation.king2019.KingModFilterbank` (King, Varnet & Lorenzi 2019,
+    JASA 145, 2277-2293): the real Butterworth band-pass of every modulation filter on
+    every channel, after the optional 150 Hz low-pass (fixed).  Adjoint:
+    :func:`rtamt.nn.adjoint.king_bank_adjoint` (linear: the input and state gradients need
+    no forward trajectory; the coefficient gradients recompute the filter outputs).
+
+    Learnable: ``th = [th_m (M,), log(Q / Q0)]``, each modulation filter's centre
+    frequency and the bank's quality factor (shared by all filters, as in the paper).
+    ``Q = Q0 exp(th_Q) > 0``.  The centre frequencies are kept below the one whose upper
+    -3 dB edge reaches ``fs / 2`` (the edges are linear in ``mfc``: ``f_hi = mfc
+    k(Q)``): with ``a(Q) = mfc0 k(Q) / (fs / 2)``, the upper edge the designed centre
+    frequency would have at ``Q``, relative to the Nyquist frequency,
+
+        ``mfc = mfc0 / (exp(-th_m) (1 - a(Q0)) + a(Q))``,
+
+    i.e. ``1 / mfc = exp(-th_m) / u0 + k(Q) / (fs / 2)`` with ``1 / u0 = 1 / mfc0 -
+    k(Q0) / (fs / 2)``: ``mfc ~ mfc0 exp(th_m)`` for filters far below Nyquist, and the
+    upper edge ``fs/2 a(Q) / (exp(-th_m) (1 - a(Q0)) + a(Q))`` stays below ``fs / 2`` for
+    every ``th`` (the lower edge stays above 0).  At ``th = 0`` the denominator is
+    ``(1 - a0) + a0``, exactly 1 in floating point, so ``mfc = mfc0`` and the filters are
+    the design, bit for bit.
+
+    The forward coefficients are designed as :func:`rtamt.modulation.king2019.design`
+    does (``scipy.signal.butter``); the chain rule to ``th`` runs torch's autograd through
+    :func:`king_bandpass_sos`, the same design in closed form."""
+
+    def __init__(self, stage, coeffs):
+        super().__init__(stage, coeffs)
+        self.mfc0, self.Q0 = coeffs.mfc.copy(), float(stage.params.qfactor)
+        self.n_params = self.mfc0.size + 1
+        self.fn = coeffs.fs / 2
+        self.a0 = _king_edges(self.mfc0, self.Q0, np)[:, 1] / self.fn
+        self._last = (None, coeffs)
+
+    def _values(self, th, lib=np):
+        """``mfc`` (M,) and ``Q`` for ``th`` (numpy float64, or a torch tensor with
+        ``lib=torch``); ``a(Q)`` is the upper edge of :func:`_king_edges` at ``mfc0``."""
+        M = self.mfc0.size
+        mfc0, one_minus = self.mfc0, 1 - self.a0
+        Q = self.Q0 * lib.exp(th[M])
+        if lib is np:
+            Q = float(Q)
+        else:
+            mfc0, one_minus = torch.from_numpy(mfc0), torch.from_numpy(one_minus)
+        a = _king_edges(mfc0, Q, lib)[:, 1] / self.fn
+        return mfc0 / (lib.exp(-th[:M]) * one_minus + a), Q
+
+    def learned(self, th):
+        return dict(zip(("mfc", "Q"), self._values(th)))
+
+    def coeffs_for(self, th):
+        if th is None:
+            return self.coeffs0
+        key = th.tobytes()
+        if self._last[0] == key:
+            return self._last[1]
+        c = self.coeffs0
+        mfc, Q = self._values(th)
+        edges = _king_edges(mfc, Q, np)
+        if not (edges[:, 0] > 0).all() or not (edges[:, 1] < self.fn).all():
+            raise ValueError(f"modulation filter edges {edges} outside (0, fs/2)")
+        sos = np.stack([signal.butter(1, e, btype="bandpass", fs=c.fs, output="sos")
+                        for e in edges])
+        C = c.fc.size
+        out = dataclasses.replace(c, mfc=mfc, edges=edges, sos=np.ascontiguousarray(sos),
+                                  filter_mfc=mfc[c.filter_slot], mfc_padded=np.tile(mfc, (C, 1)))
+        self._last = (key, out)
+        return out
 
     def backward(self, coeffs, th, x, state, gy, mu):
+        want = th is not None
         gu = np.zeros(x.shape)
-        A.king_bank_adjoint(coeffs.sos, gy, mu["bp"], gu)
-        return _prefilter_adjoint(coeffs, x, gu, mu), None
+        u = x
+        if want and coeffs.pre_sos is not None:  # the bank's input, recomputed
+            u = np.empty_like(x)
+            K.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+        gc = np.zeros((coeffs.mfc.size, 5))
+        A.king_bank_adjoint(coeffs.sos, gy, mu["bp"], gu, want, u, state["bp"], gc)
+        gx = _prefilter_adjoint(coeffs, x, gu, mu)
+        if not want:
+            return gx, None
+        # chain rule through the design: d sos / d th by torch autograd
+        tht = torch.from_numpy(th).requires_grad_(True)
+        with torch.enable_grad():
+            mfc, Q = self._values(tht, torch)
+            sos = king_bandpass_sos(*_king_edges(mfc, Q, torch).unbind(1), coeffs.fs)
+            (gth,) = torch.autograd.grad(sos[:, [0, 1, 2, 4, 5]], tht, torch.from_numpy(gc))
+        return gx, gth.numpy()
 
 
 class ModFilterbankGrad(StageGrad):

@@ -194,7 +194,35 @@ def sos_adjoint(sos, rectify, x, gy, mu, gx):
 
 
 @njit(**_JIT)
-def king_bank_adjoint(sos, gy, mu, gx):
+def _king_span(sos, u, t0, t1, z, o, store):
+    """King2019's band-passes (one DF-II transposed section each, the arithmetic of
+    :func:`rtamt.engine.kernels.sos_rows`) on one stream for ``t0 <= t < t1``: ``u``
+    (T, C) the bank's input, ``z`` (M, 2, C) the memories, advanced in place; with
+    ``store``, filter ``j``'s output on channel ``c`` at ``t`` goes to
+    ``o[t - t0, j, c]``."""
+    M = sos.shape[0]
+    C = u.shape[1]
+    for t in range(t0, t1):
+        ut = u[t]
+        for j in range(M):
+            b0 = sos[j, 0, 0]
+            b1 = sos[j, 0, 1]
+            b2 = sos[j, 0, 2]
+            a1 = sos[j, 0, 4]
+            a2 = sos[j, 0, 5]
+            z0 = z[j, 0]
+            z1 = z[j, 1]
+            for c in range(C):
+                v = ut[c]
+                out = b0 * v + z0[c]
+                z0[c] = b1 * v - a1 * out + z1[c]
+                z1[c] = b2 * v - a2 * out
+                if store:
+                    o[t - t0, j, c] = out
+
+
+@njit(**_JIT)
+def king_bank_adjoint(sos, gy, mu, gx, want, u, st, gc):
     """Adjoint of the King, Varnet & Lorenzi (2019, JASA 145, 2277-2293) modulation
     filterbank, :class:`rtamt.modulation.king2019.KingModFilterbank`: ``M`` real
     2nd-order Butterworth band-passes (one DF-II transposed section each, run by
@@ -231,20 +259,72 @@ def king_bank_adjoint(sos, gy, mu, gx):
     optional 150 Hz pre-filter, whose adjoint is :func:`sos_adjoint`, keeps ``z1``
     unchanged in the forward kernel, so there ``m1[t-1] = m0[t] + m1[t]``.)
 
-    sos : (M, S, 6) the filters' sections (``KingModFilterbankCoeffs.sos``);
-    gy  : (B, T, M*C) gradient of the packed output (any strides);
-    mu  : (M, B, S, 2, C) in: gradient of the outgoing state ``bp``; out: of the incoming;
-    gx  : (B, T, C) input gradient of the bank (added to).
+    Coefficient gradients (with ``want``).  Each coefficient enters the three equations
+    above once per sample, multiplied by ``v[t]`` or ``o[t]``, so, with ``go``, ``m0``,
+    ``m1`` as above at sample ``t``::
+
+        dL/db0 += go[t] v[t]     dL/db1 += m0[t] v[t]     dL/db2 += m1[t] v[t]
+        dL/da1 -= m0[t] o[t]     dL/da2 -= m1[t] o[t]
+
+    summed over samples, channels and streams.  ``o`` is recomputed from the incoming
+    state ``st`` and the bank's input ``u`` (checkpointed every :data:`SEGMENT` samples,
+    all filters and channels of a stream at once).  The input and state gradients are
+    the same operations in the same order with and without ``want``.
+
+    sos  : (M, 1, 6) the filters' sections (``KingModFilterbankCoeffs.sos``);
+    gy   : (B, T, M*C) gradient of the packed output (any strides);
+    mu   : (M, B, 1, 2, C) in: gradient of the outgoing state ``bp``; out: of the incoming;
+    gx   : (B, T, C) input gradient of the bank (added to);
+    want : bool; u : (B, T, C) the bank's input (after the pre-filter);
+    st   : (M, B, 1, 2, C) the incoming state ``bp`` (``u``, ``st`` read only with want);
+    gc   : (M, 5) gradients of ``b0, b1, b2, a1, a2`` of each filter (added to, with want).
     """
     M = sos.shape[0]
     B, T, C = gx.shape
+    seg = SEGMENT if want else max(T, 1)
+    nseg = (T + seg - 1) // seg
+    ck = np.empty((nseg, M, 2, C))
+    o = np.empty((seg if want else 0, M, C))
+    z = np.empty((M, 2, C))
+    gl = np.zeros((M, 5, C))                         # per channel, summed at the end
     for b in range(B):
-        for t in range(T - 1, -1, -1):
+        if want:                                     # checkpoints of the trajectory
             for j in range(M):
-                sj = sos[j]
-                mj = mu[j, b]
-                for c in range(C):
-                    gx[b, t, c] += _sos_back(sj, mj, c, gy[b, t, j * C + c])
+                z[j] = st[j, b, 0]
+            for k in range(nseg):
+                ck[k] = z
+                _king_span(sos, u[b], k * seg, min(T, (k + 1) * seg), z, o, False)
+        for k in range(nseg - 1, -1, -1):
+            t0 = k * seg
+            t1 = min(T, t0 + seg)
+            if want:
+                z[:] = ck[k]
+                _king_span(sos, u[b], t0, t1, z, o, True)
+            for t in range(t1 - 1, t0 - 1, -1):
+                for j in range(M):
+                    sj = sos[j]
+                    mj = mu[j, b]
+                    if not want:
+                        for c in range(C):
+                            gx[b, t, c] += _sos_back(sj, mj, c, gy[b, t, j * C + c])
+                        continue
+                    ut = u[b, t]
+                    oj = o[t - t0, j]
+                    gj = gl[j]
+                    for c in range(C):
+                        m0 = mj[0, 0, c]
+                        m1 = mj[0, 1, c]
+                        gx[b, t, c] += _sos_back(sj, mj, c, gy[b, t, j * C + c])
+                        v = ut[c]
+                        gj[0, c] += mj[0, 0, c] * v
+                        gj[1, c] += m0 * v
+                        gj[2, c] += m1 * v
+                        gj[3, c] -= m0 * oj[c]
+                        gj[4, c] -= m1 * oj[c]
+    for j in range(M):
+        for i in range(5):
+            for c in range(C):
+                gc[j, i] += gl[j, i, c]
 
 
 @njit(**_JIT)

@@ -50,8 +50,9 @@ class ChainLayer(StreamLayer):
     unconstrained parametrisation, 0 = the design; :meth:`learned` gives the physical
     values).  Stages with learnable parameters: the gammatone
     (log centre frequencies, log bandwidth factor), the adaptation loops (log time
-    constants), the ``efilt`` modulation bank (log modulation centre frequencies, log Q)
-    and the compressions (log knee, log exponent); see :mod:`rtamt.nn._autograd`.
+    constants), the ``efilt`` modulation bank (log modulation centre frequencies, log Q),
+    King2019's modulation bank (centre frequencies bounded below Nyquist, log Q) and the
+    compressions (log knee, log exponent); see :mod:`rtamt.nn._autograd`.
     """
 
     def __init__(self, stages, *, name: str = "chain", n_in: int = 1, gain: float = 1.0,
@@ -77,8 +78,8 @@ class ChainLayer(StreamLayer):
             p = self[s] if isinstance(s, str) else s
             if p.grad is None or p.grad.n_params == 0:
                 raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
-                                 "(learnable: gammatone, adaptation loops, efilt modulation "
-                                 "bank, compressions)")
+                                 "(learnable: gammatone, adaptation loops, efilt and "
+                                 "King2019 modulation banks, compressions)")
             self.theta[p.name] = torch.nn.Parameter(
                 torch.zeros(p.grad.n_params, dtype=torch.float64))
 
@@ -167,7 +168,7 @@ class Osses2021(_ModelLayer):
 
 class King2019(_ModelLayer):
     """:class:`rtamt.models.King2019` as a layer: gradients through every stage (input and
-    state; learnable gammatone and compression parameters)."""
+    state; learnable gammatone, compression and modulation-bank parameters)."""
 
     model_cls = _M.King2019
 
@@ -223,7 +224,8 @@ ModFilterbank = _stage_layer(
 KingModFilterbank = _stage_layer(
     _mk.KingModFilterbank, _mk.KingModFilterbankParams,
     "King et al. (2019) modulation filterbank (:mod:`rtamt.modulation.king2019`): "
-    "``(batch, C, T)`` -> packed ``(batch, M*C, T)``; differentiable (input and state).  "
+    "``(batch, C, T)`` -> packed ``(batch, M*C, T)``; differentiable (learnable mfc and "
+    "Q).  "
     "``KingModFilterbank(fs, fc=(...), **KingModFilterbankParams)``.")
 AdaptHighpass = _stage_layer(
     _hp.AdaptHighpass, _hp.AdaptHighpassParams,
