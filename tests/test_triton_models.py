@@ -431,3 +431,43 @@ def test_scheduler_runs_moore2016_on_the_triton_backend_exactly(mode):
                     "excitation", "frame_time"):
             g = np.concatenate([d[key] for d in got[i]], axis=-1)
             assert np.array_equal(g, _np(ref[key])), (i, key)
+
+
+def test_scheduler_issue_bit_identity_on_the_triton_backend():
+    """The scheduler's bit-identity test (test_scheduler.py) on ``Scheduler(backend='triton')``
+    in the interpreter: N = 1, 3, 17 Dau1997 streams (a small configuration, 64-sample
+    blocks), different signals in random interleaved chunk sizes; each stream's output is
+    exactly its own offline Triton run, and the 17 were really batched."""
+    from test_scheduler import Recorder, _feed
+
+    from rtamt.scheduler import Scheduler
+
+    rng = np.random.default_rng(17)
+    kw = dict(model_kwargs=SMALL, measure=False, admission="best-effort", budget_ms=60000.0,
+              sample_dtype="float64", policy="drop-newest", history=0)
+    for n in (1, 3, 17):
+        # queued before the workers start, so that calls take full batches (each call is an
+        # interpreted launch per stage)
+        s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None, start=False)
+        try:
+            sigs = [_signal(160 + int(rng.integers(0, 64)), 300 + 17 * n + i, np.float64)
+                    for i in range(n)]
+            hs = [s.open("dau1997", FS, 64, **kw) for _ in range(n)]
+            recs = [Recorder(h, "dau1997") for h in hs]
+            _feed(hs, sigs, rng, 1, 90)
+            s.start()
+            for h in hs:
+                h.close("drain", timeout=300)
+            assert not s.errors, s.errors[:2]
+        finally:
+            s.close("discard", timeout=120)
+        # the references in one offline call: a batch of the signals zero-padded to one
+        # length (causal: each row's first len(x) samples are that stream's run alone)
+        m = max(len(x) for x in sigs)
+        ref = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")(
+            np.stack([np.pad(x, (0, m - len(x))) for x in sigs])))
+        for i, (rec, x) in enumerate(zip(recs, sigs)):
+            assert np.array_equal(np.concatenate(rec.outs, axis=-1), ref[i, ..., :len(x)]), \
+                f"N={n} stream {i}"
+        if n == 17:
+            assert max(r.batch for rec in recs for r in rec.results) > 1
