@@ -134,6 +134,18 @@ def test_dask_scheduler_address(tmp_path, capsys):
     _features_match(out, RtamtConfig(output="adaptloop"), 3)
 
 
+def test_process_pool_jobs_2(tmp_path, capsys):
+    """``--jobs 2``: a pool of 2 spawned processes computes every item, as in-process."""
+    _corpus(tmp_path / "in", 3, 0.4, seed=5)
+    out = tmp_path / "out"
+    rc = main(["features", str(tmp_path / "in"), "--out", str(out), "--storage", "numpy",
+               "--output", "adaptloop", "--jobs", "2"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "computed 3 item(s)" in cap.out and "2 worker(s)" in cap.out
+    _features_match(out, RtamtConfig(output="adaptloop"), 3)
+
+
 @pytest.mark.parametrize("extra, msg", [
     (["--frame-shift", "0.0123"], "frame_shift 0.0123 s is not a whole number of samples"),
     (["--model", "moore2016"], "need fs >= 32000 Hz"),
