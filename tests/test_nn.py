@@ -159,6 +159,8 @@ def test_to_device_moves_parameters_and_state():
     assert all(v.device.type == "meta" for v in meta.values())
     with pytest.raises(RtamtInputError, match="is on meta"):
         layer(torch.zeros(1, 10, dtype=torch.float64), meta)
+    with pytest.raises(RtamtInputError, match="meta device"):
+        layer(torch.zeros(1, 10, dtype=torch.float64, device="meta"), meta)
     layer.to("meta")
     assert layer.theta["adaptloop"].device.type == "meta"
     assert layer.initial_state(1)["adaptloop.s"].device.type == "meta"
@@ -189,8 +191,14 @@ def test_bad_input_raises_and_leaves_the_state():
     for xb, msg in bad:
         with pytest.raises(RtamtInputError, match=msg):
             layer(xb, st)
+    nan_state = dict(st, **{"adaptloop.s": st["adaptloop.s"].clone()})
+    nan_state["adaptloop.s"][1, 2, 3] = float("nan")
+    float_tag = dict(st, **{rn.DESIGN_KEY: st[rn.DESIGN_KEY].double()})
     for sb, msg in ((st_other, "another layer or design"), (st_gt, "entries"),
-                    ("state", "state dict")):
+                    ("state", "state dict"),
+                    (nan_state, r"'adaptloop.s' holds a non-finite value at batch 1, "
+                                r"index \(2, 3\)"),
+                    (float_tag, "dtype torch.float64, expected torch.int64")):
         with pytest.raises(RtamtInputError, match=msg):
             layer(x, sb)
     for k in st:
@@ -207,3 +215,21 @@ def test_moore2016_diotic_equals_stereo_rows():
     layer = rn.Moore2016(32000)
     y, _ = layer(torch.from_numpy(x2))
     np.testing.assert_array_equal(y.numpy(), MODELS["moore2016"](32000)(x2)["stl"])
+
+
+def test_bad_parameters_raise():
+    """A learnable parameter that went non-finite (a diverged optimiser step) is refused
+    before any stage runs, naming the stage and index, and the state is left as it was;
+    learnable= naming a stage the model does not have is refused at construction."""
+    layer = rn.Dau1997(FS, fhigh=2000.0, learnable=True)
+    x = torch.from_numpy(_signal((1, 100)))
+    _, st = layer(x)
+    before = _frozen(st)
+    with torch.no_grad():
+        layer.theta["modfb"][2] = float("inf")
+    with pytest.raises(RtamtInputError, match=r"theta\['modfb'\] .* at index 2"):
+        layer(x, st)
+    for k in st:
+        assert torch.equal(st[k], before[k])
+    with pytest.raises(ValueError, match="unknown stage 'adapt'"):
+        rn.Dau1997(FS, fhigh=2000.0, learnable=["adapt"])

@@ -202,6 +202,8 @@ class StreamLayer(torch.nn.Module):
             raise RtamtInputError(
                 f"{self.name}: dtype {x.dtype} is not supported; expected torch.float32 or "
                 "torch.float64")
+        if x.is_meta:
+            raise RtamtInputError(f"{self.name}: the input is on the meta device (no data)")
         shape = "(batch, T)" if self.in_rank == 2 else f"(batch, {self.n_in}, T)"
         if x.ndim != self.in_rank or (self.in_rank == 3 and x.shape[1] != self.n_in):
             raise RtamtInputError(f"{self.name}: expected shape {shape}, got {tuple(x.shape)}")
@@ -232,6 +234,10 @@ class StreamLayer(torch.nn.Module):
                 raise RtamtInputError(
                     f"{who}: state entry {k!r} is on {v.device}, the input on {x.device}")
         tag = state[DESIGN_KEY]
+        if tag.dtype != torch.int64:
+            raise RtamtInputError(
+                f"{who}: state entry {DESIGN_KEY!r} has dtype {tag.dtype}, expected "
+                "torch.int64 (convert only the floating-point entries of a state)")
         if tuple(tag.shape) != (B, 2):
             raise RtamtInputError(
                 f"{who}: state entry {DESIGN_KEY!r} has shape "
@@ -252,3 +258,8 @@ class StreamLayer(torch.nn.Module):
                 raise RtamtInputError(
                     f"{who}: state entry {k!r} has shape {tuple(v.shape)} {v.dtype}, "
                     f"expected {shape} {dt} (other batch size or layer?)")
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                bad = tuple(int(i) for i in torch.nonzero(~torch.isfinite(v))[0])
+                raise RtamtInputError(
+                    f"{who}: state entry {k!r} holds a non-finite value at batch {bad[0]}, "
+                    f"index {bad[1:]}; state refused")

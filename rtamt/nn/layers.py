@@ -75,6 +75,9 @@ class ChainLayer(StreamLayer):
         if learnable is True:
             learnable = [p for p in parts if p.grad is not None and p.grad.n_params]
         for s in learnable or ():
+            if isinstance(s, str) and s not in names:
+                raise ValueError(f"{name}: learnable names an unknown stage {s!r}; the "
+                                 f"stages are {names}")
             p = self[s] if isinstance(s, str) else s
             if p.grad is None or p.grad.n_params == 0:
                 raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
@@ -110,6 +113,12 @@ class ChainLayer(StreamLayer):
         return {f"{p.name}.{k}": v for p in self.parts for k, v in p.initial(batch, dtype).items()}
 
     def _run(self, x, state, need_grad):
+        for k, th in self.theta.items():
+            if not bool(torch.isfinite(th).all()):
+                raise RtamtInputError(
+                    f"{self.name}: learnable parameter theta[{k!r}] holds a non-finite value "
+                    f"at index {int(torch.nonzero(~torch.isfinite(th))[0, 0])} (a diverged "
+                    "optimiser step?); block rejected, state unchanged")
         y = x if self.in_rank == 2 else x.permute(0, 2, 1)
         y = y.contiguous()
         if self.gain != 1.0:
