@@ -10,11 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_fit_dau1997_example_converges():
+def _run(*args):
+    """``python *args`` from the repository root, with rtamt importable."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "fit_dau1997.py")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_fit_dau1997_example_converges():
+    run = _run(str(ROOT / "examples" / "fit_dau1997.py"))
     assert run.returncode == 0, run.stderr
     lines = run.stdout.strip().splitlines()
     res = json.loads(lines[-1])
@@ -29,11 +34,8 @@ def test_nn_speed_script_reports_json():
     """latency_bench/nn_speed.py runs (tiny configuration) and prints its JSON: the three
     timed cases, and no torch_amt ratio unless torch_amt was measured (no times are
     asserted)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    run = subprocess.run([sys.executable, "-m", "latency_bench.nn_speed", "--fs", "16000",
-                          "--seconds", "0.03", "--batch", "2", "--repeat", "1"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = _run("-m", "latency_bench.nn_speed", "--fs", "16000", "--seconds", "0.03",
+               "--batch", "2", "--repeat", "1")
     assert run.returncode == 0, run.stderr
     res = json.loads(run.stdout)
     assert set(res["rtamt"]) == {"forward", "forward_backward_input",

@@ -66,10 +66,6 @@ class StageGrad:
     def __init__(self, stage, coeffs):
         self.stage, self.coeffs0 = stage, coeffs
 
-    @staticmethod
-    def supports(coeffs) -> bool:
-        return True
-
     def coeffs_for(self, th):
         return self.coeffs0
 
@@ -151,9 +147,8 @@ class FIRGrad(StageGrad):
     """The ear filters (:class:`rtamt.ear.fir.FIRSignalStage`): ``(B, T)`` in and out."""
 
     def backward(self, coeffs, th, x, state, gy, mu):
-        x3 = x[:, :, None] if x.ndim == 2 else x
-        gx = np.zeros(x3.shape)
-        A.fir_adjoint(coeffs.h, gy.reshape(x3.shape), mu["hist"], gx)
+        gx = np.zeros(x.shape + (1,))
+        A.fir_adjoint(coeffs.h, gy.reshape(gx.shape), mu["hist"], gx)
         return gx.reshape(x.shape), None
 
 
@@ -250,6 +245,17 @@ class AdaptLoopGrad(StageGrad):
                             state["s"], x, gy, mu["s"], gx, ga)
         # a = exp(-1/(tau fs)), tau = tau0 exp(th): da/dth = a / (tau fs)
         return gx, ga * coeffs.a / (coeffs.tau * coeffs.fs)
+
+
+def _prefiltered(coeffs, x, state):
+    """A modulation bank's filter input, recomputed: ``x`` through the optional low-pass
+    before the bank (``coeffs.pre_sos``) from its incoming state ``state["pre"]`` (not
+    written), else ``x`` itself."""
+    if coeffs.pre_sos is None:
+        return x
+    u = np.empty_like(x)
+    K.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+    return u
 
 
 def _prefilter_adjoint(coeffs, x, gu, mu):
@@ -372,10 +378,7 @@ class KingModFilterbankGrad(StageGrad):
     def backward(self, coeffs, th, x, state, gy, mu):
         want = th is not None
         gu = np.zeros(x.shape)
-        u = x
-        if want and coeffs.pre_sos is not None:  # the bank's input, recomputed
-            u = np.empty_like(x)
-            K.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+        u = _prefiltered(coeffs, x, state) if want else x   # read only with want
         gc = np.zeros((coeffs.mfc.size, 5))
         A.king_bank_adjoint(coeffs.sos, gy, mu["bp"], gu, want, u, state["bp"], gc)
         gx = _prefilter_adjoint(coeffs, x, gu, mu)
@@ -438,10 +441,7 @@ class ModFilterbankGrad(StageGrad):
     def backward(self, coeffs, th, x, state, gy, mu):
         C, Fb = coeffs.fc.size, coeffs.bp_channel.size
         want = th is not None
-        u = x
-        if coeffs.pre_sos is not None:          # the bank's input, recomputed
-            u = np.empty_like(x)
-            K.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+        u = _prefiltered(coeffs, x, state)
         gu = np.zeros(x.shape)
         A.sos_adjoint(coeffs.lp_sos, False, u, gy[:, :, :C], mu["lp"], gu)
         gc = np.zeros((3, Fb))
@@ -477,7 +477,7 @@ GRADS: dict[type, type] = {Gammatone: GammatoneGrad, IHCEnvelope: SOSGrad,
 def grad_rule(stage, coeffs):
     """The :class:`StageGrad` of ``stage`` (with designed ``coeffs``), or ``None``."""
     rule = GRADS.get(type(stage))
-    return rule(stage, coeffs) if rule is not None and rule.supports(coeffs) else None
+    return None if rule is None else rule(stage, coeffs)
 
 
 def param_np(param):

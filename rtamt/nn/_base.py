@@ -18,6 +18,11 @@ DESIGN_KEY = "_design"
 _FLOAT_T = (torch.float32, torch.float64)
 
 
+def np_dtype(dtype: torch.dtype) -> type:
+    """The numpy float type of torch float ``dtype`` (float32 or float64)."""
+    return np.float32 if dtype == torch.float32 else np.float64
+
+
 def detach_state(state: dict) -> dict:
     """The same state cut from the autograd graph (truncated back-propagation through
     time: the gradient of later blocks stops at this block boundary)."""
@@ -160,7 +165,7 @@ class StreamLayer(torch.nn.Module):
         if int(batch) < 1:
             raise RtamtInputError(f"{self.name}: batch must be >= 1, got {batch}")
         device = self.device if device is None else torch.device(device)
-        np_dt = np.float32 if dtype == torch.float32 else np.float64
+        np_dt = np_dtype(dtype)
         st = {k: torch.from_numpy(v).to(device)
               for k, v in self._initial_np(int(batch), np_dt).items()}
         tag = torch.tensor([[self._tag, torch.finfo(dtype).bits // 8]], dtype=torch.int64)
@@ -217,7 +222,7 @@ class StreamLayer(torch.nn.Module):
         if not isinstance(state, dict):
             raise RtamtInputError(f"{who}: expected a state dict, got {type(state).__name__}")
         B = x.shape[0]
-        np_dt = np.float32 if x.dtype == torch.float32 else np.float64
+        np_dt = np_dtype(x.dtype)
         ref = self._shapes.get((B, np_dt))
         if ref is None:
             ref = self._shapes[(B, np_dt)] = {

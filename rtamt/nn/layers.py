@@ -29,7 +29,7 @@ from ..modulation import king2019 as _mk
 from ..modulation import modfb as _mf
 from ..nonlinear import compression as _cp
 from ._autograd import param_np
-from ._base import Part, StreamLayer, time_last
+from ._base import Part, StreamLayer, np_dtype, time_last
 
 __all__ = ["ChainLayer", "StageLayer", "LoudnessLayer", "Dau1997", "King2019", "Osses2021",
            "Paulick2024", "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope",
@@ -316,7 +316,7 @@ class LoudnessLayer(StreamLayer):
         dev = x.device
         ys = {k: (torch.from_numpy(np.asarray(v)).to(dev) if k == "frame_time" else
                   torch.from_numpy(np.ascontiguousarray(v).astype(
-                      np.float32 if x.dtype == torch.float32 else np.float64)).to(dev))
+                      np_dtype(x.dtype))).to(dev))
               for k, v in out.items()}
         new = {k: torch.from_numpy(np.repeat(v[None], B, axis=0) if k in m.shared_state else
                                    v.reshape((B, r) + v.shape[1:]) if r > 1 else v).to(dev)
