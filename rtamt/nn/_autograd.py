@@ -74,12 +74,14 @@ class StageGrad:
 
 
 class GammatoneGrad(StageGrad):
-    """Learnable: ``th = [log(fc / fc0) (C,), log(b / b0)]``, the centre frequencies and
-    the bandwidth factor ``b`` of ``beta = b ERB(fc)`` (Holdsworth et al. 1988; Glasberg
-    & Moore 1990 ERB).  Every ``th`` keeps ``fc > 0`` and ``beta > 0``, so the pole
-    radius ``r = exp(-2 pi beta / fs)`` stays below 1.  The coefficients are designed as
-    :func:`rtamt.filterbank.gammatone.design` does: pole ``p = r exp(-i 2 pi fc / fs)``,
-    gain ``2 (1 - r)^4``."""
+    """Learnable: ``th = [log(fc / fc0) (C,), log(b / b0)]``, the centre frequencies
+    ``fc`` (Hz) and the bandwidth factor ``b`` of ``beta = b ERB(fc)`` (Hz; Holdsworth et
+    al. 1988, ``b0`` = 1.0183 for order 4; ERB of Glasberg & Moore 1990, Hear. Res. 47,
+    103-138).  Every ``th`` keeps ``fc > 0`` and ``beta > 0``, so the pole radius
+    ``r = exp(-2 pi beta / fs)`` (``fs`` in Hz) stays below 1.  The coefficients are
+    designed as :func:`rtamt.filterbank.gammatone.design` does (Hohmann 2002, Acta
+    Acustica 88, 433-442): pole ``p = r exp(-i 2 pi fc / fs)``, gain ``2 (1 - r)^4`` (the
+    real part's factor 2 folded in)."""
 
     def __init__(self, stage, coeffs):
         super().__init__(stage, coeffs)
@@ -127,7 +129,9 @@ class GammatoneGrad(StageGrad):
 
 
 class SOSGrad(StageGrad):
-    """Stages of :class:`rtamt.engine.stage.SharedSOSStage` (the IHC envelope)."""
+    """Stages of :class:`rtamt.engine.stage.SharedSOSStage`: the IHC envelope, half-wave
+    rectification then Butterworth low-pass sections (Dau et al. 1996a, JASA 99, 3615;
+    presets in :mod:`rtamt.ihc.envelope`).  No learnable parameters."""
 
     rectify = True
 
@@ -138,13 +142,17 @@ class SOSGrad(StageGrad):
 
 
 class HighpassGrad(SOSGrad):
-    """:class:`rtamt.adaptation.highpass.AdaptHighpass` (no rectifier)."""
+    """:class:`rtamt.adaptation.highpass.AdaptHighpass`, the Butterworth high-pass that
+    stands in for adaptation in King, Varnet & Lorenzi (2019, JASA 145, 2277-2293): the
+    same sections' adjoint, without the rectifier."""
 
     rectify = False
 
 
 class FIRGrad(StageGrad):
-    """The ear filters (:class:`rtamt.ear.fir.FIRSignalStage`): ``(B, T)`` in and out."""
+    """The ear filters (:class:`rtamt.ear.fir.FIRSignalStage`: headphone, middle-ear and
+    outer+middle-ear FIRs): ``(B, T)`` in and out; adjoint
+    :func:`rtamt.nn.adjoint.fir_adjoint`."""
 
     def backward(self, coeffs, th, x, state, gy, mu):
         gx = np.zeros(x.shape + (1,))
@@ -154,9 +162,11 @@ class FIRGrad(StageGrad):
 
 class CompressionGrad(StageGrad):
     """The compressions (:mod:`rtamt.nonlinear.compression`), pointwise, no state.
-    Both laws are ``y = sign(x) |x|^n k^(1-n)`` where they compress (broken stick:
-    ``|x| > k``, else ``y = x``; power law: everywhere), so there
-    ``dy/dk = (1 - n) y / k`` and ``dy/dn = y log(|x| / k)``.
+    Both laws are ``y = sign(x) |x|^n k^(1-n)`` where they compress (broken stick, as in
+    King, Varnet & Lorenzi 2019, JASA 145, 2277-2293: ``|x| > k``, else ``y = x``; power
+    law: everywhere), so there ``dy/dk = (1 - n) y / k`` and ``dy/dn = y log(|x| / k)``.
+    ``x``, ``y`` and the knee ``k`` are in the model's linear units (an RMS of 1 is
+    ``spl_ref`` dB SPL); ``n`` is dimensionless.
 
     Learnable: ``th = [log(k / k0), log(n / n0) (one per exponent)]``: the knee and the
     exponent(s) stay positive."""
@@ -219,9 +229,10 @@ class PowerGrad(CompressionGrad):
 
 class AdaptLoopGrad(StageGrad):
     """Learnable: ``th`` (K,), the log of each time constant relative to its designed
-    value, ``tau = tau0 exp(th)`` (positive for every th; th = 0 is the design, bit for
-    bit); the loop coefficients ``a = exp(-1 / (tau fs))``, ``b = 1 - a`` as designed
-    by :func:`rtamt.adaptation.adaptloop.design`."""
+    value, ``tau = tau0 exp(th)`` (s; positive for every th; th = 0 is the design, bit for
+    bit); the loop low-pass coefficients ``a = exp(-1 / (tau fs))`` (``fs`` in Hz),
+    ``b = 1 - a`` as designed by :func:`rtamt.adaptation.adaptloop.design` (Dau, Püschel
+    & Kohlrausch 1996a, JASA 99, 3615)."""
 
     def __init__(self, stage, coeffs):
         super().__init__(stage, coeffs)
@@ -297,10 +308,11 @@ def king_bandpass_sos(f_lo, f_hi, fs: float) -> torch.Tensor:
 
 
 def _king_edges(mfc, Q, lib):
-    """-3 dB edges (M, 2) of King et al.'s band-passes of centre ``mfc`` (M,) and quality
-    factor ``Q`` (``lib``: numpy or torch), in the operations of
-    :func:`rtamt.modulation.king2019.design`: ``f_lo,hi = mfc/2 sqrt(4 + 1/Q^2) -/+
-    mfc/(2Q)``."""
+    """-3 dB edges (M, 2) in Hz of the band-passes of King, Varnet & Lorenzi (2019, JASA
+    145, 2277-2293) of centre ``mfc`` (M,) in Hz and quality factor ``Q`` (``lib``: numpy
+    or torch), in the operations of :func:`rtamt.modulation.king2019.design`:
+    ``f_lo,hi = mfc/2 sqrt(4 + 1/Q^2) -/+ mfc/(2Q)`` (so ``f_hi - f_lo = mfc / Q`` and
+    ``sqrt(f_lo f_hi) = mfc``)."""
     mid = mfc / 2 * lib.sqrt(4 + 1 / Q ** 2)
     return lib.stack([mid - mfc / (2 * Q), mid + mfc / (2 * Q)], 1)
 
@@ -395,16 +407,19 @@ class KingModFilterbankGrad(StageGrad):
 
 class ModFilterbankGrad(StageGrad):
     """The modulation bank: low-pass, optional pre-filter, and the ``efilt`` complex
-    one-poles (Dau et al. 1997a) or the frequency-shifted Butterworth biquads.
+    one-poles (Dau, Kollmeier & Kohlrausch 1997a, JASA 102, 2892; AMT 0.9.10
+    ``modfilterbank``) or the frequency-shifted Butterworth biquads (an rtamt extension,
+    :mod:`rtamt.modulation.modfb`).
 
-    Learnable: ``th = [log(mfc / mfc0) (Fb,), log(Q / Q0)]``, the centre frequency of
-    every band-pass filter (packed order, ``coeffs.filter_mfc[C:]``) and the quality
+    Learnable: ``th = [log(mfc / mfc0) (Fb,), log(Q / Q0)]``, the centre frequency (Hz)
+    of every band-pass filter (packed order, ``coeffs.filter_mfc[C:]``) and the quality
     factor.  The filters keep their design's structure: those designed below 10 Hz keep
     their 5 Hz bandwidth (``Q`` does not act on them), the others have bandwidth
-    ``mfc / Q``; the pole ``e0 exp(i 2 pi mfc / fs)``, ``e0 = exp(-pi bw / fs)``, has
-    radius below 1 for every ``th``; real-part / envelope outputs stay as designed.  The
-    2.5 Hz low-pass and the pre-filter are fixed.  The Butterworth bank has no learnable
-    parameters (input and state gradients only)."""
+    ``bw = mfc / Q`` (Hz); the pole ``e0 exp(i 2 pi mfc / fs)``, ``e0 = exp(-pi bw / fs)``
+    (Dau et al. 1997a, as in :mod:`rtamt.modulation.modfb`), has radius below 1 for every
+    ``th``; real-part / envelope outputs stay as designed.  The 2.5 Hz low-pass and the
+    pre-filter are fixed.  The Butterworth bank has no learnable parameters (input and
+    state gradients only)."""
 
     def __init__(self, stage, coeffs):
         super().__init__(stage, coeffs)

@@ -12,9 +12,11 @@ give exactly the gradient of one call on the concatenated input.
 Notation: a recursion ``s[t] = A s[t-1] + B u[t]``, ``y[t] = C s[t] + D u[t]`` has the
 adjoint ``lam[t] = C^T gy[t] + A^T lam[t+1]``, ``gu[t] = B^T lam[t] + D^T gy[t]``, run
 from ``t = T-1`` down to 0 with ``lam[T] = mu``; the gradient of the incoming state is
-``A^T lam[0]``.  Nonlinear recursions are linearised along the forward trajectory, which
-is recomputed from the saved block input and incoming state (checkpointed every
-:data:`SEGMENT` samples, so the memory is O(T/SEGMENT + SEGMENT) states per stream).
+``A^T lam[0]`` (reverse-mode differentiation of a recursion; Griewank & Walther,
+*Evaluating Derivatives*, 2nd ed., SIAM 2008).  Nonlinear recursions are linearised along
+the forward trajectory, which is recomputed from the saved block input and incoming state
+(checkpointed every :data:`SEGMENT` samples, so the memory is O(T/SEGMENT + SEGMENT)
+states per stream; checkpointing as in the same book).
 
 Every array is time-major ``(B, T, C)`` as in :mod:`rtamt.engine.kernels`; the
 gradients are computed in float64.  Kernels *add* into ``gx`` (so that the gradients
@@ -167,7 +169,8 @@ def _sos_back(sos, m, c, g):
 @njit(**_JIT)
 def sos_adjoint(sos, rectify, x, gy, mu, gx):
     """Adjoint of :func:`rtamt.engine.kernels.sos_shared` (DF-II transposed sections,
-    optionally after half-wave rectification).
+    Oppenheim & Schafer, *Discrete-Time Signal Processing*, 3rd ed., ch. 6, the difference
+    equations of ``scipy.signal.sosfilt``; optionally after half-wave rectification).
 
     One section, forward: ``o = b0 v + z0``, ``z0' = b1 v - a1 o + z1``,
     ``z1' = b2 v - a2 o``.  Backwards, with ``mu0``, ``mu1`` the gradients of ``z0'``,
@@ -450,9 +453,11 @@ def _biquad_span(bc, ac, u, t0, t1, z, orr, oi, store):
 @njit(**_JIT)
 def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
     """Adjoint of :func:`rtamt.engine.kernels.cplx_biquad_bank`, the frequency-shifted
-    Butterworth modulation filters (rtamt's ``filter_type='butterworth'``: a 2nd-order
-    Butterworth low-pass moved to ``mfc`` by ``H(z e^{-i w0})``; output ``sc Re o`` for
-    ``f < nreal``, else ``sc |o|``).
+    Butterworth modulation filters (rtamt's ``filter_type='butterworth'``, an rtamt
+    extension with no paper of its own, :mod:`rtamt.modulation.modfb`: a 2nd-order
+    Butterworth low-pass moved to ``mfc`` by the frequency-shift theorem,
+    ``H(z e^{-i w0})``, ``w0 = 2 pi mfc / fs``; output ``sc Re o`` for ``f < nreal``,
+    else ``sc |o|``).
 
     Forward, complex coefficients, real input ``v``: ``o = b0 v + z0``,
     ``z0' = b1 v - a1 o + z1``, ``z1' = b2 v - a2 o``.  Backwards (the transpose of a
