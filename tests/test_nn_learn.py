@@ -110,7 +110,9 @@ def test_theta_zero_is_the_design(which):
 
 
 def test_learned_values_and_stability_far_from_the_design():
-    """theta maps to the physical values through exp; designs far from the start (10x
+    """theta maps to the physical values through exp (learned(), and tau() for the
+    adaptation loops, the design's when they are not learnable); designs far from the
+    start (10x
     the gammatone bandwidth factor and centre frequencies moved; modulation filters moved
     and Q / 20) stay stable: after the input stops, the outputs decay to 0."""
     from rtamt.filterbank.gammatone import bandwidth_factor
@@ -129,6 +131,16 @@ def test_learned_values_and_stability_far_from_the_design():
     np.testing.assert_allclose(mf["Q"], 2.0 / 20.0, rtol=1e-14)
     c = layer["modfb"].coeffs
     np.testing.assert_allclose(mf["mfc"], c.filter_mfc[c.fc.size:] * np.exp(0.2), rtol=1e-14)
+    tau0 = layer["adaptloop"].coeffs.tau                  # not learnable here: the design
+    assert np.array_equal(layer.tau().detach().numpy(), tau0)
+    loops = rn.Dau1997(FS, fc=(1000.0,), learnable=["adaptloop"])
+    th_al = torch.tensor([0.1, -0.2, 0.0, 0.3, -0.1], dtype=torch.float64)
+    with torch.no_grad():
+        loops.theta["adaptloop"].copy_(th_al)
+    np.testing.assert_allclose(loops.tau().detach().numpy(), tau0 * np.exp(th_al.numpy()),
+                               rtol=1e-14)
+    np.testing.assert_allclose(loops.learned("adaptloop")["tau"], tau0 * np.exp(th_al.numpy()),
+                               rtol=1e-14)
 
     gamma = rn.Gammatone(FS, fc=(1000.0,), learnable=True)
     bank = rn.ModFilterbank(FS, fc=(1000.0,), learnable=True)
@@ -189,8 +201,8 @@ def test_king_modfb_gradcheck_catches_a_wrong_gradient(which, monkeypatch):
 def test_king_theta_zero_designs_the_coefficients_bit_for_bit(kw):
     """At theta = 0 the learnable bank designs exactly the coefficients of
     rtamt.modulation.king2019.design (centre frequencies, edges, sections), float64 and
-    float32 outputs equal bit for bit.  The parametrisation's denominator there is
-    (1 - a0) + a0 with a0 in (0, 1): exactly 1 in floating point."""
+    float32 outputs equal bit for bit (the parametrisation's denominator there,
+    (1 - a0) + a0, must round to exactly 1)."""
     from rtamt.nn._autograd import param_np
 
     fixed, learn = rn.KingModFilterbank(FS, fc=KFC, **kw), _king(**kw)
@@ -200,8 +212,6 @@ def test_king_theta_zero_designs_the_coefficients_bit_for_bit(kw):
     for k in ("mfc", "edges", "sos", "filter_mfc", "mfc_padded"):
         assert np.array_equal(getattr(c, k), getattr(c0, k)), k
     assert learn.learned("modfb")["Q"] == fixed.parts[0].stage.params.qfactor
-    a = np.random.default_rng(0).random(10 ** 5) ** 8
-    assert ((1 - a) + a == 1).all()
     x = _x((2, 3, 100), 2)
     for dt in (torch.float64, torch.float32):
         with torch.no_grad():
