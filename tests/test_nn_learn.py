@@ -112,9 +112,8 @@ def test_theta_zero_is_the_design(which):
 def test_learned_values_and_stability_far_from_the_design():
     """theta maps to the physical values through exp (learned(), and tau() for the
     adaptation loops, the design's when they are not learnable); designs far from the
-    start (10x
-    the gammatone bandwidth factor and centre frequencies moved; modulation filters moved
-    and Q / 20) stay stable: after the input stops, the outputs decay to 0."""
+    start (10x the gammatone bandwidth factor and centre frequencies moved; modulation
+    filters moved and Q / 20) stay stable: after the input stops, the outputs decay to 0."""
     from rtamt.filterbank.gammatone import bandwidth_factor
 
     layer = rn.Dau1997(FS, fc=(1000.0,), learnable=["gammatone", "modfb"])
