@@ -162,6 +162,16 @@ def test_channels():
         st.extract(np.concatenate([x, x[:1]]), FS)
     with pytest.raises(ValueError, match="not for moore2016"):
         RtamtConfig(model="moore2016", channels="stack")
+    # check_channels: the same refusals before any audio is read (rtamt features uses it)
+    one.check_channels(1)
+    st.check_channels(2)
+    RtamtExtractor(RtamtConfig(model="moore2016")).check_channels(2)
+    with pytest.raises(ValueError, match="2 channels for dau1997"):
+        one.check_channels(2)
+    with pytest.raises(ValueError, match="3 channels for moore2016"):
+        RtamtExtractor(RtamtConfig(model="moore2016")).check_channels(3)
+    with pytest.raises(ValueError, match="num_channels=2, got 1 channels"):
+        st.check_channels(1)
 
 
 # ------------------------------------------------------------------ configuration

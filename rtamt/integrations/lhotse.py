@@ -373,33 +373,41 @@ class RtamtExtractor(FeatureExtractor):
     def _fs(self, stream: _Stream) -> int:
         return int(round(stream.model.fs))
 
-    def _layout(self, x: np.ndarray, stream: _Stream) -> np.ndarray:
-        """The model input for ``(C, n)`` samples under ``channels=``."""
+    def check_channels(self, channels: int) -> None:
+        """Raise ``ValueError`` (naming the choices) when a recording of ``channels``
+        channels cannot be computed under this configuration's ``channels=`` mode: more
+        than one channel with ``"auto"`` (two for Moore2016), or another count than
+        ``num_channels`` with ``"stack"``.  Lets a caller refuse a corpus before computing
+        it."""
         cfg = self.config
+        c = int(channels)
+        if cfg.channels == "auto" and not (c == 1 or (c == 2 and cfg.model in BINAURAL)):
+            raise ValueError(
+                f"RtamtExtractor: {c} channels for {cfg.model}; choose channels='first', "
+                f"'mean' or 'stack' (with num_channels={c})"
+                + (" (moore2016 takes 1 (diotic) or 2 (left, right))"
+                   if cfg.model in BINAURAL else ""))
+        if cfg.channels == "stack" and c != cfg.num_channels:
+            raise ValueError(f"RtamtExtractor: channels='stack' with num_channels="
+                             f"{cfg.num_channels}, got {c} channels")
+
+    def _layout(self, x: np.ndarray, stream: _Stream) -> np.ndarray:
+        """The model input for ``(C, n)`` samples under ``channels=``: ``(n,)`` for one
+        stream, ``(C, n)`` for Moore2016's two ears or ``"stack"``."""
         c = x.shape[0]
         if stream.channels is None:
             stream.channels = c
         elif c != stream.channels:
             raise ValueError(f"RtamtExtractor: a block of {c} channels continues a stream of "
                              f"{stream.channels}")
-        mode = cfg.channels
+        self.check_channels(c)
+        mode = self.config.channels
         if mode == "auto":
-            if c == 1:
-                return x[0]
-            if c == 2 and cfg.model in BINAURAL:
-                return x
-            raise ValueError(
-                f"RtamtExtractor: {c} channels for {cfg.model}; choose channels='first', "
-                f"'mean' or 'stack' (with num_channels={c})"
-                + (" (moore2016 takes 1 (diotic) or 2 (left, right))"
-                   if cfg.model in BINAURAL else ""))
+            return x[0] if c == 1 else x
         if mode == "first":
             return x[0]
         if mode == "mean":
             return x.mean(axis=0) if c > 1 else x[0]
-        if c != cfg.num_channels:
-            raise ValueError(f"RtamtExtractor: channels='stack' with num_channels="
-                             f"{cfg.num_channels}, got {c} channels")
         return x
 
     def _samples(self, samples) -> np.ndarray:
