@@ -19,17 +19,34 @@ the workers need rtamt with the extra installed and ``OUT`` on a shared file sys
   (lhotse's ``LilcomFilesWriter`` / ``NumpyFilesWriter``);
 * ``done/``: one JSON cut manifest per finished item, written atomically (a temporary
   file renamed into place) after its features are on disk;
-* ``cuts.jsonl.gz``: every finished item's cut with its features (the lhotse ``CutSet``),
-  rebuilt from ``done/`` at the end of each run and renamed into place;
+* ``cuts.jsonl.gz``: every finished item's cut with its features (the lhotse ``CutSet``):
+  every ``done/`` entry, this run's inputs first in their order, then any earlier run's
+  (sorted by file name), so a run over fewer inputs or one whose items all fail never
+  shrinks it; rebuilt at the end of each run and renamed into place (not written while
+  no item has features: lhotse reads an empty manifest as ``None``);
 * ``failures.jsonl``: the items that could not be computed in the last run (unreadable or
   corrupt audio, a model error), one JSON object per line with the error.
 
 Resumable: an item whose ``done/`` entry exists is skipped, so a run that was killed
 continues where it stopped; an item killed half way has no ``done/`` entry and is computed
-again (its orphaned features file, if any, is never referenced).  A failed item is
-reported, listed and retried by the next run; the others are processed and the command
-exits with 0.  A progress bar (tqdm, on a terminal) shows audio hours done and the speed in
-hours of audio per hour of wall time.
+again (its orphaned features file, if any, is never referenced).  A ``done/`` entry made
+from other audio under the same id (another file, length or rate) is refused before
+anything is computed.  Ctrl-C stops the run with one line saying how many items are kept
+(exit status 130); the rerun resumes.
+
+Exit status: 0 when at least one input of the run has features (computed now or done
+before), even if others failed (each failed item is reported, listed in
+``failures.jsonl`` and retried by the next run); 1 when every input failed (a
+configuration or corpus problem rather than a few bad files; ``cuts.jsonl.gz`` keeps
+what earlier runs computed); 2 for a usage error
+(found before anything is written: a missing input, an output path that is a file or not
+writable, a frame shift or model no input's sampling rate allows, recordings with more
+channels than ``--channels`` takes, an unreachable ``--dask`` scheduler).  A write error
+in ``OUT`` while computing (a full disk) stops the run: it is not the item's fault, so it
+is never listed as a failure.
+
+A progress bar (tqdm, on a terminal) shows audio hours done and the speed in hours of
+audio per hour of wall time.
 """
 from __future__ import annotations
 
@@ -38,6 +55,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 from rtamt.integrations import LHOTSE_INSTALL_HINT
@@ -45,6 +63,11 @@ from rtamt.io.atomic import write_text_atomic
 from rtamt.models import MODELS
 
 from .args import UsageError, int_range, positive_float, spl_ref_db
+
+#: exit status when every input of the run failed (none of them has features in ``OUT``)
+EXIT_ALL_FAILED = 1
+#: failed items printed in the summary (all of them are in ``failures.jsonl``)
+MAX_PRINTED_FAILURES = 20
 
 #: file endings taken from a directory
 DIR_EXTENSIONS = (".wav", ".wave", ".flac")
@@ -80,19 +103,14 @@ def add_arguments(p):
                    help="a running Dask scheduler, e.g. tcp://host:8786")
 
 
-def _error(msg: str) -> int:
-    print(f"rtamt features: error: {msg}", file=sys.stderr)
-    return 2
-
-
 def run(args) -> int:
     try:
         import lhotse  # noqa: F401
 
         from rtamt.integrations import lhotse as rl
     except ImportError as e:
-        return _error(f"needs the [lhotse] extra ({' '.join(str(e).split())}): "
-                      f"{LHOTSE_INSTALL_HINT}")
+        raise UsageError(f"needs the [lhotse] extra ({' '.join(str(e).split())}): "
+                         f"{LHOTSE_INSTALL_HINT}") from None
     if not args.inputs:
         raise UsageError("give one or more inputs (WAV files, directories, manifests)")
     if not args.out:
@@ -105,9 +123,15 @@ def run(args) -> int:
         raise UsageError(str(e).removeprefix("RtamtConfig: ")) from None
     out = pathlib.Path(args.out)
     cuts, failures = _collect(args.inputs)
-    _check_rates(rl.RtamtExtractor(cfg), cuts)
-    _prepare_out(out, cfg)
-    return _Job(out, cfg, args.storage, cuts, failures).run(args.jobs, args.dask)
+    _check_inputs(rl.RtamtExtractor(cfg), cuts)
+    client = _connect(args.dask) if args.dask is not None else None
+    try:
+        _prepare_out(out, cfg)
+        _check_done(out, cuts)
+        return _Job(out, cfg, args.storage, cuts, failures).run(args.jobs, client)
+    finally:
+        if client is not None:
+            client.close()
 
 
 # ------------------------------------------------------------------ inputs
@@ -153,8 +177,8 @@ def _collect(inputs):
             raise UsageError(f"{inp}: no {', '.join(DIR_EXTENSIONS)} files in this directory")
         for f in files:
             rid = f.stem if p.is_file() else _rel_id(f, p)
-            try:
-                rec = Recording.from_file(f, recording_id=rid)
+            try:    # absolute: the CutSet (and a Dask worker) must not depend on the cwd
+                rec = Recording.from_file(f.resolve(), recording_id=rid)
             except Exception as e:         # soundfile/audioread: many error types
                 if rid in sources:
                     raise UsageError(f"two inputs have the id {rid!r}: {sources[rid]} and "
@@ -167,20 +191,34 @@ def _collect(inputs):
     return cuts, failures
 
 
-def _check_rates(ext, cuts) -> None:
-    """Refuse, before anything is computed, a configuration that no input's sampling rate
-    allows (a frame shift that is not a whole number of samples, a loudness model below
-    32 kHz): the model is built once per rate found."""
-    first = {}
+def _check_inputs(ext, cuts) -> None:
+    """Refuse, before anything is computed, a configuration that an input's sampling rate
+    does not allow (a frame shift that is not a whole number of samples, a loudness model
+    below 32 kHz; the model is built once per rate found) or its channel count does not
+    (stereo recordings with ``--channels auto`` for a monaural model): those would fail
+    every such item alike."""
+    from rtamt.integrations.lhotse import BINAURAL
+
+    rates, chans = {}, {}
     for c in cuts.values():
-        first.setdefault(c.sampling_rate, c.id)
-    for sr, cid in sorted(first.items()):
+        rates.setdefault(c.sampling_rate, c.id)
+        chans.setdefault(c.num_channels, c.id)
+    for sr, cid in sorted(rates.items()):
         try:
             ext.feature_dim(sr)
         except ValueError as e:
             raise UsageError(f"{_one_line(e).removeprefix('ValueError: ')} (input {cid!r} and "
                              f"every other one at {sr} Hz; resample them or change the "
                              "options)") from None
+    for n, cid in sorted(chans.items()):
+        try:
+            ext.check_channels(n)
+        except ValueError:
+            takes = ("1 (diotic) or 2 (left, right) channels" if ext.config.model in
+                     BINAURAL else "1 channel")
+            raise UsageError(f"input {cid!r} (and every other one with {n} channels): "
+                             f"{ext.config.model} takes {takes} with --channels auto; give "
+                             "--channels first (channel 0) or mean (down-mix)") from None
 
 
 def _rel_id(f: pathlib.Path, root: pathlib.Path) -> str:
@@ -190,13 +228,34 @@ def _rel_id(f: pathlib.Path, root: pathlib.Path) -> str:
 
 
 def _one_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+    """``Type: message`` on one line, without lhotse's audio-loading boilerplate (the
+    hint about ``LHOTSE_AUDIO_LOADING_EXCEPTION_VERBOSE`` and the ``[extra info]`` dumps of
+    the whole recording)."""
+    msg = " ".join(str(e).split())
+    msg = msg.split(" [extra info]")[0]
+    msg = msg.replace(" Set LHOTSE_AUDIO_LOADING_EXCEPTION_VERBOSE=1 environment variable "
+                      "for full stack traces.", "")
+    return f"{type(e).__name__}: {msg}"
+
+
+def _connect(address: str):
+    """A ``distributed.Client`` of the scheduler at ``address`` (:class:`UsageError` when
+    distributed is missing or the scheduler cannot be reached within 10 s)."""
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError(f"--dask needs distributed: {LHOTSE_INSTALL_HINT}") from None
+    try:
+        return distributed.Client(address, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as e:
+        raise UsageError(f"argument --dask: cannot reach the Dask scheduler at {address}: "
+                         f"{_one_line(e)}") from None
 
 
 # ------------------------------------------------------------------ output directory
 def _prepare_out(out: pathlib.Path, cfg) -> None:
-    """Create ``out`` (and ``done/``, ``feats/``); refuse one made with another
-    configuration."""
+    """Create ``out`` (and ``done/``, ``feats/``) and check that files can be written in
+    them; refuse one made with another configuration."""
     import yaml
 
     if out.exists() and not out.is_dir():
@@ -214,10 +273,15 @@ def _prepare_out(out: pathlib.Path, cfg) -> None:
     elif out.exists() and any(out.iterdir()):
         raise UsageError(f"argument --out: {out} is not empty and holds no extractor.yaml "
                          "(not an rtamt features directory)")
-    for d in (out, out / "done", out / "feats"):
-        d.mkdir(parents=True, exist_ok=True)
-    if not yml.exists():
-        write_text_atomic(yml, yaml.safe_dump({**want, "feature_type": "rtamt"}, sort_keys=True))
+    try:
+        for d in (out, out / "done", out / "feats"):
+            d.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=d).close()        # writable? (also for root's
+        if not yml.exists():                             # read-only mounts)
+            write_text_atomic(yml, yaml.safe_dump({**want, "feature_type": "rtamt"},
+                                                  sort_keys=True))
+    except OSError as e:
+        raise UsageError(f"argument --out: cannot write in {out}: {_one_line(e)}") from None
 
 
 def _done_path(out: pathlib.Path, cut_id: str) -> pathlib.Path:
@@ -228,14 +292,69 @@ def _done_path(out: pathlib.Path, cut_id: str) -> pathlib.Path:
     return out / "done" / f"{safe}.json"
 
 
+def _audio_key(d: dict) -> tuple:
+    """What a cut's features depend on besides the configuration: its recording's sources
+    (file paths made absolute), rate and length, and the cut's start, duration and
+    channels."""
+    rec = d.get("recording") or {}
+    srcs = tuple((s.get("type"), os.path.abspath(s["source"]) if s.get("type") == "file"
+                  else s.get("source"), tuple(s.get("channels") or ()))
+                 for s in rec.get("sources", ()))
+    ch = d.get("channel")
+    return (srcs, rec.get("sampling_rate"), rec.get("num_samples"), float(d.get("start", 0)),
+            float(d.get("duration", 0)), tuple(ch) if isinstance(ch, list) else ch)
+
+
+def _check_done(out: pathlib.Path, cuts) -> None:
+    """Refuse inputs whose id has a ``done/`` entry computed from other audio (a rerun
+    would skip them and keep the other features)."""
+    for cid, c in cuts.items():
+        p = _done_path(out, cid)
+        if not p.exists():
+            continue
+        try:
+            have = json.loads(p.read_text())
+        except ValueError:            # damaged (never by this app: written atomically):
+            p.unlink()                # computed again
+            continue
+        if _audio_key(have) != _audio_key(c.to_dict()):
+            src = (have.get("recording") or {}).get("sources") or [{}]
+            raise UsageError(f"argument --out: {out} holds item {cid!r} computed from other "
+                             f"audio ({src[0].get('source')!r}, not this input's); give "
+                             "another --out, or rename the input")
+
+
 # ------------------------------------------------------------------ one item (a worker)
 _EXTRACTORS: dict = {}
 
 
+class _Store:
+    """A lhotse ``FeaturesWriter`` whose write errors stop the run: an ``OSError`` while
+    storing is the output directory's fault (a full disk), never the item's."""
+
+    def __init__(self, writer):
+        self.writer = writer
+        self.name = writer.name
+        self.error = None
+
+    @property
+    def storage_path(self):
+        return self.writer.storage_path
+
+    def write(self, key, value):
+        try:
+            return self.writer.write(key, value)
+        except OSError as e:
+            self.error = e
+            raise
+
+
 def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
-    """Compute, store and mark done one cut: ``("ok", id, seconds, cut dict)`` or
-    ``("fail", id, seconds, error)``.  Runs in a worker (this process, a pool process or
-    a Dask worker); the extractor (and its model) is kept per configuration."""
+    """Compute, store and mark done one cut: ``("ok", id, seconds, cut dict)``,
+    ``("fail", id, seconds, error)`` for an item that cannot be computed (unreadable audio,
+    a model error), or ``("stop", id, seconds, error)`` when ``out`` cannot be written.
+    Runs in a worker (this process, a pool process or a Dask worker); the extractor (and
+    its model) is kept per configuration."""
     import lhotse
     from lhotse import CutSet
 
@@ -247,14 +366,35 @@ def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
         ext = _EXTRACTORS[key] = RtamtExtractor(RtamtConfig.from_dict(dict(cfg_dict)))
     cut = CutSet.from_dicts([cut_dict])[0]
     outp = pathlib.Path(out)
+    dur = float(cut.duration)
     try:
-        with getattr(lhotse, STORAGES[storage])(outp / "feats") as writer:
-            done = cut.compute_and_store_features(ext, writer)
+        writer = getattr(lhotse, STORAGES[storage])(outp / "feats")
+    except OSError as e:
+        return ("stop", cut.id, dur, _one_line(e))
+    store = _Store(writer)
+    try:
+        with writer:
+            done = cut.compute_and_store_features(ext, store)
     except Exception as e:             # unreadable audio, a model error: report, go on
-        return ("fail", cut.id, float(cut.duration), _one_line(e))
+        if store.error is not None:
+            return ("stop", cut.id, dur, _one_line(store.error))
+        return ("fail", cut.id, dur, _one_line(e))
     d = done.to_dict()
-    write_text_atomic(_done_path(outp, cut.id), json.dumps(d))
-    return ("ok", cut.id, float(cut.duration), d)
+    try:
+        write_text_atomic(_done_path(outp, cut.id), json.dumps(d))
+    except OSError as e:
+        return ("stop", cut.id, dur, _one_line(e))
+    return ("ok", cut.id, dur, d)
+
+
+def _compute_args(args: tuple):
+    return compute_item(*args)
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ------------------------------------------------------------------ the run
@@ -263,7 +403,9 @@ class _Job:
         self.out, self.cfg, self.storage = out, cfg, storage
         self.cuts, self.failures = cuts, list(failures)
 
-    def run(self, jobs: int, dask: str | None) -> int:
+    def run(self, jobs: int, client=None) -> int:
+        """Compute every item not done, write ``cuts.jsonl.gz`` and ``failures.jsonl``,
+        print the summary; the exit status (module docstring)."""
         todo = [c for cid, c in self.cuts.items() if not _done_path(self.out, cid).exists()]
         skipped = len(self.cuts) - len(todo)
         total = sum(c.duration for c in todo)
@@ -273,8 +415,13 @@ class _Job:
         n_ok = 0
         bar = _progress(total)
         workers = jobs
+        results = self._results(todo, cfg_dict, jobs, client)
         try:
-            for status, cid, dur, info in self._results(todo, cfg_dict, jobs, dask):
+            for status, cid, dur, info in results:
+                if status == "stop":
+                    raise OSError(f"cannot write in {self.out}: {info} (while storing item "
+                                  f"{cid!r}; {n_ok} item(s) of this run are kept: rerun "
+                                  "to resume)")
                 if status == "ok":
                     n_ok += 1
                     done_s += dur
@@ -286,13 +433,28 @@ class _Job:
                     bar.set_postfix_str(f"{done_s / max(wall, 1e-9):.1f} h audio/h wall",
                                         refresh=False)
             workers = self._workers
+        except KeyboardInterrupt:
+            if bar is not None:
+                bar.close()
+                bar = None
+            results.close()            # stops the pool or the Dask futures
+            n_done = sum(_done_path(self.out, cid).exists() for cid in self.cuts)
+            print(f"rtamt features: interrupted; {n_done} of {len(self.cuts)} item(s) are "
+                  f"done and kept in {self.out}: run the same command again to resume",
+                  file=sys.stderr)
+            raise
         finally:
+            results.close()
             if bar is not None:
                 bar.close()
         wall = time.perf_counter() - t0
-        n_cuts = self._write_cutset()
+        n_mine, n_cuts = self._write_cutset()
         self._write_failures()
         self._report(n_ok, skipped, done_s, wall, workers, n_cuts)
+        if self.failures and n_mine == 0:
+            print(f"rtamt features: every input failed, none has features (exit status "
+                  f"{EXIT_ALL_FAILED})", file=sys.stderr)
+            return EXIT_ALL_FAILED
         return 0
 
     def _source(self, cid) -> str:
@@ -302,67 +464,67 @@ class _Job:
         except (AttributeError, IndexError):
             return cid
 
-    def _results(self, todo, cfg_dict, jobs, dask):
+    def _results(self, todo, cfg_dict, jobs, client):
         """(status, id, seconds, info) of every item, as they finish."""
         out = str(self.out.resolve())
         self._workers = jobs
-        if dask is None and jobs == 1:
+        if client is None and jobs == 1:
             for c in todo:
                 yield compute_item(c.to_dict(), cfg_dict, out, self.storage)
             return
-        if dask is not None:
-            try:
-                import distributed
-            except ImportError as e:
-                raise UsageError(f"--dask needs distributed: {LHOTSE_INSTALL_HINT}") from e
-            try:
-                client = distributed.Client(dask, timeout="10s")
-            except (OSError, TimeoutError) as e:
-                raise UsageError(f"argument --dask: cannot reach the Dask scheduler at "
-                                 f"{dask}: {_one_line(e)}") from None
-            with client:
-                self._workers = max(1, len(client.scheduler_info().get("workers", {})))
-                window = 4 * self._workers
-                pending = iter(todo)
-                ac = distributed.as_completed()
-                for c in _take(pending, window):
+        if client is not None:
+            import distributed
+
+            self._workers = max(1, len(client.scheduler_info().get("workers", {})))
+            window = 4 * self._workers
+            pending = iter(todo)
+            ac = distributed.as_completed()
+            for c in _take(pending, window):
+                ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
+                                     self.storage, pure=False))
+            for fut in ac:
+                yield fut.result()
+                for c in _take(pending, 1):
                     ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
                                          self.storage, pure=False))
-                for fut in ac:
-                    yield fut.result()
-                    for c in _take(pending, 1):
-                        ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
-                                             self.storage, pure=False))
             return
         import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            pending = iter(todo)
-            running = {ex.submit(compute_item, c.to_dict(), cfg_dict, out, self.storage)
-                       for c in _take(pending, 4 * jobs)}
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    yield fut.result()
-                running |= {ex.submit(compute_item, c.to_dict(), cfg_dict, out, self.storage)
-                            for c in _take(pending, len(finished))}
+        # workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent
+        # decides; stopping early kills the running items, which is safe (an item's
+        # done/ entry is written, atomically, only after its features)
+        pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_ignore_sigint)
+        try:
+            yield from pool.imap_unordered(
+                _compute_args, ((c.to_dict(), cfg_dict, out, self.storage) for c in todo))
+        finally:
+            pool.terminate()
+            pool.join()
 
-    def _write_cutset(self) -> int:
-        """``cuts.jsonl.gz`` from every ``done/`` entry of an input of this run, renamed
-        into place; returns the number of cuts."""
+    def _write_cutset(self) -> tuple[int, int]:
+        """``cuts.jsonl.gz`` from every ``done/`` entry (this run's inputs first, in their
+        order, then the others by file name), renamed into place; returns the number of
+        this run's inputs in it and the number of cuts."""
         from lhotse import CutSet
 
-        dicts = []
-        for cid in self.cuts:
-            p = _done_path(self.out, cid)
-            if p.exists():
+        done = self.out / "done"
+        mine = [_done_path(self.out, cid) for cid in self.cuts]
+        mine_set = set(mine)
+        others = sorted(p for p in done.glob("*.json") if p not in mine_set)
+        dicts, n_mine = [], 0
+        for i, p in enumerate(mine + others):
+            try:
                 dicts.append(json.loads(p.read_text()))
+            except FileNotFoundError:
+                continue
+            n_mine += i < len(mine)
+        if not dicts:                  # lhotse would read an empty file back as None
+            return 0, 0
         dest = self.out / "cuts.jsonl.gz"
         tmp = self.out / ".cuts.tmp.jsonl.gz"
         CutSet.from_dicts(dicts).to_file(tmp)
         os.replace(tmp, dest)
-        return len(dicts)
+        return n_mine, len(dicts)
 
     def _write_failures(self) -> None:
         lines = "".join(json.dumps({"id": i, "source": s, "error": e}) + "\n"
@@ -381,11 +543,16 @@ class _Job:
         if self.failures:
             print(f"  FAILED {len(self.failures)} item(s), listed in "
                   f"{self.out / 'failures.jsonl'}:")
-            for _id, s, e in self.failures:
+            for _id, s, e in self.failures[:MAX_PRINTED_FAILURES]:
                 print(f"    {s}: {e}")
+            if len(self.failures) > MAX_PRINTED_FAILURES:
+                print(f"    ... and {len(self.failures) - MAX_PRINTED_FAILURES} more")
         else:
             print("  no failures")
-        print(f"  wrote {self.out / 'cuts.jsonl.gz'} ({n_cuts} cut(s) with features)")
+        if n_cuts:
+            print(f"  wrote {self.out / 'cuts.jsonl.gz'} ({n_cuts} cut(s) with features)")
+        else:
+            print("  no cut has features: cuts.jsonl.gz not written")
 
 
 def _take(it, n):

@@ -1,6 +1,8 @@
 """``rtamt features``: a directory with a corrupt file (reported, listed, the rest computed,
-exit 0), resuming after SIGKILL without recomputing finished items, lhotse manifests, a
-Dask scheduler address, usage errors, and the message without the extra."""
+exit 0), every input failing (exit 1), resuming after SIGKILL or Ctrl-C without
+recomputing finished items, lhotse manifests (a missing audio file), mixed rates, stereo
+input, write errors in the output directory, lhotse manifests, a Dask scheduler address,
+usage errors (nothing written), and the message without the extra."""
 from __future__ import annotations
 
 import json
@@ -17,6 +19,7 @@ from lhotse import CutSet, Recording, RecordingSet
 from scipy.io import wavfile
 
 from rtamt.integrations.lhotse import RtamtConfig, RtamtExtractor
+from rtamt_apps import features
 from rtamt_apps.cli import main
 
 FS = 16000
@@ -199,3 +202,179 @@ def test_without_the_extra_says_what_to_install(tmp_path):
     assert r.returncode == 2
     assert "pip install 'rtamt[lhotse]'" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _one_error_line(err: str, prefix: str = "rtamt features: ") -> None:
+    assert err.startswith(prefix) and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_every_input_failing_exits_1_and_keeps_earlier_cuts(tmp_path, capsys):
+    """A directory of corrupt files only: exit 1, each listed; a later such run into a
+    directory with features exits 1 too and leaves cuts.jsonl.gz as it was."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(2):
+        (bad / f"c{i}.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" * 10)
+    out = tmp_path / "out"
+    assert main(["features", str(bad), "--out", str(out), "--output", "adaptloop"]) == 1
+    cap = capsys.readouterr()
+    assert "FAILED 2 item(s)" in cap.out and "[extra info]" not in cap.out
+    _one_error_line(cap.err)
+    assert "every input failed" in cap.err
+    assert len((out / "failures.jsonl").read_text().splitlines()) == 2
+    assert not (out / "cuts.jsonl.gz").exists()       # lhotse reads an empty one as None
+
+    _corpus(tmp_path / "good", 2, 0.2, seed=11)
+    args = ["--out", str(out), "--output", "adaptloop", "--storage", "numpy"]
+    out2 = tmp_path / "out2"
+    assert main(["features", str(tmp_path / "good")] + args[:1] + [str(out2)] + args[2:]) == 0
+    cuts = (out2 / "cuts.jsonl.gz").read_bytes()
+    capsys.readouterr()
+    assert main(["features", str(bad)] + args[:1] + [str(out2)] + args[2:]) == 1
+    assert (out2 / "cuts.jsonl.gz").read_bytes() == cuts
+    # a run over one of the inputs keeps the other's cut too
+    assert main(["features", str(tmp_path / "good" / "utt00.wav")] + args[:1] + [str(out2)]
+                + args[2:]) == 0
+    assert "skipped 1 item(s)" in capsys.readouterr().out
+    assert sorted(c.id for c in CutSet.from_file(out2 / "cuts.jsonl.gz")) == [
+        "utt00-0", "utt01-0"]
+
+
+def test_manifest_with_a_missing_audio_file_and_mixed_rates(tmp_path, capsys):
+    """A recordings manifest naming a file that is gone: that item fails (one short line,
+    listed), the others (16 and 44.1 kHz) are computed at their own rates; exit 0."""
+    files = _corpus(tmp_path / "a", 1, 0.3, seed=12) + _corpus(tmp_path / "b", 1, 0.3,
+                                                               fs=44100, seed=13)
+    gone = tmp_path / "gone.wav"
+    gone.write_bytes(files[0].read_bytes())
+    recs = RecordingSet.from_recordings(Recording.from_file(f, recording_id=f"r{i}")
+                                        for i, f in enumerate(files + [gone]))
+    gone.unlink()
+    recs.to_file(tmp_path / "recs.jsonl.gz")
+    out = tmp_path / "out"
+    rc = main(["features", str(tmp_path / "recs.jsonl.gz"), "--out", str(out), "--storage",
+               "numpy", "--output", "adaptloop"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "computed 2 item(s)" in cap.out and "FAILED 1 item(s)" in cap.out
+    line = next(s for s in cap.out.splitlines() if "gone.wav:" in s)
+    assert "No such file or directory" in line and "[extra info]" not in line
+    assert [json.loads(s)["id"] for s in (out / "failures.jsonl").read_text().splitlines()
+            ] == ["r2-2"]
+    cuts = _features_match(out, RtamtConfig(output="adaptloop"), 2)
+    assert sorted(c.sampling_rate for c in cuts) == [FS, 44100]
+
+
+def test_stereo_input(tmp_path, capsys):
+    """Stereo WAV with dau1997: refused before anything is written unless --channels says
+    how (first: channel 0's features)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    x = np.random.default_rng(14).standard_normal((int(0.3 * FS), 2)) * 3000
+    x[:, 1] *= 0.1
+    wavfile.write(d / "st.wav", FS, x.astype(np.int16))
+    out = tmp_path / "out"
+    assert main(["features", str(d), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    _one_error_line(err, "rtamt features: error: ")
+    assert "dau1997 takes 1 channel" in err and "--channels first" in err
+    assert not out.exists()
+    assert main(["features", str(d), "--out", str(out), "--storage", "numpy", "--output",
+                 "adaptloop", "--channels", "first"]) == 0
+    capsys.readouterr()
+    _features_match(out, RtamtConfig(output="adaptloop", channels="first"), 1)
+
+
+def test_interrupted_then_rerun(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after two items: exit 130 with one line naming what is kept, no cuts.jsonl.gz
+    written; the rerun computes only the other two."""
+    _corpus(tmp_path / "in", 4, 0.2, seed=15)
+    out = tmp_path / "out"
+    args = ["features", str(tmp_path / "in"), "--out", str(out), "--output", "adaptloop",
+            "--storage", "numpy"]
+    real, calls = features.compute_item, []
+
+    def interrupted(*a):
+        calls.append(a[0]["id"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(features, "compute_item", interrupted)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    _one_error_line(err)
+    assert "interrupted; 2 of 4 item(s) are done" in err
+    assert not (out / "cuts.jsonl.gz").exists()
+    monkeypatch.setattr(features, "compute_item", real)
+    assert main(args) == 0
+    cap = capsys.readouterr().out
+    assert "computed 2 item(s)" in cap and "skipped 2 item(s)" in cap
+    _features_match(out, RtamtConfig(output="adaptloop"), 4)
+
+
+def test_write_errors_stop_the_run_and_are_not_item_failures(tmp_path, capsys, monkeypatch):
+    """A full disk while storing features stops the run (one line, exit 2) without listing
+    the item as failed or replacing cuts.jsonl.gz / failures.jsonl; an output directory
+    that cannot be written is refused before computing."""
+    import errno
+
+    from lhotse import NumpyFilesWriter
+
+    files = _corpus(tmp_path / "in", 2, 0.2, seed=16)
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--output", "adaptloop", "--storage", "numpy"]
+    assert main(["features", str(files[0])] + args) == 0
+    kept = {n: (out / n).read_bytes() for n in ("cuts.jsonl.gz", "failures.jsonl")}
+    capsys.readouterr()
+
+    def full(self, key, value):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(NumpyFilesWriter, "write", full)
+    assert main(["features", str(tmp_path / "in")] + args) == 2
+    err = capsys.readouterr().err
+    _one_error_line(err)
+    assert "cannot write in" in err and "No space left" in err
+    assert {n: (out / n).read_bytes() for n in kept} == kept
+    assert len(list((out / "done").glob("*.json"))) == 1
+    monkeypatch.undo()
+
+    def read_only(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(features.tempfile, "TemporaryFile", read_only)
+    assert main(["features", str(tmp_path / "in"), "--out", str(tmp_path / "ro")]) == 2
+    err = capsys.readouterr().err
+    _one_error_line(err, "rtamt features: error: ")
+    assert "argument --out: cannot write in" in err and "Permission denied" in err
+
+
+def test_done_entry_of_other_audio_is_refused(tmp_path, capsys):
+    """An input whose id is done in OUT from another file is refused (a rerun would have
+    skipped it and kept the other file's features)."""
+    a = _corpus(tmp_path / "a", 1, 0.2, seed=17)
+    b = _corpus(tmp_path / "b", 1, 0.25, seed=18)
+    out = tmp_path / "out"
+    assert main(["features", str(a[0]), "--out", str(out), "--output", "adaptloop"]) == 0
+    capsys.readouterr()
+    assert main(["features", str(b[0]), "--out", str(out), "--output", "adaptloop"]) == 2
+    err = capsys.readouterr().err
+    _one_error_line(err, "rtamt features: error: ")
+    assert "holds item 'utt00-0' computed from other audio" in err
+
+
+def test_unreachable_dask_scheduler_writes_nothing(tmp_path, capsys, monkeypatch):
+    _corpus(tmp_path / "in", 1, 0.2)
+
+    def refused(address, timeout=None):
+        raise OSError(f"Timed out trying to connect to {address}")
+
+    monkeypatch.setattr(distributed, "Client", refused)
+    out = tmp_path / "out"
+    assert main(["features", str(tmp_path / "in"), "--out", str(out), "--dask",
+                 "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    _one_error_line(err, "rtamt features: error: ")
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
+    assert not out.exists()
