@@ -21,6 +21,7 @@ import dataclasses
 
 import numpy as np
 
+from ..engine import backend as _B
 from .ansi import cam_to_hz, erb_hz
 from .kernels import SKIRT_PAD, band_ranges, lower_skirt, matmul_rows
 
@@ -98,8 +99,6 @@ def excitation(c: ExcitationCoeffs, P: np.ndarray) -> np.ndarray:
 
 def _excitation_device(c: ExcitationCoeffs, P):
     """:func:`excitation` on the Triton backend: P (N, J) float64 tensor -> (N, nf)."""
-    from ..engine import backend as _B
-
     kt = _B.triton_module("rtamt.loudness.kernels_triton")
     coef = _B.coef_adapter(P)
     P = P.contiguous()

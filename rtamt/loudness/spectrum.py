@@ -66,6 +66,7 @@ import dataclasses
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..engine import backend as _B
 from .ansi import ear_gain_db, hz_to_cam
 from .kernels import autocorr_frames, band_ranges, group_add, matmul_rows, spectrum_chunks
 
@@ -341,8 +342,6 @@ def _frame_powers_device(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | N
     ``z``'s device (advanced in place), ``ends`` a host array.  Returns (R*F, J) float64
     on ``z``'s device, linear power."""
     import torch
-
-    from ..engine import backend as _B
 
     kt = _B.triton_module("rtamt.loudness.kernels_triton")
     coef = _B.coef_adapter(z)
