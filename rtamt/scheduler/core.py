@@ -126,6 +126,11 @@ def _copy(a):
     return np.array(a, copy=True) if type(a) is np.ndarray else a.clone()
 
 
+def _host_bytes(a) -> bytes:
+    """The bytes of a state leaf (a numpy array directly, a tensor through a host copy)."""
+    return a.tobytes() if type(a) is np.ndarray else _B.to_numpy(a).tobytes()
+
+
 def _split(obj, out, sl):
     """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
     if isinstance(out, dict):
@@ -233,7 +238,7 @@ class Group:
     def shared_key(self, s: Stream):
         if not self.has_shared:
             return None
-        return tuple(np.asarray(_B.to_numpy(self.store[j][s.slot])).tobytes()
+        return tuple(_host_bytes(self.store[j][s.slot])
                      for j, (a, _, _) in enumerate(self.spec) if a is None)
 
     # -- a call (worker thread, outside the lock) --------------------------------------
