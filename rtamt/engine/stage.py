@@ -158,9 +158,9 @@ def _to_device(state: dict, device) -> dict:
     return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in state.items()}
 
 
-def _device_block(x, arr: np.ndarray, device):
-    """The validated time-major block ``arr`` (numpy) as a tensor on ``device``: ``x``'s own
-    memory when ``x`` was a tensor there already and ``arr`` is a view of it, else a copy."""
+def _device_block(arr: np.ndarray, device):
+    """The validated time-major block ``arr`` (numpy) as a tensor on ``device``: ``arr``'s
+    own memory on the CPU, else a copy."""
     import torch
 
     t = torch.from_numpy(arr)
@@ -360,7 +360,7 @@ class Stage(Registered):
         xt, lead, n_in = self._check(arr)
         self._ensure_state(lead, n_in, arr.dtype)
         if self.backend == "triton":
-            xt, back = _device_block(x, xt, self.device), _identity
+            xt, back = _device_block(xt, self.device), _identity
         yt = self.process_tm(self.coeffs, self._state, xt)
         self._block += 1
         return back(self._to_public(yt, lead))
@@ -616,7 +616,7 @@ class Chain(_C.Composite):
         first = self.stages[0]
         xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
         if self.backend == "triton":       # validated on the host; processed on the device
-            xt, back = _device_block(x, xt, self.device), _identity
+            xt, back = _device_block(xt, self.device), _identity
         g = self.input_gain
         if g != 1.0:     # a new array: the caller's block is never written
             xt = xt * g if self.backend == "triton" else xt * xt.dtype.type(g)
