@@ -111,3 +111,98 @@ def test_runtime_checks_every_chains_limit_before_any_chain_runs():
     for name, ref in (("lo", rtamt.Dau1997(fs, spl_ref=120.0)), ("hi", rtamt.Dau1997(fs))):
         y = np.concatenate([np.asarray(r.outputs[name]) for r in got], axis=-1)
         np.testing.assert_array_equal(y, ref(keep))
+
+
+# --- numba's kernel cache cannot be written (issue 29 item 12) ----------------------------
+
+def _read_only_install(tmp_path):
+    """A copy of the rtamt package where numba can write no cache: every package folder
+    has a *file* named __pycache__ (what a read-only install amounts to, also for root,
+    whom chmod does not stop), NUMBA_CACHE_DIR names a file, HOME is under /proc (no
+    ~/.cache can be made there).  Returns (environment, working folder)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    src = Path(rtamt.__file__).parent
+    site = tmp_path / "site"
+    shutil.copytree(src, site / "rtamt", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in (site / "rtamt").rglob("*"):
+        if d.is_dir() and (d / "__init__.py").exists():
+            (d / "__pycache__").write_text("")
+    (site / "rtamt" / "__pycache__").write_text("")
+    (tmp_path / "not-a-dir").write_text("")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(tmp_path / "not-a-dir"),
+               HOME="/proc/nonexistent-home", TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1")
+    return env, tmp
+
+
+_UNCACHED = ("import sys, numpy as np, rtamt\n"
+             "assert rtamt.__file__.startswith(sys.argv[1]), rtamt.__file__\n"
+             "from rtamt.engine import kernels\n"
+             "from rtamt.engine.denormal import ensure_ftz\n"
+             "ensure_ftz()\n"
+             "print(kernels.all_finite(np.zeros(8)), kernels.all_finite(np.array([np.nan])))\n")
+
+
+def _run(env, cwd, code, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=900)
+
+
+def test_unwritable_numba_cache_falls_back_to_a_private_temporary_cache(tmp_path):
+    """Before: `import rtamt` died with "cannot cache function ...: no locator available".
+    Now it runs, caches in $TMPDIR/rtamt-numba-cache-UID, says so in one line, and a
+    second run loads what the first compiled."""
+    import os
+
+    env, tmp = _read_only_install(tmp_path)
+    site = env["PYTHONPATH"]
+    first = _run(env, tmp, _UNCACHED, site)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["True", "False"]
+    cache = tmp / f"rtamt-numba-cache-{os.getuid()}"
+    warn = [ln for ln in first.stderr.splitlines() if "kernel cache" in ln]
+    assert len(warn) == 1 and str(cache) in warn[0], first.stderr
+    assert first.stderr.strip() == warn[0]
+    assert cache.is_dir() and any(cache.rglob("*.nbi"))
+    assert (cache.stat().st_mode & 0o777) == 0o700
+    saved = {f: f.stat().st_mtime_ns for f in cache.rglob("*") if f.is_file()}
+    second = _run(env, tmp, _UNCACHED, site)
+    assert second.returncode == 0 and second.stdout.split() == ["True", "False"], second.stderr
+    assert {f: f.stat().st_mtime_ns for f in cache.rglob("*") if f.is_file()} == saved
+    cli = _run(env, tmp, "import sys; from rtamt_apps.cli import main; "
+               "sys.exit(main(['--help']))", site)
+    assert cli.returncode == 0 and "process" in cli.stdout, cli.stderr
+
+
+def test_no_writable_cache_anywhere_compiles_in_memory(tmp_path):
+    """A fallback folder that is not this user's own private folder is never used (the
+    cache holds pickled code): kernels compile in memory, with one line saying so."""
+    import os
+
+    env, tmp = _read_only_install(tmp_path)
+    (tmp / f"rtamt-numba-cache-{os.getuid()}").write_text("")   # squatted by a file
+    r = _run(env, tmp, _UNCACHED, env["PYTHONPATH"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False"]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "compiling kernels in memory" in lines[0], r.stderr
+
+
+@pytest.mark.slow
+def test_process_demo_runs_with_an_unwritable_numba_cache(tmp_path):
+    """`rtamt process --demo` on the read-only install: compiles (into the private
+    temporary cache), says so once, and finishes."""
+    env, tmp = _read_only_install(tmp_path)
+    r = _run(env, tmp, "import sys; from rtamt_apps.cli import main; "
+             "sys.exit(main(['process', '--demo']))")
+    assert r.returncode == 0, r.stderr
+    assert sum("kernel cache" in ln for ln in r.stderr.splitlines()) == 1, r.stderr
+    assert "steady state:" in r.stdout

@@ -26,6 +26,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .jit import JIT
+
 _local = threading.local()
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
@@ -54,7 +56,7 @@ def _mxcsr_or(typingctx, bits):
     return types.uint32(types.uint32), codegen
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=JIT["cache"], nogil=True)   # False where no cache folder is writable (jit.py)
 def set_mxcsr_bits(bits):
     """Compiled on first call (x86 only); the flags stay set in the thread after it returns."""
     return _mxcsr_or(bits)

@@ -3,8 +3,93 @@
 ``fastmath={'contract'}`` only (FMA contraction, deterministic per element); no
 reassociation and no ``nnan``/``ninf`` assumptions, so a kernel gives the same bits for
 a sample whatever block it arrives in.  ``cache=True`` keeps the machine code on disk.
+
+numba finds a cache directory for a kernel's file in this order: ``NUMBA_CACHE_DIR``,
+the ``__pycache__`` folder beside the file, the user's cache folder (``~/.cache/numba``).
+Where none can be written (a read-only install with no writable ``HOME``, an
+unwritable ``NUMBA_CACHE_DIR``), numba refuses to define a cached function at all
+("cannot cache function ...: no locator available").  :func:`_choose_cache` checks this
+once, before any kernel is defined, and falls back to a private folder under the
+system's temporary directory (kept across runs), or, failing that, to compiling in
+memory; it logs one warning (logger ``rtamt``) saying which.
 """
+import logging
+import os
+import tempfile
+
 JIT = dict(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
+
+#: where the kernels' compiled code is cached when numba's own choices are unwritable
+#: (``None``: numba's choice works, or nothing could be written and kernels compile in
+#: memory); set at import by :func:`_choose_cache`
+CACHE_FALLBACK: str | None = None
+
+
+def _cache_probe():
+    """A function in this file, handed to numba's cache locator as a probe."""
+
+
+def _numba_can_cache() -> bool:
+    """True if numba finds a writable cache directory for this package's files (the
+    check numba itself makes when a function is defined with ``cache=True``)."""
+    from numba.core.caching import FunctionCache
+
+    try:
+        FunctionCache(_cache_probe)
+    except RuntimeError:                    # "cannot cache function ...: no locator"
+        return False
+    return True
+
+
+def _private_dir(path: str) -> bool:
+    """Create ``path`` (mode 0700) or accept it if it is a real folder of this user that
+    nobody else can write (the cache holds pickled code: another user's folder is never
+    trusted)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    import stat
+
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & 0o022 and os.access(path, os.W_OK | os.X_OK))
+
+
+def _choose_cache() -> None:
+    """Keep numba's cache where numba can write it; otherwise point ``NUMBA_CACHE_DIR``'s
+    setting (``numba.config.CACHE_DIR``) at a private temporary folder, or switch the
+    disk cache off (``JIT['cache'] = False``), and log one warning."""
+    global CACHE_FALLBACK
+    if _numba_can_cache():
+        return
+    from numba.core import config
+
+    log = logging.getLogger("rtamt")
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    path = os.path.join(tempfile.gettempdir(), f"rtamt-numba-cache-{uid}")
+    if hasattr(os, "getuid") and _private_dir(path):
+        old = config.CACHE_DIR
+        config.CACHE_DIR = path
+        if _numba_can_cache():
+            CACHE_FALLBACK = path
+            log.warning("rtamt: numba cannot write its kernel cache (NUMBA_CACHE_DIR, the "
+                        "package folder and ~/.cache are not writable); caching kernels in %s "
+                        "(set NUMBA_CACHE_DIR to a writable folder to choose)", path)
+            return
+        config.CACHE_DIR = old
+    JIT["cache"] = False
+    log.warning("rtamt: numba cannot write its kernel cache anywhere (NUMBA_CACHE_DIR, the "
+                "package folder, ~/.cache, %s); compiling kernels in memory, every run "
+                "(set NUMBA_CACHE_DIR to a writable folder to keep them)", path)
+
+
+_choose_cache()
 # helpers inlined into the kernels that call them (numba IR inlining)
 INLINE = dict(JIT, inline="always")
 
