@@ -114,3 +114,34 @@ def test_first_run_announces_the_compile_and_later_runs_do_not(tmp_path):
     second = _run_py(code, **env)
     assert "compiling" not in second.stderr, second.stderr
     assert "kernels: loaded from cache in" in second.stdout
+
+
+def _signatures():
+    from rtamt.engine.jit import _dispatchers
+
+    return {(d.py_func.__module__, d.py_func.__name__): set(d.signatures)
+            for d in _dispatchers()}
+
+
+@pytest.mark.parametrize("name,lead,dtype", [("dau1997", (), "float64"),
+                                             ("dau1997", (), "float32"),
+                                             ("moore2016", (2,), "float64"),
+                                             ("king2019", (2,), "float32")])
+def test_no_kernel_compiles_after_the_warmup(name, lead, dtype):
+    """Before: the warm-up ran a read-only signal (np.broadcast_to), so the first real
+    block compiled `all_within` and `gammatone4` again for writable arrays; a slice of a
+    multichannel file (layout 'A') or the runtime's transposed device buffer ('F')
+    compiled the input check again.  Now no numba dispatcher of rtamt gains a signature
+    after warmup, whichever way blocks arrive."""
+    fs = 48000.0
+    m = rtamt.MODELS[name](fs)
+    warmup(m, dtype, lead)
+    seen = _signatures()
+    x = (0.02 * np.random.default_rng(1).standard_normal(lead + (6000,))).astype(dtype)
+    for a, b in [(0, 256), (256, 1000)]:        # `rtamt process`: slices of the file
+        m.process_all(x[..., a:b])
+    m.process_all(np.ascontiguousarray(x[..., 1000:2000]))   # the scheduler: own buffers
+    if lead:                                     # the runtime: (T, ch) buffer transposed
+        m.process_all(np.ascontiguousarray(np.moveaxis(x[..., 2000:3000], -1, 0)).T)
+    new = {k: v - seen.get(k, set()) for k, v in _signatures().items()}
+    assert not {k: v for k, v in new.items() if v}

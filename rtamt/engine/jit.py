@@ -165,7 +165,9 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
     The model itself is not touched: a deep copy processes the signal and is thrown
     away.  ``dtype`` and ``lead`` (the leading shape of one block, e.g. ``()`` for mono,
     ``(2,)`` for two channels) should be those of the real stream, since numba compiles
-    per argument type.  ``block`` defaults to 0.1 s of signal (4800 samples at 48 kHz),
+    per argument type (dtype, number of dimensions, memory layout, read-only flag: the
+    signal is writable and, with ``lead``, goes through in every layout real blocks
+    come in).  ``block`` defaults to 0.1 s of signal (4800 samples at 48 kHz),
     long enough for the models that work in frames.  ``progress(step)`` is called with
     a :class:`WarmupStep` when a kernel starts compiling and after each stage; nothing
     is printed here.  Returns a :class:`WarmupReport`.
@@ -185,12 +187,21 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
     n = int(block) if block else max(256, int(round(0.1 * float(fs or 48000.0))))
     t = np.arange(n) / float(fs or 48000.0)
     x = (0.01 * np.sin(2 * np.pi * 1000.0 * t)).astype(dtype)
-    x = np.ascontiguousarray(np.broadcast_to(x, tuple(lead) + (n,)))
+    # a writable copy: numba compiles separately for read-only arrays (what broadcast_to
+    # returns), and real blocks are writable
+    x = np.broadcast_to(x, tuple(lead) + (n,)).copy()
+    # numba also compiles per memory layout.  A block with channels comes C-contiguous
+    # (a (lead, T) array), as a slice of a longer one (`rtamt process`: layout 'A') or
+    # as the transpose of a (T, channels) device buffer (the runtime: 'F'); the input
+    # checks see that layout, so all three pass through (the later stages get copies)
+    before = [x, np.asfortranarray(x)] if lead else []
+    if lead:
+        x = np.concatenate([x, x], axis=-1)[..., :n]
 
     names = [getattr(s, "name", type(s).__name__) for s in stages] or [
         getattr(work, "name", type(work).__name__)]
     total = len(names)
-    cur = {"i": 1, "compiled": 0}
+    cur = {"i": 1, "compiled": 0, "report": False}
     steps = []
 
     def report(step):
@@ -236,10 +247,14 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
             def timed(*a, _f=st.process_tm, _i=i):
                 cur["i"] = _i
                 y = _f(*a)
-                finish(_i)
+                if cur["report"]:
+                    finish(_i)
                 return y
             st.process_tm = timed
         last.update(t=time.perf_counter(), hits=hits_start)
+        for xv in before:               # counted in the first stage's step
+            work(xv)
+        cur["report"] = True
         work(x)
         if not stages:
             finish(1)
