@@ -8,6 +8,6 @@
 * :func:`read_outputs`: open a written output (memory-mapped for a directory).
 """
 from .decimate import Decimator
-from .writer import MARKER, OutputWriter, read_outputs
+from .writer import MARKER, OutputWriter, read_outputs, remove_stale
 
-__all__ = ["OutputWriter", "Decimator", "read_outputs", "MARKER"]
+__all__ = ["OutputWriter", "Decimator", "read_outputs", "remove_stale", "MARKER"]

@@ -29,13 +29,17 @@ the growth axis, so its size never changes) and the file is cut to it.
 Nothing lost
 ------------
 Everything is written into a hidden temporary directory beside the destination
-(``.NAME.rtamt-tmp-XXXX``), which also proves, before any processing, that the
-destination's directory exists and is writable.  :meth:`OutputWriter.commit` fsyncs the
-parts and renames the result into place; an existing destination is replaced only then
-(a directory only if it is empty or an earlier rtamt output, i.e. holds ``rtamt.json``).
+(``.NAME.rtamt-tmp-PID@HOST-XXXX``: the writing process' id and host name), which also
+proves, before any processing, that the destination's directory exists and is writable.
+:meth:`OutputWriter.commit` fsyncs the parts and renames the result into place; an existing
+destination is replaced only then (a directory only if it is empty or an earlier rtamt
+output, i.e. holds ``rtamt.json``).
 :meth:`OutputWriter.abort` (or leaving the ``with`` block by an exception) removes the
 temporary directory: a failed run leaves neither a truncated output nor a damaged older
-one.  Only a killed process can leave the hidden temporary directory behind.
+one.  Only a killed process (``SIGKILL``, a power cut) can leave the hidden temporary
+directory behind: the next :class:`OutputWriter` in the same directory removes it
+(:func:`remove_stale`), only where the name proves it is rtamt's and that its process, on
+this host, is gone, never another run's that is still writing.
 """
 from __future__ import annotations
 
@@ -51,11 +55,65 @@ import zipfile
 import numpy as np
 from numpy.lib import format as npformat
 
-__all__ = ["OutputWriter", "read_outputs", "MARKER"]
+__all__ = ["OutputWriter", "read_outputs", "remove_stale", "MARKER"]
 
 #: the JSON sidecar of an output directory (also what marks a directory as replaceable)
 MARKER = "rtamt.json"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: a hidden working directory of a writer: ``.DEST.rtamt-(tmp|old)-PID@HOST-HEX``
+_HIDDEN = re.compile(r"^\.(?P<dest>.+)\.rtamt-(?P<kind>tmp|old)-(?P<pid>\d+)"
+                     r"@(?P<host>[A-Za-z0-9-]*)-[0-9a-f]{8}$")
+
+
+def _host() -> str:
+    """This machine's name, reduced to ``[A-Za-z0-9-]`` (at most 32 characters)."""
+    return re.sub(r"[^A-Za-z0-9-]", "", os.uname().nodename)[:32]
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{_host()}"
+
+
+def _alive(pid: int) -> bool:
+    """True unless process ``pid`` certainly does not exist (``kill(pid, 0)``)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True        # someone else's process (or a pid we cannot ask about)
+    return True
+
+
+def remove_stale(parent) -> list[pathlib.Path]:
+    """Remove the hidden directories (:data:`_HIDDEN` names) that killed writers left in
+    ``parent``: only those written on this host by a process that no longer exists.  A
+    ``tmp`` directory (an unfinished output) is deleted; an ``old`` one (the previous output,
+    moved aside while the new one was renamed into place) is deleted when its destination
+    exists, and renamed back to it when the kill came between the two renames.  Returns the
+    paths deleted or restored; errors are ignored (the next run tries again)."""
+    parent = pathlib.Path(parent)
+    done = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return done
+    host = _host()
+    for e in entries:
+        m = _HIDDEN.match(e.name)
+        if m is None or m["host"] != host or int(m["pid"]) == os.getpid() \
+                or _alive(int(m["pid"])) or not e.is_dir(follow_symlinks=False):
+            continue
+        path, dest = pathlib.Path(e.path), parent / m["dest"]
+        try:
+            if m["kind"] == "old" and not dest.exists() and not dest.is_symlink():
+                os.rename(path, dest)
+            else:
+                shutil.rmtree(path)
+        except OSError:
+            continue
+        done.append(path)
+    return done
 
 
 def _one_line(e: BaseException) -> str:
@@ -156,8 +214,9 @@ class OutputWriter:
         self.preallocate, self.fsync = preallocate, fsync
         self.check_destination(self.dest)
         parent = self.dest.parent
+        self.removed = remove_stale(parent)     # leftovers of killed runs
         try:
-            self.tmp = _new_dir(parent, f".{self.dest.name}.rtamt-tmp-")
+            self.tmp = _new_dir(parent, f".{self.dest.name}.rtamt-tmp-{_owner()}-")
         except OSError as e:
             raise OSError(f"cannot write in {parent or '.'}: {e.strerror or _one_line(e)}") \
                 from None
@@ -279,7 +338,7 @@ class OutputWriter:
         self._sync_dir(self.tmp)
         old = None
         if self.dest.is_dir():
-            old = _new_dir(self.dest.parent, f".{self.dest.name}.rtamt-old-")
+            old = _new_dir(self.dest.parent, f".{self.dest.name}.rtamt-old-{_owner()}-")
             old.rmdir()
             os.rename(self.dest, old)
         try:

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ..signals import demo_signal, read_wav
+from ..signals import demo_signal, read_audio
 
 
 class ArraySource:
@@ -158,11 +158,14 @@ class DemoSource(ArraySource):
 
 
 class FileSource(ArraySource):
-    """A WAV file (int16/int32/float), all channels; ``loop`` to repeat it."""
+    """An audio file (every format :class:`rtamt.signals.AudioReader` reads: WAV of any
+    subtype, FLAC, OGG, ...), all channels; ``loop`` to repeat it.  A truncated or damaged
+    file raises :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before
+    anything is pushed."""
 
     def __init__(self, path, blocksize=256, realtime: bool = True, loop: bool = False,
                  seconds: float | None = None, fs: float | None = None):
-        rate, x = read_wav(path)
+        rate, x = read_audio(path)
         if fs is not None and abs(float(fs) - rate) > 1e-9:
             raise ValueError(f"{path}: sample rate {rate} Hz, expected {fs} Hz")
         super().__init__(x.T, rate, blocksize, realtime, loop=loop, seconds=seconds)
