@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the runtime is imported when an input is opened, not with t
 
 #: sample rate of the built-in demo in the live apps (Hz)
 DEMO_FS = 32000.0
+#: length of the built-in demo signal (one pass), s
+DEMO_SECONDS = 2.0
 
 
 def has_default_input() -> bool:

@@ -1,28 +1,55 @@
-"""``rtamt process``: stream a WAV file (or the demo) through a model block by block.
+"""``rtamt process``: stream an audio file (or the demo) through a model block by block.
 
-The outputs (time on the last axis, ragged outputs NaN-padded) go to disk as they are
-produced, through :class:`rtamt.io.OutputWriter`, so memory does not grow with the file:
+The file is read block by block (:class:`rtamt.signals.AudioReader`: WAV of every
+subtype, FLAC, OGG, ...), and the outputs go to disk as they are produced, through
+:class:`rtamt.io.OutputWriter`, so memory does not grow with the file:
 
-* ``--out DIR``: one ``NAME.npy`` per output (open with ``np.load(path, mmap_mode='r')``),
-  the metadata (``fs``, ``fc``, ``mfc``, ``spl_ref``, ``block_sizes``, ``model``,
-  ``config``, ``fs_mod``) as small ``.npy`` files, and ``rtamt.json`` describing it all;
-* ``--out FILE.npz``: the same arrays in one ``.npz`` (the keys of earlier versions),
-  assembled from the ``.npy`` parts at the end (the disk holds both meanwhile).
+* ``--out DIR``: one ``NAME.npy`` per output, time on the last axis (open with
+  ``np.load(path, mmap_mode='r')``), the metadata (``fs``, ``fc``, ``mfc``, ``spl_ref``,
+  ``block_sizes``, ``model``, ``config``, ``fs_mod``, ``outputs``, ``decimate``, and for a
+  packed modulation output ``modfb_channel`` / ``modfb_mfc``: each row's auditory channel
+  and modulation centre frequency) as small ``.npy`` files, and ``rtamt.json`` describing
+  it all;
+* ``--out FILE.npz``: the same arrays in one ``.npz``, assembled from the ``.npy`` parts at
+  the end (the disk holds both meanwhile).
+
+Defaults that fit a disk (a 10-minute 48 kHz file gives about 0.7 GB with Dau1997, where
+every stage at full rate in float64 would take about 100 GB):
+
+* only the model's last stage is kept (``modfb`` for the auditory models); models whose
+  outputs are all frames (the loudness models, at most :data:`FRAMED_RATE` Hz) keep every
+  output; ``--outputs NAME,...`` or ``--outputs all`` to choose;
+* outputs are stored in float32 (``--store-dtype float64`` to keep the processing
+  precision; processing itself runs in ``--dtype``, float64 by default);
+* modulation outputs are stored packed, one row per real filter (``(F, T)``, e.g. 275 rows
+  for Dau1997 at 48 kHz), ``--padded`` for the ``(C, M, T)`` NaN-padded layout;
+* outputs are pooled to :data:`FRAME_RATE` frames per second (10 ms frames): ``--pool rms``
+  (the root mean square of each frame, the envelope of a band-pass output whose plain mean
+  is about 0), ``power``, ``mean`` or ``max``; frame times are always averaged; outputs at
+  the audio rate default to ``rms``, framed outputs (loudness, levels) to ``mean``.
+  ``--frame-rate 0`` keeps every sample, ``--decimate N`` pools every N samples instead.
+  Pooling is computed identically for any block partition (:class:`rtamt.io.Decimator`);
+  a trailing incomplete frame is dropped.
+
+The output's size is estimated before processing starts and printed in the summary; it
+is refused (exit 2, nothing processed) above ``--max-output-gb`` or the free space of the
+destination's file system unless ``--force``.  Without ``--out`` nothing is written, and a
+line on stderr says so.
 
 The result is written beside the destination and renamed into place when complete: a
-failed run leaves no partial output and leaves an older one intact.  The destination is
-checked before processing starts.
-
-``--outputs`` keeps some stages only.  ``--decimate N`` (or ``--frame-rate HZ``) reduces
-every kept output to one value per ``N`` samples: the mean of each run of ``N`` consecutive
-samples of the model's output (a boxcar average, not an anti-aliasing filter; a trailing
-incomplete run is dropped), computed identically for any block partition
-(:class:`rtamt.io.Decimator`).  The summary (min/max per output) is accumulated block by
-block as well.
+failed or interrupted run (Ctrl-C, ``SIGTERM``: one line, exit 130 / 143) leaves no partial
+output and leaves an older one intact; the hidden directory a killed run (``SIGKILL``)
+leaves is removed by the next run writing to the same directory.  A truncated or damaged
+input file is reported with the number of frames that could be read, and nothing is
+written.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import pathlib
+import shutil
+import signal
 import sys
 import time
 
@@ -30,15 +57,35 @@ import numpy as np
 
 from rtamt.engine.stage import RtamtInputError
 from rtamt.io import Decimator, OutputWriter
+from rtamt.io.decimate import POOLS
 from rtamt.models import MODELS
 from rtamt.modulation import to_padded
-from rtamt.signals import demo_signal, read_wav
+from rtamt.signals import AudioFileError, AudioReader, demo_signal
 
-from .args import UsageError, add_force_argument, check_block, int_range, positive_float, spl_ref_db
+from .args import (
+    BLOCK_SECONDS,
+    MAX_FRAMES,
+    UsageError,
+    check_block,
+    float_range,
+    int_range,
+    positive_float,
+    spl_ref_db,
+)
 from .warm import warm_up
 
 #: a progress bar (on a terminal's stderr) for inputs at least this long, s
 PROGRESS_MIN_SECONDS = 5.0
+#: default frames per second of the stored outputs (10 ms frames)
+FRAME_RATE = 100.0
+#: outputs at this rate or below are frames already (loudness models): pooled with 'mean'
+FRAMED_RATE = 1000.0
+#: default limit of the estimated output size, GB (``--max-output-gb``)
+MAX_OUTPUT_GB = 4.0
+#: frames read from the file at a time
+READ_CHUNK = 1 << 16
+#: exit status after SIGTERM / SIGINT (128 + the signal number, what a shell reports)
+EXIT_TERM, EXIT_INT = 128 + signal.SIGTERM, 128 + signal.SIGINT
 
 
 def _block_arg(text: str):
@@ -59,36 +106,65 @@ def _names_arg(text: str) -> list[str]:
 
 def add_arguments(p):
     p.add_argument("input", nargs="?",
-                   help="input WAV (int16/int32/float32, mono or multi-channel)")
+                   help="input audio file: WAV (any sample format), FLAC, OGG or anything "
+                        "else libsndfile reads; mono or multi-channel; read block by block")
     p.add_argument("--demo", action="store_true",
-                   help="use the built-in demo signal instead of a file")
-    p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
+                   help="use the built-in demo signal (2 s) instead of a file")
+    p.add_argument("--model", default="dau1997", choices=sorted(MODELS),
+                   help="model (default dau1997)")
     p.add_argument("--config", default=None,
-                   help="model configuration (dau1997: amt0910 | torch_amt)")
+                   help="model configuration (dau1997: amt0910 | torch_amt; default: the "
+                        "model's own)")
     p.add_argument("--block", default="256", type=_block_arg,
-                   help="block size in samples (at most 1 s of audio unless --force), or "
-                        "'random' for a random partition (1..8192)")
-    add_force_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of --block random")
-    p.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+                   help="block size in samples (default 256; at most 1 s of audio unless "
+                        "--force), or 'random' for a random partition (1..8192)")
+    p.add_argument("--force", action="store_true",
+                   help=f"allow --block above {BLOCK_SECONDS:g} s of audio (at most "
+                        f"{MAX_FRAMES} frames), and an output larger than --max-output-gb or "
+                        "the free disk space")
+    p.add_argument("--seed", type=int, default=0, help="seed of --block random (default 0)")
+    p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
+                   help="processing precision (default float64)")
+    p.add_argument("--store-dtype", default="float32", choices=["float32", "float64"],
+                   help="precision of the stored outputs (default float32: half the disk; "
+                        "float64 keeps what float64 processing computed)")
     p.add_argument("--spl-ref", type=spl_ref_db, default=100.0,
                    help="dB SPL of a digital RMS of 1.0 (default 100, the AMT convention)")
     p.add_argument("--fs", type=positive_float(), default=None,
                    help="expected sample rate; a file with another rate is an error "
-                        "(demo: its rate)")
+                        "(demo: its rate, default 48000)")
     p.add_argument("--out", default=None,
                    help="output directory (one NAME.npy per output, written as it is produced) "
                         "or FILE.npz (one file, assembled from those at the end: needs the "
-                        "space twice meanwhile); optional")
+                        "space twice meanwhile); without --out nothing is written (the "
+                        "summary only)")
     p.add_argument("--outputs", type=_names_arg, default=None, metavar="NAME,...",
-                   help="outputs to keep (default: all; `rtamt models` lists them)")
+                   help="outputs to keep, or 'all' (default: the model's last stage, e.g. "
+                        "modfb; every output of the loudness models; `rtamt models` lists "
+                        "them)")
+    p.add_argument("--padded", action="store_true",
+                   help="store modulation outputs NaN-padded as (C, M, T) (default: packed, "
+                        "(F, T), one row per real filter; modfb_channel and modfb_mfc name "
+                        "each row)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--decimate", type=int_range(1), default=1, metavar="N",
-                   help="keep one value per N samples of every kept output: the mean of each "
-                        "run of N samples (a boxcar average, not an anti-aliasing filter; the "
-                        "same for any block partition)")
-    g.add_argument("--frame-rate", type=positive_float(), default=None, metavar="HZ",
-                   help="like --decimate, with N = round(output rate / HZ) per output (N >= 1)")
+    g.add_argument("--frame-rate", type=float_range(0.0), default=None, metavar="HZ",
+                   help=f"frames per second of the stored outputs (default {FRAME_RATE:g}: "
+                        "10 ms frames; outputs at a lower rate are kept as they are): each "
+                        "frame pools N = round(output rate / HZ) samples (see --pool); 0 "
+                        "keeps every sample (full rate: about 4 kB per input sample for "
+                        "Dau1997's modfb)")
+    g.add_argument("--decimate", type=int_range(1), default=None, metavar="N",
+                   help="like --frame-rate, one frame per N samples of every kept output")
+    p.add_argument("--pool", default=None, choices=POOLS,
+                   help="how a frame's samples are reduced: rms (root mean square, the "
+                        "envelope of a band-pass output), power (mean square), mean (a boxcar "
+                        "average: about 0 for a carrier), max; default rms for outputs at the "
+                        f"audio rate, mean for framed ones (at most {FRAMED_RATE:g} Hz); "
+                        "frame_time is always averaged; the same for any block partition")
+    p.add_argument("--max-output-gb", type=positive_float(), default=MAX_OUTPUT_GB,
+                   metavar="GB",
+                   help=f"refuse (before processing) an output estimated above this size "
+                        f"(default {MAX_OUTPUT_GB:g} GB) unless --force")
 
 
 def block_sizes(n: int, block, seed: int = 0) -> np.ndarray:
@@ -136,34 +212,186 @@ class _Summary:
         return tuple(self.lead or ()) + (self.n,)
 
 
+class _ArrayReader:
+    """The demo signal behind :class:`rtamt.signals.AudioReader`'s ``read``."""
+
+    def __init__(self, x: np.ndarray, fs: float):
+        self.x, self.fs, self.pos = x, fs, 0
+        self.channels, self.frames = x.shape
+
+    def read(self, n: int) -> np.ndarray:
+        y = self.x[:, self.pos:self.pos + n]
+        self.pos += y.shape[-1]
+        return y
+
+    def close(self) -> None:
+        pass
+
+
+def _blocks(reader, sizes, chunk: int = READ_CHUNK):
+    """The blocks of ``sizes`` from ``reader``, read ``chunk`` frames (or one block) at a
+    time: memory holds at most one chunk plus one block."""
+    buf, off = np.zeros((reader.channels, 0)), 0
+    for n in sizes:
+        n = int(n)
+        if buf.shape[-1] - off < n:
+            rest = buf[:, off:]
+            buf = np.concatenate([rest, reader.read(max(chunk, n - rest.shape[-1]))], axis=-1)
+            off = 0
+        yield buf[:, off:off + n]
+        off += n
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3g} MB"
+
+
+class _Interrupted(Exception):
+    """SIGTERM (or SIGINT) during processing: ``code`` is the exit status."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.code = 128 + int(signum)
+
+
 def _error(msg: str, usage: bool = True) -> int:
     print(f"rtamt process: {'error: ' if usage else ''}{msg}", file=sys.stderr)
     return 2
 
 
 def run(args) -> int:
+    """Run ``rtamt process``; SIGTERM and SIGINT end it with one line (exit 143 / 130),
+    the temporary output removed."""
+    def on_signal(signum, frame):
+        raise _Interrupted(signum)
+
+    old = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, on_signal)
+    except ValueError:           # not the main thread: the default handling stays
+        pass
     try:
         return _run(args)
     except UsageError as e:
         return _error(" ".join(str(e).split()))
+    except (_Interrupted, KeyboardInterrupt) as e:
+        code = getattr(e, "code", EXIT_INT)
+        name = "SIGTERM" if code == EXIT_TERM else "interrupted (SIGINT)"
+        print(f"rtamt process: {name}: stopped"
+              + (f", nothing written to {args.out}" if args.out else ""), file=sys.stderr)
+        return code
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
-def _run(args) -> int:
-    if args.demo == bool(args.input):
-        return _error("give an input WAV or --demo (not both)")
+def _open_input(args):
+    """(reader, fs, src): the demo or the file opened for block-wise reading."""
     if args.demo:
         fs = args.fs or 48000.0
         x = demo_signal(fs, spl_ref=args.spl_ref)[None, :]
         src = f"demo signal ({x.shape[-1] / fs:.2f} s: tone 60 dB, AM 65 dB, noise 70 dB, silence)"
+        return _ArrayReader(x, fs), fs, src
+    try:
+        reader = AudioReader(args.input)
+    except AudioFileError as e:
+        raise _InputError(f"cannot read {e}") from None
+    except OSError as e:
+        raise _InputError(f"cannot read {args.input}: {e}") from None
+    fs = reader.fs
+    if args.fs is not None and fs != args.fs:
+        reader.close()
+        raise _InputError(f"sample rate mismatch: {args.input} is {fs:g} Hz but --fs is "
+                          f"{args.fs:g} Hz (resample the file or drop --fs)")
+    src = f"{args.input} ({reader.channels} ch, {reader.frames / fs:.2f} s, {reader.format})"
+    return reader, fs, src
+
+
+class _InputError(Exception):
+    """The input cannot be used (one line, exit 2)."""
+
+
+def _select(args, model, fs) -> tuple[list, dict]:
+    """The outputs kept (``--outputs``, or the default) and their rates (Hz)."""
+    names = list(model.outputs)
+    info = model.output_info()
+    rates = {k: float(info[k]["rate"] or fs) for k in names}
+    if args.outputs is None:
+        if any(r > FRAMED_RATE for r in rates.values()):
+            names = names[-1:]                 # the last stage of an auditory model
+    elif args.outputs != ["all"]:
+        unknown = [k for k in args.outputs if k not in names]
+        if unknown:
+            raise UsageError(f"argument --outputs: {args.model} has no output "
+                             f"{', '.join(map(repr, unknown))} (it has {', '.join(names)}, "
+                             "or give 'all')")
+        names = [k for k in names if k in args.outputs]
+    return names, {k: rates[k] for k in names}
+
+
+def _pooling(args, names, rates) -> tuple[dict, dict]:
+    """Per output: the decimation factor and the pooling (``--frame-rate``, ``--decimate``,
+    ``--pool``, or the defaults)."""
+    factors, pools = {}, {}
+    for k in names:
+        if args.decimate is not None:
+            f = args.decimate
+        else:
+            hz = FRAME_RATE if args.frame_rate is None else args.frame_rate
+            f = max(1, round(rates[k] / hz)) if hz > 0 else 1
+        framed = rates[k] <= FRAMED_RATE
+        pool = "mean" if k == "frame_time" else args.pool or ("mean" if framed else "rms")
+        factors[k], pools[k] = f, pool if f > 1 else "mean"
+    return factors, pools
+
+
+def _rows(model, info, k, channels: int, padded: bool) -> int:
+    """Estimated values per time sample of output ``k`` for ``channels`` input channels."""
+    if k == "modfb" and padded:
+        n = int(np.size(model.mfc))
     else:
+        n = int(info[k].get("channels") or 1)
+    return n * max(1, channels)
+
+
+def _check_size(args, est: float) -> None:
+    """Refuse (:class:`UsageError`) an estimated output of ``est`` bytes above
+    ``--max-output-gb`` or the destination's free space, unless ``--force``."""
+    if args.force:
+        return
+    limit = args.max_output_gb * 1e9
+    if est > limit:
+        raise UsageError(f"the output would be about {_gb(est)}, more than --max-output-gb "
+                         f"{args.max_output_gb:g}; keep fewer outputs (--outputs), a lower "
+                         "--frame-rate or --store-dtype float32, or give --force")
+    if args.out:
+        dest = pathlib.Path(args.out)
         try:
-            fs, x = read_wav(args.input)
-        except (OSError, ValueError) as e:
-            return _error(f"cannot read {args.input}: {e}", usage=False)
-        if args.fs is not None and fs != args.fs:
-            return _error(f"sample rate mismatch: {args.input} is {fs:g} Hz but --fs is "
-                          f"{args.fs:g} Hz (resample the file or drop --fs)", usage=False)
-        src = f"{args.input} ({x.shape[0]} ch, {x.shape[-1] / fs:.2f} s)"
+            free = shutil.disk_usage(dest.parent if str(dest.parent) else ".").free
+        except OSError:
+            return                  # the writer reports a missing directory
+        need = est * (2 if dest.suffix.lower() == ".npz" else 1)
+        if need > free:
+            raise UsageError(f"the output would need about {_gb(need)}, the file system of "
+                             f"{dest.parent} has {_gb(free)} free; free some space, keep less "
+                             "(--outputs, --frame-rate), or give --force")
+
+
+def _run(args) -> int:
+    if args.demo == bool(args.input):
+        return _error("give an input file or --demo (not both)")
+    try:
+        reader, fs, src = _open_input(args)
+    except _InputError as e:
+        return _error(str(e), usage=False)
+    try:
+        return _run_open(args, reader, fs, src)
+    finally:
+        reader.close()
+
+
+def _run_open(args, reader, fs, src) -> int:
     if args.block != "random":
         check_block("--block", args.block, fs, args.force)
     cls = MODELS[args.model]
@@ -172,22 +400,13 @@ def _run(args) -> int:
         model = cls(fs, spl_ref=args.spl_ref, **kw)
     except ValueError as e:
         return _error(str(e), usage=False)
-    n_total = x.shape[-1]
+    n_total = reader.frames
     dur = n_total / fs
 
-    # -- what is kept, at which rate, how long -------------------------------------------
-    names = list(model.outputs)
-    if args.outputs is not None:
-        unknown = [k for k in args.outputs if k not in names]
-        if unknown:
-            raise UsageError(f"argument --outputs: {args.model} has no output "
-                             f"{', '.join(map(repr, unknown))} (it has {', '.join(names)})")
-        names = [k for k in names if k in args.outputs]
-    info = model.output_info()
-    rates = {k: float(info[k]["rate"] or fs) for k in names}
-    factors = {k: (max(1, round(rates[k] / args.frame_rate)) if args.frame_rate
-                   else args.decimate) for k in names}
-    decim = {k: Decimator(factors[k]) for k in names}
+    # -- what is kept, at which rate, how long, how big --------------------------------
+    names, rates = _select(args, model, fs)
+    factors, pools = _pooling(args, names, rates)
+    decim = {k: Decimator(factors[k], pools[k]) for k in names}
     lengths = {k: decim[k].output_length(int(n_total * rates[k] // fs)) for k in names}
     short = [k for k in names if int(n_total * rates[k] // fs) == 0]
     if short:
@@ -199,11 +418,16 @@ def _run(args) -> int:
     if empty:
         return _error(f"--decimate/--frame-rate leaves no sample of {', '.join(empty)} "
                       f"(the input is {dur:.3g} s)")
-
-    x = x.astype(args.dtype)   # the model applies its own spl_ref
-    if x.shape[0] == 1:
-        x = x[0]
+    padded = args.padded and "modfb" in names and getattr(model, "mfc", None) is not None
+    info = model.output_info()
+    item = np.dtype(args.store_dtype).itemsize
+    est = sum(_rows(model, info, k, reader.channels, padded) * lengths[k] * item
+              for k in names)
+    _check_size(args, est)
     sizes = block_sizes(n_total, args.block, args.seed)
+    if not args.out:
+        print("rtamt process: no --out given: nothing is written (summary only); add "
+              "--out DIR or --out FILE.npz to keep the outputs", file=sys.stderr)
 
     # -- the destination is checked (and its temporary directory made) before processing
     writer = None
@@ -212,8 +436,10 @@ def _run(args) -> int:
             writer = OutputWriter(args.out, lengths=lengths)
         except OSError as e:
             return _error(f"cannot write {args.out}: {e}", usage=False)
+    plan = dict(names=names, rates=rates, factors=factors, pools=pools, decim=decim,
+                padded=padded, est=est)
     try:
-        return _process(args, model, x, fs, sizes, names, rates, factors, decim, writer, src)
+        return _process(args, model, reader, fs, sizes, plan, writer, src)
     finally:
         if writer is not None and not writer.done:
             writer.abort()
@@ -223,28 +449,30 @@ def _progress(total: int, fs: float):
     """A tqdm bar on stderr for long inputs on a terminal (None otherwise)."""
     if total / fs < PROGRESS_MIN_SECONDS or not sys.stderr.isatty():
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
+    from tqdm import tqdm
+
     return tqdm(total=round(total / fs, 2), unit="s", desc="rtamt process", leave=False,
                 file=sys.stderr, dynamic_ncols=True,
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s audio "
                            "[{elapsed}<{remaining}]")
 
 
-def _process(args, model, x, fs, sizes, names, rates, factors, decim, writer, src) -> int:
-    keep = set(names)
-    padded = "modfb" in keep and getattr(model, "mfc", None) is not None
+def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
+    names, decim, padded = plan["names"], plan["decim"], plan["padded"]
     summary = {k: _Summary() for k in names}
     adapt_sum = adapt_n = None
-    warm = warm_up(model, args.dtype, x.shape[:-1], args.model)  # kernels: cache or compile
-    bar = _progress(x.shape[-1], fs)
+    store = np.dtype(args.store_dtype)
+    lead = () if reader.channels == 1 else (reader.channels,)
+    warm = warm_up(model, args.dtype, lead, args.model)  # kernels: cache or compile
+    n_total = reader.frames
+    bar = _progress(n_total, fs)
     t0 = t1 = time.perf_counter()
     pos = 0
     try:
-        for n in sizes:
-            o = model.process_all(x[..., pos:pos + n])
+        for blk in _blocks(reader, sizes):
+            n = blk.shape[-1]
+            xb = blk.astype(args.dtype)    # the model applies its own spl_ref
+            o = model.process_all(xb[0] if reader.channels == 1 else xb)
             pos += n
             t1 = time.perf_counter() if pos == sizes[0] else t1   # end of the first block
             block = {}
@@ -257,15 +485,16 @@ def _process(args, model, x, fs, sizes, names, rates, factors, decim, writer, sr
                     s = a.sum(axis=(0, 2), dtype=np.float64)
                     adapt_sum = s if adapt_sum is None else adapt_sum + s
                     adapt_n = (adapt_n or 0) + a.shape[0] * a.shape[2]
-                v = decim[k](v)
+                v = decim[k](v).astype(store, copy=False)
                 summary[k].add(v)
                 block[k] = v
             if writer is not None:
                 writer.write(block)
             if bar is not None:
                 bar.update(round(pos / fs, 2) - bar.n)
-    except RtamtInputError as e:
-        return _error(str(e), usage=False)
+    except (RtamtInputError, AudioFileError) as e:
+        what = "" if writer is None else f" (nothing written to {args.out})"
+        return _error(f"{e}{what}", usage=False)
     except OSError as e:
         print(f"rtamt process: cannot write {args.out}: {e} (nothing written)", file=sys.stderr)
         return 1
@@ -276,49 +505,78 @@ def _process(args, model, x, fs, sizes, names, rates, factors, decim, writer, sr
     empty = [k for k in names if summary[k].n == 0]
     if empty:
         return _error(f"no output from {args.model} for {', '.join(empty)} (the input is "
-                      f"{x.shape[-1]} samples, too short)", usage=False)
+                      f"{n_total} samples, too short)", usage=False)
+    nbytes = sum(math.prod(summary[k].shape) * store.itemsize for k in names)
+    if writer is not None and _commit(args, model, fs, sizes, plan, writer, src):
+        return 1
+    _print_summary(args, model, fs, sizes, plan, src, warm, summary, (t0, t1, elapsed),
+                   nbytes, adapt_sum, adapt_n, writer)
+    return 0
 
+
+def _commit(args, model, fs, sizes, plan, writer, src) -> bool:
+    """Metadata and the atomic rename; True (and one line on stderr) on failure."""
+    names, rates, factors, pools = plan["names"], plan["rates"], plan["factors"], plan["pools"]
     meta = dict(fs=np.float64(fs), fc=np.asarray(model.fc), spl_ref=np.float64(args.spl_ref),
-                block_sizes=sizes, model=np.str_(args.model), config=np.str_(model.config))
+                block_sizes=sizes, model=np.str_(args.model), config=np.str_(model.config),
+                outputs=np.array(names),
+                decimate=np.array([factors[k] for k in names], dtype=np.int64))
     if model.mfc is not None:
         meta["mfc"] = model.mfc
+    if "modfb" in names and not plan["padded"] and model.mfc is not None:
+        c = model["modfb"].coeffs
+        meta["modfb_channel"] = np.asarray(c.filter_channel, dtype=np.int64)
+        meta["modfb_mfc"] = np.asarray(c.filter_mfc, dtype=np.float64)
     rate = model.output_info()[model.outputs[-1]]["rate"]
     if rate is not None and rate != fs:
         meta["fs_mod"] = np.float64(rate)   # rate of the outputs after resampling
-    if any(f > 1 for f in factors.values()):
-        meta["outputs"] = np.array(names)
-        meta["decimate"] = np.array([factors[k] for k in names], dtype=np.int64)
-    if writer is not None:
-        side = {"model": args.model, "config": str(model.config), "fs": float(fs),
-                "spl_ref": float(args.spl_ref), "dtype": args.dtype,
-                "source": src, "decimation": "mean over N samples (boxcar), trailing partial "
-                "run dropped",
-                "outputs": {k: {"rate": rates[k] / factors[k], "model_rate": rates[k],
-                                "decimate": factors[k]} for k in names}}
-        try:
-            writer.add_meta(**meta)
-            writer.commit(side)
-        except OSError as e:
-            print(f"rtamt process: cannot write {args.out}: {e} (nothing written)",
-                  file=sys.stderr)
-            return 1
+    side = {"model": args.model, "config": str(model.config), "fs": float(fs),
+            "spl_ref": float(args.spl_ref), "dtype": args.dtype,
+            "store_dtype": args.store_dtype, "source": src,
+            "decimation": "one frame per N samples, pooled (rms: sqrt of the mean square, "
+                          "power: mean square, mean, max); trailing partial frame dropped",
+            "modfb_layout": ("padded (C, M, T)" if plan["padded"] else
+                             "packed (F, T): rows named by modfb_channel, modfb_mfc"),
+            "outputs": {k: {"rate": rates[k] / factors[k], "model_rate": rates[k],
+                            "decimate": factors[k],
+                            "pool": pools[k] if factors[k] > 1 else None} for k in names}}
+    try:
+        writer.add_meta(**meta)
+        writer.commit(side)
+    except OSError as e:
+        print(f"rtamt process: cannot write {args.out}: {e} (nothing written)", file=sys.stderr)
+        return True
+    return False
 
-    n_total = x.shape[-1]
+
+def _pace(rtf: float) -> str:
+    return (f"{1 / rtf:.0f}x faster" if rtf < 1 else f"{rtf:.1f}x slower") + " than real time"
+
+
+def _print_summary(args, model, fs, sizes, plan, src, warm, summary, times, nbytes,
+                   adapt_sum, adapt_n, writer) -> None:
+    names, rates, factors, pools = plan["names"], plan["rates"], plan["factors"], plan["pools"]
+    t0, t1, elapsed = times
+    n_total = int(np.sum(sizes))
+    dur = n_total / fs
     print(f"rtamt process: {args.model} ({model.config}) on {src}")
     blk = "random 1..8192" if args.block == "random" else f"{args.block} samples"
-    print(f"  fs {fs:g} Hz, {n_total} samples, {len(sizes)} blocks ({blk}), {args.dtype}")
+    print(f"  fs {fs:g} Hz, {n_total} samples, {len(sizes)} blocks ({blk}), {args.dtype}, "
+          f"stored as {args.store_dtype}")
     print(f"  {len(model.fc)} auditory channels {model.fc[0]:.1f}-{model.fc[-1]:.1f} Hz")
     print(f"  {warm.describe()}")
-    # the first block also allocates the stream's state: left out when there are others
-    steady_t, steady_n = ((elapsed, n_total) if len(sizes) < 2
-                          else (t0 + elapsed - t1, n_total - sizes[0]))
-    rtf = steady_t / (steady_n / fs)
-    pace = f"{1 / rtf:.0f}x faster" if rtf < 1 else f"{rtf:.1f}x slower"
-    print(f"  steady state: {rtf:.3g} of real time ({pace} than real time; "
-          f"{n_total / fs:.2f} s of signal in {elapsed:.3f} s, the first block excluded)")
-    if any(f > 1 for f in factors.values()):
-        print("  decimated: " + ", ".join(f"{k} /{factors[k]} ({rates[k] / factors[k]:g} Hz)"
-                                          for k in names if factors[k] > 1))
+    # reading, the model, pooling and writing; the kernel warm-up above is not included
+    rtf = elapsed / dur
+    print(f"  processed {dur:.2f} s of signal in {elapsed:.3f} s: {rtf:.3g} of real time, "
+          f"{_pace(rtf)} (reading, model, pooling, writing; warm-up excluded)")
+    if len(sizes) > 1:   # the first block also allocates the stream's state
+        st, sn = t0 + elapsed - t1, (n_total - int(sizes[0])) / fs
+        print(f"  steady state: {st / sn:.3g} of real time, {_pace(st / sn)} ({sn:.2f} s of "
+              f"signal in {st:.3f} s, the first block excluded)")
+    frames = [f"{k} {pools[k]} /{factors[k]} ({rates[k] / factors[k]:g} Hz)"
+              for k in names if factors[k] > 1]
+    if frames:
+        print("  frames: " + ", ".join(frames))
     for k in names:
         s = summary[k]
         print(f"  {k:10s} {str(s.shape):18s} min {s.lo:+.4g}  max {s.hi:+.4g}")
@@ -326,6 +584,8 @@ def _process(args, model, x, fs, sizes, names, rates, factors, decim, writer, sr
         lvl = adapt_sum / adapt_n
         print(f"  adaptloop mean per channel (model units): strongest "
               f"{model.fc[int(np.argmax(lvl))]:.0f} Hz ({lvl.max():.1f} MU)")
+    print(f"  output size {_gb(nbytes)} (estimated before processing: {_gb(plan['est'])})")
     if writer is not None:
         print(f"  wrote {args.out}")
-    return 0
+    else:
+        print("  nothing written (no --out)")

@@ -27,6 +27,7 @@ from rtamt.runtime import Runtime
 
 from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
 from .inputs import (
+    DEMO_SECONDS,
     EXIT_SOURCE_FAULT,
     Live,
     add_per_channel_arguments,
@@ -50,8 +51,10 @@ def add_arguments(p):
     add_block_arguments(p, 256, 256, blocksize_min=0,
                         blocksize_help="callback / source block size (0 = device decides, "
                                        "may vary)")
-    p.add_argument("--seconds", type=positive_float(), default=3.0,
-                   help="stop after this many seconds")
+    p.add_argument("--seconds", type=positive_float(), default=None,
+                   help="stop after this many seconds of audio (default: a file runs to its "
+                        f"end, the demo runs once ({DEMO_SECONDS:g} s), a device until "
+                        "Ctrl-C)")
     p.add_argument("--fast", action="store_true",
                    help="file/demo: as fast as possible (backpressure, nothing dropped)")
     p.add_argument("--policy", default=None, choices=["drop-oldest", "drop-newest"],
@@ -113,14 +116,31 @@ class _Outputs:
                 w.abort()
 
 
+def _missed_hint(args, stats: list) -> None:
+    """``--per-channel``: one line on stderr when blocks missed their latency budget, with
+    the options that change it (a live run's misses are late outputs, not lost audio)."""
+    missed = sum(st.misses for st in stats)
+    if not missed:
+        return
+    blocks = sum(st.blocks for st in stats)
+    budget = max(st.budget_us for st in stats) / 1e3
+    p99 = max(st.latency_p99_ms for st in stats)
+    print(f"rtamt stream: {missed} of {blocks} blocks missed their {budget:.3g} ms budget "
+          f"(latency p99 {p99:.3g} ms); raise --budget-ms (e.g. {max(2 * budget, p99):.3g})"
+          f" or --block, or give more --threads", file=sys.stderr, flush=True)
+
+
 def run(args) -> int:
     check_per_channel(args, "budget_ms", "threads", "admission", "out")
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}
+    seconds = args.seconds
+    if seconds is None and args.input == "demo":
+        seconds = DEMO_SECONDS              # the demo once
     try:
         inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
                          blocksize=args.blocksize or 256, realtime=not args.fast,
-                         seconds=args.seconds, max_channels=None, default_fs=48000.0,
+                         seconds=seconds, max_channels=None, default_fs=48000.0,
                          block=args.block, force=args.force)
     except (LookupError, OSError, RuntimeError, ValueError) as e:
         print(f"rtamt stream: {e}", file=sys.stderr)
@@ -169,6 +189,8 @@ def run(args) -> int:
             if inp.source is not None:
                 if live.join(0.05):
                     break
+            elif args.seconds is None:        # a device: until Ctrl-C
+                time.sleep(0.05)
             else:
                 left = args.seconds - (time.monotonic() - t0)
                 if left <= 0:
@@ -196,6 +218,8 @@ def run(args) -> int:
             outputs.abort()
         raise
     show(final=True)
+    if args.per_channel and not args.fast:      # --fast queues on purpose: no deadlines
+        _missed_hint(args, [s.stats() for s in streams])
     failure = live.failure()
     if outputs is not None:
         if failure:
