@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import shutil
 import signal
@@ -451,8 +452,15 @@ def _progress(total: int, fs: float):
         return None
     from tqdm import tqdm
 
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        size = os.terminal_size((0, 0))
+    # a terminal that reports no size (0 x 0, e.g. a bare pty) would hide the bar: 80 x 24
+    known = size.columns > 0 and size.lines > 0
     return tqdm(total=round(total / fs, 2), unit="s", desc="rtamt process", leave=False,
-                file=sys.stderr, dynamic_ncols=True,
+                file=sys.stderr, dynamic_ncols=known, ncols=None if known else 80,
+                nrows=None if known else 24,
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s audio "
                            "[{elapsed}<{remaining}]")
 
