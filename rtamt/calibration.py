@@ -27,11 +27,19 @@ import numpy as np
 from .io.atomic import write_text_atomic
 
 __all__ = ["Calibration", "CalibrationError", "REFERENCE_DB_RANGE", "SPL_REF_RANGE",
-           "default_path",
+           "MODEL_SPL_REF_RANGE", "check_spl_ref", "default_path",
            "load", "save", "measure_tone",
            "resolve_spl_ref"]
 
+#: accepted ``spl_ref`` of a stored calibration (a measured sound card and microphone), dB SPL
 SPL_REF_RANGE = (40.0, 200.0)
+#: accepted ``spl_ref`` of a model or stage constructor, dB SPL (the same range as the apps'
+#: ``--spl-ref``).  The upper end is the models' input limit (``max_spl``, 200 dB SPL; an RMS
+#: pressure of one atmosphere is 194 dB SPL): with a larger ``spl_ref`` a sample of
+#: magnitude 1.0 is already beyond a model's input limit.  The lower end admits signals
+#: stored as sound pressure in small units: micropascals (``spl_ref`` -26 dB) or multiples
+#: of 20 uPa (0 dB).
+MODEL_SPL_REF_RANGE = (-50.0, 200.0)
 #: accepted calibrator level, dB SPL: a tone that does not clip has an RMS below digital 1.0,
 #: so spl_ref >= reference_db, and spl_ref must be within :data:`SPL_REF_RANGE`
 REFERENCE_DB_RANGE = SPL_REF_RANGE
@@ -71,6 +79,24 @@ def _check_spl_ref(v, where: str) -> None:
         raise CalibrationError(
             f"{where}: spl_ref {v} dB is outside the plausible range {lo}-{hi} dB "
             "SPL for digital RMS 1.0")
+
+
+def check_spl_ref(value, who: str) -> float:
+    """``value`` as a float if it is a usable ``spl_ref`` (dB SPL of a digital RMS of 1.0):
+    a real number within :data:`MODEL_SPL_REF_RANGE`.  Else a ``ValueError`` naming ``who``
+    (the model or stage), the parameter and the value.  Every model and every stage whose
+    parameters hold an ``spl_ref`` calls it in its constructor."""
+    lo, hi = MODEL_SPL_REF_RANGE
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{who}: spl_ref must be a number (dB SPL of a digital RMS of 1.0), "
+                         f"got {value!r}") from None
+    if isinstance(value, bool) or not lo <= v <= hi:     # nan fails both comparisons
+        raise ValueError(
+            f"{who}: spl_ref={value!r} is not a finite level within {lo:g} to {hi:g} dB SPL "
+            "(spl_ref is the dB SPL of a digital RMS of 1.0; 100 is the AMT convention)")
+    return v
 
 
 def save(cal: Calibration, path=None) -> pathlib.Path:

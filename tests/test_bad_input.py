@@ -230,3 +230,124 @@ def test_reset_allows_new_dtype_or_shape_as_the_message_says(change):
     g.reset()
     y = g(np.zeros(10, np.float32) if change == "dtype" else np.zeros((2, 10)))
     assert y.shape[-1] == 10
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 29: a (frames, channels) column from an audio callback, unusable spl_ref values
+
+
+def _column_targets():
+    return {"dau1997": rtamt.Dau1997(FS, "torch_amt"), "gammatone": Gammatone(fs=FS),
+            "glasberg2002": rtamt.Glasberg2002(FS)}
+
+
+@pytest.mark.parametrize("name", ["dau1997", "gammatone", "glasberg2002"])
+def test_sounddevice_column_is_refused_as_a_first_block(name):
+    """sounddevice's ``indata`` (and soundfile with always_2d) is (frames, channels): a mono
+    (256, 1) block used to be taken as 256 streams of one sample each, without a word."""
+    m = _column_targets()[name]
+    x = _good("signal", (), 256, 0)[:, None]
+    with pytest.raises(RtamtInputError) as ei:
+        m(x)
+    msg = str(ei.value)
+    for w in [f"{name}: block 0", "(256, 1)", "256 streams of 1 sample", "time is the last axis",
+              "x[:, 0]", "x.T", "prepare(x)"]:
+        assert w in msg, (w, msg)
+    assert m.state_dict()["stream"] is None          # nothing was created
+    m(x[:, 0])                                       # what the message says to do works
+    assert m.state_dict()["stream"]["batch"] is None
+
+
+@pytest.mark.parametrize("name", ["dau1997", "gammatone", "glasberg2002"])
+def test_column_after_the_stream_started_names_the_time_axis(name):
+    m = _column_targets()[name]
+    m(_good("signal", (), 64, 0))
+    with pytest.raises(RtamtInputError, match=r"block 1: leading shape \(256,\) differs.*"
+                                              r"time is the last axis: pass x\[:, 0\]"):
+        m(_good("signal", (), 256, 1)[:, None])
+
+
+@pytest.mark.parametrize("name", ["dau1997", "gammatone", "glasberg2002"])
+def test_single_sample_blocks_of_a_batch_still_work(name):
+    """A batch of streams fed one sample at a time: a fresh (B, 1) block with B below
+    COLUMN_ROWS starts a batch as before; any B after prepare() declares it; both give
+    the output of one call on the whole (B, T) signal."""
+    from rtamt.engine.contract import COLUMN_ROWS
+
+    def outs(m, x):
+        y = outputs_of(m, x)
+        return y["out"] if isinstance(y.get("out"), dict) else y
+
+    for B, declare in [(2, False), (COLUMN_ROWS - 1, False), (COLUMN_ROWS, True), (256, True)]:
+        x = _good("signal", (B,), 100, B)
+        ref = outs(_column_targets()[name], x)
+        m = _column_targets()[name]
+        if declare:
+            m.prepare(x[:, :1])
+        got = [outs(m, x[:, i:i + 1]) for i in range(x.shape[-1])]
+        for k, v in ref.items():
+            if k == "frame_time":
+                continue
+            cat = np.concatenate([g[k] for g in got], axis=-1)
+            assert cat.shape == v.shape and cat.shape[0] == B, (k, cat.shape, v.shape)
+            np.testing.assert_array_equal(cat, v)
+
+
+def test_torch_column_is_refused_too():
+    with pytest.raises(RtamtInputError, match="time is the last axis"):
+        rtamt.Dau1997(FS, "torch_amt")(torch.zeros(64, 1, dtype=torch.float64))
+
+
+def test_moore2016_frames_by_channels_block_says_to_transpose():
+    m = rtamt.Moore2016(FS)
+    with pytest.raises(RtamtInputError, match=r"got \(256, 2\); time is the last axis: pass "
+                                              r"x\.T for a \(frames, 2\) block"):
+        m(np.zeros((256, 2)))
+    with pytest.raises(RtamtInputError, match=r"got \(256, 1\); time is the last axis: pass "
+                                              r"x\[:, 0\]"):
+        m(np.zeros((256, 1)))
+
+
+def _fs_of(name):
+    return 44100.0 if name == "paulick2024" else FS
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e9, -1e9,
+                                   200.5, -50.5, "loud", None])
+@pytest.mark.parametrize("name", sorted(rtamt.MODELS))
+def test_unusable_spl_ref_is_refused_by_the_model_constructor(name, value):
+    """spl_ref=nan or +-1e9 used to be accepted; the first block then failed with an
+    IndexError or OverflowError."""
+    cls = rtamt.MODELS[name]
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}: spl_ref.*{value!r}"):
+        cls(_fs_of(name), spl_ref=value)
+
+
+@pytest.mark.parametrize("name", sorted(rtamt.MODELS))
+def test_spl_ref_range_ends_are_accepted(name):
+    from rtamt.calibration import MODEL_SPL_REF_RANGE
+
+    for v in MODEL_SPL_REF_RANGE:
+        m = rtamt.MODELS[name](_fs_of(name), spl_ref=v)
+        assert m.spl_ref == v and np.isfinite(m.input_limit)
+
+
+def test_unusable_spl_ref_is_refused_by_the_stages_that_take_one():
+    from rtamt.adaptation import AdaptLoopParams
+    from rtamt.nonlinear import BrokenStick, PowerCompression
+    from rtamt.nonlinear.compression import CompressionParams
+
+    with pytest.raises(ValueError, match=r"^AdaptLoop: spl_ref=nan is not a finite level"):
+        AdaptLoop(AdaptLoopParams(fs=FS, spl_ref=float("nan")))
+    with pytest.raises(ValueError, match=r"^BrokenStick: spl_ref=1000000000.0"):
+        BrokenStick(CompressionParams(spl_ref=1e9))
+    with pytest.raises(ValueError, match=r"^PowerCompression: spl_ref=-inf"):
+        PowerCompression(CompressionParams(spl_ref=float("-inf")))
+    assert AdaptLoop(fs=FS, spl_ref=94.0).params.spl_ref == 94.0
+
+
+def test_model_spl_ref_range_is_the_cli_range():
+    from rtamt.calibration import MODEL_SPL_REF_RANGE
+    from rtamt_apps.args import SPL_REF_LIMITS
+
+    assert tuple(SPL_REF_LIMITS) == MODEL_SPL_REF_RANGE

@@ -205,6 +205,7 @@ def test_config_round_trips_and_registers(tmp_path):
     (dict(dtype="int16"), "dtype 'int16'"),
     (dict(frame_shift=0.0), "frame_shift must be > 0"),
     (dict(spl_ref=float("nan")), "spl_ref must be a finite number"),
+    (dict(spl_ref=1e9), r"spl_ref=1000000000.0 is not a finite level within -50 to 200 dB"),
     (dict(channels="left"), "channels 'left'"),
     (dict(num_channels=0), "num_channels must be an integer >= 1"),
 ])

@@ -51,7 +51,7 @@ from . import kernels as K
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
            "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
-           "Registered", "SplLimit", "spl_limit"]
+           "Registered", "SplLimit", "spl_limit", "check_time_last", "COLUMN_ROWS"]
 
 SCHEMA = "rtamt.state"
 STATE_VERSION = 1
@@ -226,6 +226,37 @@ def check_float_dtype(x: np.ndarray, where: str, err: type = RtamtInputError) ->
         raise err(
             f"{where}: dtype {x.dtype} is not supported; expected float32 or float64 "
             "(convert integer PCM with x / 2**(bits-1))")
+
+
+#: a stream's first block of shape ``(N, 1)`` with ``N >= COLUMN_ROWS`` is refused by
+#: :func:`check_time_last` unless the batch was declared (``prepare``): audio callbacks deliver
+#: (frames, channels) blocks of at least this many frames, so such a block is almost surely
+#: one (e.g. sounddevice's ``indata``), while N streams starting with a single sample each
+#: are rare and can say so
+COLUMN_ROWS = 8
+
+_TIME_LAST = ("time is the last axis: pass x[:, 0] for one channel, or x.T for a "
+              "(frames, channels) block")
+
+
+def check_time_last(x: np.ndarray, where, fresh: bool) -> None:
+    """Refuse the first block of a stream (``fresh``) when it is a ``(N, 1)`` column with
+    ``N >= COLUMN_ROWS``: with time on the last axis it would be taken as ``N`` streams of
+    one sample, which is what a (frames, channels) block of an audio callback looks like.
+    ``where`` (who and which block) may be a callable.  To process ``N`` streams whose first
+    block holds one sample, call ``prepare(x)`` first: it declares the batch."""
+    if fresh and x.ndim == 2 and x.shape[-1] == 1 and x.shape[0] >= COLUMN_ROWS:
+        raise RtamtInputError(
+            f"{where() if callable(where) else where}: got shape {tuple(x.shape)}, which "
+            f"would be {x.shape[0]} streams of 1 sample each; {_TIME_LAST} (sounddevice "
+            "and soundfile deliver frames x channels).  For that many streams of one "
+            "sample, declare the batch first with prepare(x)")
+
+
+def time_last_hint(x: np.ndarray) -> str:
+    """A hint for the message that refuses a block of another layout than the stream's:
+    empty, or the time-last reminder when ``x`` is a ``(N, 1)`` column."""
+    return f"; {_TIME_LAST}" if x.ndim == 2 and x.shape[-1] == 1 else ""
 
 
 def first_nonfinite(x: np.ndarray) -> tuple[int, ...]:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..calibration import check_spl_ref
 from . import backend as _B
 from . import contract as _C
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
@@ -226,6 +227,8 @@ class Stage(Registered):
             params = self.Params(**kwargs)
         elif kwargs:
             params = dataclasses.replace(params, **kwargs)
+        if getattr(params, "spl_ref", None) is not None:    # a level-dependent stage
+            check_spl_ref(params.spl_ref, type(self).__name__)
         self.params = params
         self.coeffs = self._coeffs0 = self.design(params)
         self._state: dict | None = None
@@ -252,11 +255,14 @@ class Stage(Registered):
     input_limit = math.inf
 
     def _check(self, x: np.ndarray, who: str | None = None, limit: float = math.inf,
-               limit_text="") -> tuple[np.ndarray, tuple, int]:
+               limit_text="", declare: bool = False) -> tuple[np.ndarray, tuple, int]:
         """Validate a public block; return (time-major array, lead shape, n_in).
 
         Raises :class:`RtamtInputError` naming ``who`` (default: the stage), the
-        block index and the position of the problem.  Nothing is modified.
+        block index and the position of the problem.  Nothing is modified.  A signal
+        stage refuses a stream's first block of shape ``(N, 1)`` with ``N >=``
+        :data:`~rtamt.engine.contract.COLUMN_ROWS` (a (frames, channels) block; see
+        :func:`~rtamt.engine.contract.check_time_last`) unless ``declare`` (``prepare``).
         """
         if x.dtype not in _FLOATS:
             check_float_dtype(x, self._label(who))
@@ -267,6 +273,8 @@ class Stage(Registered):
                     f"shape {x.shape}")
             lead = x.shape[:-1]
             n_in = 1
+            if x.ndim == 2 and x.shape[1] == 1 and not declare:
+                _C.check_time_last(x, lambda: self._label(who), self._meta is None)
         else:
             if x.ndim not in (1, 2, 3):
                 raise RtamtInputError(
@@ -282,7 +290,8 @@ class Stage(Registered):
             if lead != lead0:
                 raise RtamtInputError(
                     f"{self._label(who)}: leading shape {lead} differs from the stream's "
-                    f"{lead0} (channel/batch count cannot change mid-stream; call reset() first)")
+                    f"{lead0} (channel/batch count cannot change mid-stream; call reset() "
+                    f"first{_C.time_last_hint(x) if self.in_kind == 'signal' else ''})")
             if x.dtype != dt0:
                 raise RtamtInputError(
                     f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
@@ -339,9 +348,11 @@ class Stage(Registered):
 
     def prepare(self, x) -> None:
         """Create the initial state of a stream whose blocks look like ``x`` (checked like
-        a block; nothing is processed).  Does nothing if the state exists."""
+        a block; nothing is processed).  Does nothing if the state exists.  This declares
+        the layout: a ``(N, 1)`` block here is ``N`` streams (a first block of that shape
+        is otherwise refused as a (frames, channels) block, see ``_check``)."""
         arr, _ = as_numpy_block(x)
-        xt, lead, n_in = self._check(arr)
+        xt, lead, n_in = self._check(arr, declare=True)
         self._ensure_state(lead, n_in, arr.dtype)
 
     def _state_leaves(self) -> list:
@@ -664,10 +675,12 @@ class Chain(_C.Composite):
 
     def prepare(self, x) -> None:
         """Create every stage's initial state for a stream whose blocks look like ``x``
-        (checked like a block; nothing is processed).  Does nothing if the state exists."""
+        (checked like a block; nothing is processed).  Does nothing if the state exists.
+        Declares the layout like :meth:`Stage.prepare`: ``(N, 1)`` is ``N`` streams."""
         arr, _ = as_numpy_block(x)
         first = self.stages[0]
-        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
+        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text,
+                                   declare=True)
         if first._state is None:
             self._init_states(lead, arr.dtype)
 

@@ -78,6 +78,7 @@ except ImportError as e:      # pragma: no cover - exercised by a subprocess tes
     raise ModuleNotFoundError(
         f"rtamt.integrations.lhotse needs lhotse: {LHOTSE_INSTALL_HINT}", name="lhotse") from e
 
+from ..calibration import check_spl_ref
 from ..models import MODELS
 
 __all__ = ["RtamtConfig", "RtamtExtractor", "POOLINGS", "CHANNEL_MODES", "CHUNK",
@@ -177,6 +178,7 @@ class RtamtConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"RtamtConfig: {name} must be a finite number, got {v!r}")
             setattr(self, name, float(v))
+        self.spl_ref = check_spl_ref(self.spl_ref, "RtamtConfig")
         if self.frame_shift <= 0:
             raise ValueError(f"RtamtConfig: frame_shift must be > 0 s, got {self.frame_shift}")
         if self.channels not in CHANNEL_MODES:

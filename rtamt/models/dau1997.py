@@ -33,6 +33,7 @@ from __future__ import annotations
 import warnings
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
+from ..calibration import check_spl_ref
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
@@ -65,7 +66,7 @@ class Dau1997(ModulationModel):
             raise ValueError(f"unknown Dau1997 config {config!r}; choose from {sorted(CONFIGS)}")
         self.fs = float(fs)
         self.config = config
-        self.spl_ref = float(spl_ref)
+        self.spl_ref = check_spl_ref(spl_ref, "Dau1997")
         gt = Gammatone(GammatoneParams(fs=self.fs, flow=flow, fhigh=fhigh, spacing=spacing,
                                        basef=basef, fc=None if fc is None else tuple(fc)))
         ih = IHCEnvelope(IHCEnvelopeParams(fs=self.fs, **(ihc or {})))

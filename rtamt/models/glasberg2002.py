@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..calibration import check_spl_ref
+from ..engine.contract import check_time_last, time_last_hint
 from ..engine.stage import RtamtInputError
 from ..loudness.kernels import agc
 from ..loudness.tvl import TimeVaryingLoudness
@@ -75,19 +77,39 @@ class Glasberg2002(TimeVaryingLoudness):
                 f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
         if presentation not in ("diotic", "monaural"):
             raise ValueError("presentation must be 'diotic' or 'monaural'")
-        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear, backend=backend, device=device)
+        super().__init__(fs, spl_ref=check_spl_ref(spl_ref, "Glasberg2002"), field=field,
+                         comp_cam=comp_cam, middle_ear=middle_ear, backend=backend, device=device)
         self.presentation = presentation
         self.ear_factor = 2.0 if presentation == "diotic" else 1.0
         dt = self.hop / self.fs
         self.alpha_stl = tuple(1.0 - np.exp(-dt / t) for t in tau_stl)
         self.alpha_ltl = tuple(1.0 - np.exp(-dt / t) for t in tau_ltl)
 
+    #: set while :meth:`prepare` checks its example block (it declares the batch)
+    _declaring = False
+
     def _layout(self, x, where):
         if x.ndim not in (1, 2):
             raise RtamtInputError(f"{where}: expected shape (T,) or (batch, T), got {x.shape}")
+        if x.ndim == 2 and x.shape[1] == 1 and not self._declaring:
+            check_time_last(x, where, self._meta is None)
+            if self._meta is not None and self._meta[0] != x.shape[:-1]:
+                raise RtamtInputError(
+                    f"{where}: leading shape {x.shape[:-1]} differs from the stream's "
+                    f"{self._meta[0]}{time_last_hint(x)}")
         rows = x.reshape(-1, x.shape[-1])
         return rows, x.shape[:-1], "mono"
+
+    def prepare(self, x) -> None:
+        """Create the state of a stream whose blocks look like ``x`` (nothing is processed);
+        this declares the layout: a ``(N, 1)`` block is ``N`` streams (a first block of that
+        shape is otherwise refused as a (frames, channels) block,
+        :func:`~rtamt.engine.contract.check_time_last`)."""
+        self._declaring = True
+        try:
+            super().prepare(x)
+        finally:
+            del self._declaring
 
     def _row_name(self, r, mode):
         return f"batch {r}"

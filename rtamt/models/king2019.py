@@ -35,6 +35,7 @@ Deviations from the seed's documented behaviour (torch_amt ``King2019``):
 from __future__ import annotations
 
 from ..adaptation.highpass import AdaptHighpass, AdaptHighpassParams
+from ..calibration import check_spl_ref
 from ..filterbank import Gammatone, GammatoneParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
@@ -64,7 +65,7 @@ class King2019(ModulationModel):
             raise ValueError(f"unknown King2019 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = float(spl_ref)
+        self.spl_ref = check_spl_ref(spl_ref, "King2019")
         if basef is not None and fc is None:
             e = float(erb_number(basef))
             flow, fhigh = float(erb_to_hz(e - 2.0)), float(erb_to_hz(e + 2.0))

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..calibration import check_spl_ref
 from ..engine.stage import RtamtInputError
 from ..loudness.kernels import agc_rows, band_ranges, binaural_frames, matmul_rows
 from ..loudness.tvl import TimeVaryingLoudness
@@ -92,8 +93,8 @@ class Moore2016(TimeVaryingLoudness):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
         self.C = float(C)
-        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear, backend=backend, device=device)
+        super().__init__(fs, spl_ref=check_spl_ref(spl_ref, "Moore2016"), field=field,
+                         comp_cam=comp_cam, middle_ear=middle_ear, backend=backend, device=device)
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)
@@ -109,9 +110,13 @@ class Moore2016(TimeVaryingLoudness):
             return x.reshape(1, -1), (), "diotic"
         if x.ndim in (2, 3) and x.shape[-2] == 2:
             return x.reshape(-1, x.shape[-1]), x.shape[:-1], "stereo"
+        hint = "" if x.ndim != 2 or x.shape[1] > 2 else (
+            "; time is the last axis: pass x[:, 0] for one channel (diotic), or x.T for a "
+            "(frames, 2) block" if x.shape[1] == 1 else "; time is the last axis: pass x.T "
+            "for a (frames, 2) block (left, right)")
         raise RtamtInputError(
             f"{where}: expected shape (T,) (diotic), (2, T) (left, right) or (batch, 2, T), "
-            f"got {x.shape}")
+            f"got {x.shape}{hint}")
 
     def _row_name(self, r, mode):
         if mode == "diotic" or r is None:

@@ -35,6 +35,7 @@ Deviations from the seed's documented behaviour (torch_amt ``Osses2021``):
 from __future__ import annotations
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
+from ..calibration import check_spl_ref
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
@@ -60,7 +61,7 @@ class Osses2021(ModulationModel):
             raise ValueError(f"unknown Osses2021 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = float(spl_ref)
+        self.spl_ref = check_spl_ref(spl_ref, "Osses2021")
         hp = HeadphoneFilter(HeadphoneParams(fs=self.fs, **(headphone or {})))
         me = MiddleEarFilter(MiddleEarParams(fs=self.fs, **({"preset": "jepsen2008"} |
                                                              (middleear or {}))))

@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
+from ..calibration import check_spl_ref
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
 from ..filterbank.drnl import DRNL, DRNLParams
 from ..filterbank.erb import erb_number, erb_to_hz
@@ -98,7 +99,7 @@ class Paulick2024(ModulationModel):
                              f"{sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = float(spl_ref)
+        self.spl_ref = check_spl_ref(spl_ref, "Paulick2024")
         hp = HeadphoneFilter(HeadphoneParams(fs=self.fs))
         me = MiddleEarFilter(MiddleEarParams(fs=self.fs, preset="lopezpoveda2001",
                                              normalize=False))
