@@ -19,6 +19,8 @@ from rtamt.adaptation.adaptloop import AdaptLoopParams, design  # noqa: E402
 from rtamt.engine import kernels as KN  # noqa: E402
 from rtamt.engine._adaptloop_triton import adaptloop  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 F32_STATE_TOL = 1e-7
 """float32 streams: numba computes in float64 and rounds the dividers to float32 after
@@ -72,11 +74,11 @@ def _run_numba(co, x, cuts):
 def _run_triton(co, x, cuts, in_place=False):
     """Triton kernel block by block; ``in_place``: each block's output overwrites its
     input tensor (y is x)."""
-    a, b, lanes = (torch.from_numpy(v) for v in (co.a, co.b, co.lanes))
-    s = torch.from_numpy(_state0(co, x.shape[0], x.dtype))
-    y = torch.empty(x.shape, dtype=torch.from_numpy(x[:0]).dtype)
+    a, b, lanes = (dev(v) for v in (co.a, co.b, co.lanes))
+    s = dev(_state0(co, x.shape[0], x.dtype))
+    y = torch.empty(x.shape, dtype=dev(x[:0]).dtype, device=DEVICE)
     for a0, a1 in zip(cuts[:-1], cuts[1:]):
-        xb = torch.from_numpy(np.ascontiguousarray(x[:, a0:a1]))
+        xb = dev(np.ascontiguousarray(x[:, a0:a1]))
         yb = xb if in_place else torch.empty_like(xb)
         adaptloop(a, b, lanes, co.limit_on, s, xb, yb)
         y[:, a0:a1] = yb
@@ -85,7 +87,7 @@ def _run_triton(co, x, cuts, in_place=False):
 
 def _rel(got, ref):
     ref = np.asarray(ref, np.float64)
-    return np.abs(got.numpy().astype(np.float64) - ref).max() / np.abs(ref).max()
+    return np.abs(host(got).astype(np.float64) - ref).max() / np.abs(ref).max()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -99,7 +101,7 @@ def test_matches_numba_on_loud_onsets(dtype, limit):
     cuts = _cuts(T, 3, np.random.default_rng(3))
     y_ref, s_ref = _run_numba(co, x, cuts)
     y, s = _run_triton(co, x, cuts)
-    assert y.dtype == s.dtype == torch.from_numpy(x[:0]).dtype
+    assert y.dtype == s.dtype == dev(x[:0]).dtype
     if limit > 1.0:
         assert y_ref.max() > 200  # the limiter was active (onset far above steady state)
     else:

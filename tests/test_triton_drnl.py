@@ -31,6 +31,8 @@ import scipy.signal as ss  # noqa: E402
 from rtamt.filterbank import drnl_triton as DT  # noqa: E402
 from rtamt.filterbank.drnl import DRNL, DRNLParams, drnl_kernel, get_preset  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 FS = 44100.0
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 # stream amplitudes of the white-noise stapes velocity (m/s): the Paulick2024 knees lie
@@ -63,14 +65,14 @@ def _run(co, x, cuts, triton_path):
     st = DRNL.init_state(co, B, 1, dt)
     s = co.sections[dt]
     if triton_path:
-        st = {k: torch.from_numpy(v) for k, v in st.items()}
-        s = {k: torch.from_numpy(v) for k, v in s.items()}
+        st = {k: dev(v) for k, v in st.items()}
+        s = {k: dev(v) for k, v in s.items()}
     ys = []
     for a0, a1 in zip(cuts[:-1], cuts[1:]):
         xb = np.ascontiguousarray(x[:, a0:a1])
         y = np.full((B, a1 - a0, C), np.nan, dt)
         if triton_path:
-            xb, y = torch.from_numpy(xb), torch.from_numpy(y)
+            xb, y = dev(xb), dev(y)
             kern, v, w = DT.drnl_kernel, None, None
         else:
             kern, v, w = drnl_kernel, np.zeros(C, dt), np.zeros(C, dt)
@@ -127,7 +129,7 @@ def test_stage_on_triton_matches_numba_stage(dtype):
     """DRNL stage with backend='triton' (tensors out, state on the device) vs the numba
     stage, 2 streams, 100 samples in a random partition of 3 blocks."""
     ref = _paulick_drnl(n_channels=4)
-    tri = _paulick_drnl(n_channels=4).to("cpu", backend="triton")
+    tri = _paulick_drnl(n_channels=4).to(DEVICE, backend="triton")
     assert tri.backend == "triton"
     T = 100
     x = _noise([MEDIUM, LOUD], T, dtype, seed=3)
@@ -136,15 +138,15 @@ def test_stage_on_triton_matches_numba_stage(dtype):
     parts = []
     for a0, a1 in zip(cuts[:-1], cuts[1:]):
         yb = tri(x[:, a0:a1])
-        assert isinstance(yb, torch.Tensor) and yb.dtype == torch.from_numpy(x[:0]).dtype
-        parts.append(yb.numpy())
+        assert isinstance(yb, torch.Tensor) and yb.dtype == dev(x[:0]).dtype
+        parts.append(host(yb))
     y = np.concatenate(parts, axis=-1)
     assert y.shape == y_ref.shape == (2, 4, T)
     for b in range(2):
         assert _rel(y[b], y_ref[b]) <= TOL[dtype], b
     for k, v in ref.state.items():
         assert isinstance(tri.state[k], torch.Tensor)
-        assert _rel(tri.state[k].numpy(), v) <= TOL[dtype], k
+        assert _rel(host(tri.state[k]), v) <= TOL[dtype], k
 
 
 VARIANTS = {
@@ -186,12 +188,12 @@ def test_triton_path_is_partition_invariant(dtype):
     y1, s1 = _run(co, x, [0, T], True)
     y3, s3 = _run(co, x, _cuts(T, 3, np.random.default_rng(8)), True)
     assert not np.any(np.isnan(y1)) and np.abs(y1[2]).max() > 0
-    assert torch.equal(torch.from_numpy(y1), torch.from_numpy(y3))
+    assert torch.equal(dev(y1), dev(y3))
     for k in s1:
-        assert torch.equal(torch.from_numpy(s1[k]), torch.from_numpy(s3[k])), k
+        assert torch.equal(dev(s1[k]), dev(s3[k])), k
     # streams are independent lanes: the loud stream alone gives the same bits
     y_one, _ = _run(co, x[2:], [0, T], True)
-    assert torch.equal(torch.from_numpy(y_one[0]), torch.from_numpy(y1[2]))
+    assert torch.equal(dev(y_one[0]), dev(y1[2]))
 
 
 def test_kernel_compiles_for_gpu_with_numbas_fmas(tmp_path):

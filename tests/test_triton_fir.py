@@ -18,6 +18,8 @@ from rtamt.ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleE
 from rtamt.ear.fir import fir_tm as fir_numba  # noqa: E402
 from rtamt.ear.fir_triton import fir_tm as fir_triton  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 FS = 48000
 
@@ -48,11 +50,11 @@ def _run_numba(h, hist, x, cuts):
 
 def _run_triton(h, hist, x, cuts, in_place=False):
     """Triton kernel block by block on CPU tensors; ``in_place``: y is x."""
-    ht = torch.from_numpy(h)
-    st = torch.from_numpy(hist.copy())
-    y = torch.empty(x.shape, dtype=ht.dtype)
+    ht = dev(h)
+    st = dev(hist.copy())
+    y = torch.empty(x.shape, dtype=ht.dtype, device=DEVICE)
     for a0, a1 in zip(cuts[:-1], cuts[1:]):
-        xb = torch.from_numpy(np.ascontiguousarray(x[:, a0:a1]))
+        xb = dev(np.ascontiguousarray(x[:, a0:a1]))
         yb = xb if in_place else torch.empty_like(xb)
         fir_triton(ht, st, xb, yb)
         y[:, a0:a1] = yb
@@ -61,7 +63,7 @@ def _run_triton(h, hist, x, cuts, in_place=False):
 
 def _rel(got, ref):
     ref = np.asarray(ref, np.float64)
-    return float(np.abs(got.numpy().astype(np.float64) - ref).max() / np.abs(ref).max())
+    return float(np.abs(host(got).astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -75,10 +77,10 @@ def test_matches_numba_random_taps(dtype, N):
     cuts = _cuts(T, 3, np.random.default_rng(N + 1))
     y_ref, s_ref = _run_numba(h, hist, x, cuts)
     y, s = _run_triton(h, hist, x, cuts)
-    assert y.dtype == s.dtype == torch.from_numpy(x[:0]).dtype
+    assert y.dtype == s.dtype == dev(x[:0]).dtype
     assert _rel(y, y_ref) <= TOL[dtype]
     if N > 1:
-        assert np.array_equal(s.numpy(), s_ref)  # the history is a copy of samples
+        assert np.array_equal(host(s), s_ref)  # the history is a copy of samples
     # streams and channels differ, so a lane mix-up would show
     assert not np.allclose(y_ref[0], y_ref[1]) and not np.allclose(y_ref[..., 0], y_ref[..., 1])
 
@@ -101,7 +103,7 @@ def test_matches_numba_with_the_osses2021_ear_filters(dtype):
         y_ref, s_ref = _run_numba(h, hist, x, cuts)
         y, s = _run_triton(h, hist, x, cuts)
         assert _rel(y, y_ref) <= TOL[dtype]
-        assert np.array_equal(s.numpy(), s_ref)
+        assert np.array_equal(host(s), s_ref)
         x = y_ref
 
 
@@ -141,18 +143,18 @@ def test_osses2021_triton_equals_numba_per_stage(dtype):
     signal fed in 3 random blocks equals the numba model's (one call) within tolerance."""
     x = _signal(96, 1, dtype)
     ref = rtamt.Osses2021(FS, **SMALL).process_all(x)
-    m = rtamt.Osses2021(FS, **SMALL, backend="triton", device="cpu")
+    m = rtamt.Osses2021(FS, **SMALL, backend="triton", device=DEVICE)
     assert m.backend == "triton" and all(s.backend == "triton" for s in m.stages)
     outs = {k: [] for k in ref}
     for idx in _parts(x.size, 2):
         for k, v in m.process_all(x[idx]).items():
-            assert isinstance(v, torch.Tensor) and v.device.type == "cpu"
-            outs[k].append(v.numpy())
+            assert isinstance(v, torch.Tensor) and v.device.type == DEVICE
+            outs[k].append(host(v))
     assert ref["gammatone"].shape[0] == 3
     for k, v in ref.items():
         got = np.concatenate(outs[k], axis=-1)
         assert got.shape == v.shape and got.dtype == v.dtype, k
-        err = _rel(torch.from_numpy(got), v)
+        err = _rel(dev(got), v)
         assert err <= TOL[dtype], (k, err)
     assert np.abs(ref["middleear"]).max() > 0
 
@@ -165,12 +167,12 @@ def test_ear_filter_stage_switches_backend_mid_stream():
     ref = HeadphoneFilter(HeadphoneParams(fs=FS))(x)
     st = HeadphoneFilter(HeadphoneParams(fs=FS))
     a = st(x[:, :30])
-    st.to("cpu", backend="triton")
+    st.to(DEVICE, backend="triton")
     assert isinstance(st.state["hist"], torch.Tensor)
     b = st(x[:, 30:])
     assert isinstance(b, torch.Tensor)
-    got = np.concatenate([a, b.numpy()], axis=-1)
-    assert _rel(torch.from_numpy(got), ref) <= 1e-12
+    got = np.concatenate([a, host(b)], axis=-1)
+    assert _rel(dev(got), ref) <= 1e-12
 
 
 def test_kernel_compiles_for_gpu_with_only_fused_multiply_adds(tmp_path):

@@ -28,6 +28,8 @@ from rtamt.filterbank import gammatone  # noqa: E402
 from rtamt.ihc import envelope  # noqa: E402
 from rtamt.modulation import modfb  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 FS = 48000.0
 B = 3
 T = 150
@@ -37,7 +39,7 @@ TOL = {np.float64: 1e-12, np.float32: 1e-5}
 
 
 def _rel(got, ref):
-    got = got.numpy() if isinstance(got, torch.Tensor) else got
+    got = host(got) if isinstance(got, torch.Tensor) else got
     scale = float(np.max(np.abs(ref)))
     assert scale > 0, "reference is all zero: the comparison would be vacuous"
     return float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)))) / scale
@@ -60,16 +62,16 @@ def _run(kernel, x, state, cuts, call, y0, **kw):
         xb = np.ascontiguousarray(x[:, a:b])
         yb = np.ascontiguousarray(y0[:, a:b])
         if torch_path:
-            xb, yb = torch.from_numpy(xb), torch.from_numpy(yb)
+            xb, yb = dev(xb), dev(yb)
         call(kernel, state, xb, yb, **kw)
-        outs.append(yb.numpy() if torch_path else yb)
+        outs.append(host(yb) if torch_path else yb)
     return np.concatenate(outs, axis=1)
 
 
 def _states(arrays: dict):
     """The same initial states as numpy arrays (numba) and torch tensors (Triton)."""
     return ({k: v.copy() for k, v in arrays.items()},
-            {k: torch.from_numpy(v.copy()) for k, v in arrays.items()})
+            {k: dev(v.copy()) for k, v in arrays.items()})
 
 
 def _compare(call, x, st0, y0, rng, dtype, **kw):
@@ -86,7 +88,7 @@ def _compare(call, x, st0, y0, rng, dtype, **kw):
     assert err_s <= TOL[dtype], (err_s, cuts)
     _, s1 = _states(st0)
     y1 = _run(KT, x, s1, [0, T], call, y0, **kw)
-    assert torch.equal(torch.from_numpy(y1), torch.from_numpy(yt)), cuts
+    assert torch.equal(dev(y1), dev(yt)), cuts
     for k in s1:
         assert torch.equal(s1[k], st[k]), (k, cuts)
     return (err_y, err_s), (yn, yt, sn, st)
@@ -96,7 +98,7 @@ def _compare(call, x, st0, y0, rng, dtype, **kw):
 
 
 def _gt_call(K, st, x, y, lanes):
-    lanes = torch.from_numpy(lanes) if K is KT else lanes
+    lanes = dev(lanes) if K is KT else lanes
     K.gammatone4(lanes, st["sr"], st["si"], x, y)
 
 
@@ -127,7 +129,7 @@ SOS = _sos_cases()
 
 
 def _sos_call(K, st, x, y, sos, rectify, yoff):
-    sos = torch.from_numpy(sos) if K is KT else sos
+    sos = dev(sos) if K is KT else sos
     K.sos_shared(sos, rectify, st["zi"], x, y, yoff)
 
 
@@ -148,12 +150,12 @@ def test_sos_shared(case, rectify, dtype):
     _compare(_sos_call, x, st0, y0, rng, dtype, sos=sos, rectify=rectify, yoff=C)
     # first-order sections: the Triton kernel leaves the second memory as it was
     _, st = _states(st0)
-    _sos_call(KT, st, torch.from_numpy(x), torch.from_numpy(y0.copy()), sos, rectify, C)
+    _sos_call(KT, st, dev(x), dev(y0.copy()), sos, rectify, C)
     first = (sos[:, 2] == 0) & (sos[:, 5] == 0)
-    assert torch.equal(st["zi"][:, first, 1], torch.from_numpy(st0["zi"][:, first, 1]))
+    assert torch.equal(st["zi"][:, first, 1], dev(st0["zi"][:, first, 1]))
     if not first.all():
         assert not torch.equal(st["zi"][:, ~first, 1],
-                               torch.from_numpy(st0["zi"][:, ~first, 1]))
+                               dev(st0["zi"][:, ~first, 1]))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -167,15 +169,15 @@ def test_sos_shared_in_place_and_no_sections(dtype):
     zn = np.zeros((B, 2, 2, C), dtype)
     yn = np.empty_like(x)
     KN.sos_shared(sos, True, zn, x, yn, 0)
-    xt = torch.from_numpy(x.copy())
-    zt = torch.zeros((B, 2, 2, C), dtype=xt.dtype)
-    KT.sos_shared(torch.from_numpy(sos), True, zt, xt, xt, 0)
+    xt = dev(x.copy())
+    zt = torch.zeros((B, 2, 2, C), dtype=xt.dtype, device=DEVICE)
+    KT.sos_shared(dev(sos), True, zt, xt, xt, 0)
     assert _rel(xt, yn) <= TOL[dtype]
     assert _rel(zt, zn) <= TOL[dtype]
     y = torch.empty_like(xt)
-    z0 = torch.zeros((B, 0, 2, C), dtype=xt.dtype)
-    KT.sos_shared(torch.zeros((0, 6), dtype=torch.float64), True, z0, torch.from_numpy(x), y, 0)
-    assert torch.equal(y, torch.from_numpy(np.maximum(x, 0)))
+    z0 = torch.zeros((B, 0, 2, C), dtype=xt.dtype, device=DEVICE)
+    KT.sos_shared(torch.zeros((0, 6), dtype=torch.float64, device=DEVICE), True, z0, dev(x), y, 0)
+    assert torch.equal(y, dev(np.maximum(x, 0)))
 
 
 # --- modulation filterbank ------------------------------------------------------------
@@ -189,9 +191,9 @@ def _mfb(preset, filter_type):
 
 def _efilt_call(K, st, x, y, co, coef, channel):
     if K is KT:
-        KT.modfb_efilt(torch.from_numpy(co.lp_sos), st["lp"], torch.from_numpy(co.bp_runs),
-                       co.bp_nreal, torch.from_numpy(coef), st["bp"], x, y,
-                       channel=None if channel is None else torch.from_numpy(channel))
+        KT.modfb_efilt(dev(co.lp_sos), st["lp"], dev(co.bp_runs),
+                       co.bp_nreal, dev(coef), st["bp"], x, y,
+                       channel=None if channel is None else dev(channel))
     else:
         KN.modfb_efilt(co.lp_sos, st["lp"], co.bp_runs, co.bp_nreal, coef, st["bp"], x, y)
 
@@ -217,13 +219,13 @@ def test_modfb_efilt(preset, with_channel, dtype):
     # the band-pass bank is built without FMA contraction on both sides and spells out the
     # same fused multiply-adds and a correctly rounded square root: bit-identical
     assert np.array_equal(yt[..., C:], yn[..., C:])
-    assert np.array_equal(st["bp"].numpy(), sn["bp"])
+    assert np.array_equal(host(st["bp"]), sn["bp"])
 
 
 def _cbq_call(K, st, x, y, co):
     args = (co.bp_channel, co.bp_nreal, co.bp_b, co.bp_a, co.bp_scale)
     if K is KT:
-        args = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args)
+        args = tuple(dev(a) if isinstance(a, np.ndarray) else a for a in args)
     K.cplx_biquad_bank(*args, st["bp"], x, y, co.fc.size)
 
 

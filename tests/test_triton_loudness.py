@@ -34,6 +34,8 @@ from rtamt.loudness import excitation, spectrum, tvl  # noqa: E402
 from rtamt.loudness import kernels as KN  # noqa: E402
 from rtamt.loudness import kernels_triton as KT  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 TOL64 = 1e-12
 
 # (module, name) of every kernel call site that is recorded
@@ -96,11 +98,11 @@ def calls():
 
 
 def _t(a):
-    return torch.from_numpy(np.ascontiguousarray(a).copy()) if isinstance(a, np.ndarray) else a
+    return dev(np.ascontiguousarray(a).copy()) if isinstance(a, np.ndarray) else a
 
 
 def _rel(got, ref):
-    got = got.numpy() if isinstance(got, torch.Tensor) else got
+    got = host(got) if isinstance(got, torch.Tensor) else got
     scale = float(np.max(np.abs(ref)))
     assert scale > 0, "reference is all zero: the comparison would be vacuous"
     return float(np.max(np.abs(got - ref))) / scale
@@ -146,7 +148,7 @@ def test_lower_skirt(calls):
         args = (P[:4], lvl[:4], c_slope, a, b, i0, seg, cnt, E[:4])   # the interpreter is slow
         an, at = _both("lower_skirt", args)
         assert np.all(an[-1] - E[:4] >= 0) and np.any(an[-1] > E[:4]), tag
-        assert np.array_equal(at[-1].numpy(), an[-1]), (tag, _rel(at[-1], an[-1]))
+        assert np.array_equal(host(at[-1]), an[-1]), (tag, _rel(at[-1], an[-1]))
 
 
 @triton.jit
@@ -174,11 +176,12 @@ def test_skirt_math_helpers():
     x[:128] = np.ldexp(1.0, np.arange(-64, 64)) * (1 + 1e-16 * rng.standard_normal(128))
     y, z = np.empty(n, np.float32), np.empty(n)
     _helpers_numba(t, x, y, z)
-    yt, zt = torch.empty(n, dtype=torch.float32), torch.empty(n, dtype=torch.float64)
-    _helpers_kernel[(n // 256,)](torch.from_numpy(t), torch.from_numpy(x), yt, zt, n,
+    yt = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    zt = torch.empty(n, dtype=torch.float64, device=DEVICE)
+    _helpers_kernel[(n // 256,)](dev(t), dev(x), yt, zt, n,
                                  BLOCK=256, enable_fp_fusion=False)
-    assert np.array_equal(yt.numpy(), y)
-    assert np.array_equal(zt.numpy(), z)
+    assert np.array_equal(host(yt), y)
+    assert np.array_equal(host(zt), z)
 
 
 @pytest.mark.parametrize("tag", ["stereo", "g2002"])
@@ -194,7 +197,7 @@ def test_specific_loudness(calls, tag):
     E[1] = np.geomspace(1e9, 1e12, E.shape[1])
     an, at = _both("specific_loudness", (E,) + args[1:7] + (np.empty_like(E),))
     _check_written(an, at, [7], TOL64)
-    assert np.all(at[7].numpy()[0, ::3] == 0.0)
+    assert np.all(host(at[7])[0, ::3] == 0.0)
 
 
 # --- AGC integrators ------------------------------------------------------------------
@@ -208,7 +211,8 @@ def _agc_partition(name, x, y, aa, ar, axis, ref_out, ref_y, rng):
     yt = _t(y)
     parts = []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        o = torch.empty((hi - lo,) + tuple(ref_out.shape[1:]), dtype=torch.float64)
+        o = torch.empty((hi - lo,) + tuple(ref_out.shape[1:]), dtype=torch.float64,
+                        device=DEVICE)
         getattr(KT, name)(_t(np.take(x, np.arange(lo, hi), axis=axis)), yt, aa, ar, o)
         parts.append(o)
     assert torch.equal(torch.cat(parts), ref_out), cuts
@@ -354,8 +358,8 @@ def test_rowwise_matmul(calls):
         ref = KN.matmul_rows(A, B, rng)
         got = KT.matmul_rows(_t(A), _t(B), _t(rng))
         assert _rel(got, ref) <= TOL64
-        one = KT.rowwise_matmul(_t(A[:1]), _t(B), _t(rng), torch.empty((1, B.shape[1]),
-                                                                       dtype=torch.float64))
+        out1 = torch.empty((1, B.shape[1]), dtype=torch.float64, device=DEVICE)
+        one = KT.rowwise_matmul(_t(A[:1]), _t(B), _t(rng), out1)
         assert torch.equal(one[0], got[0])
     # rng computed by the wrapper, non-contiguous A
     A, B, rng = recorded[-1]
@@ -368,12 +372,12 @@ def test_band_ranges(calls):
     """The band of every recorded coefficient matrix, and a matrix with an all-zero row,
     interior zeros and a single nonzero: equal to numba's."""
     for _, B, rng in calls[("stereo", "matmul_rows")]:
-        assert np.array_equal(KT.band_ranges(_t(B)).numpy(), rng)
+        assert np.array_equal(host(KT.band_ranges(_t(B))), rng)
     M = np.zeros((70, 9))
     M[1, 3] = 1.0
     M[2, [0, 4, 8]] = -2.0
     M[3:, 2:5] = 0.5
-    got = KT.band_ranges(torch.from_numpy(M)).numpy()
+    got = host(KT.band_ranges(dev(M)))
     ref = KN.band_ranges(M)
     assert np.array_equal(got, ref)
     assert got[0].tolist() == [9, 9] and got[2].tolist() == [0, 9]

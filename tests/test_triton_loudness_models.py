@@ -20,6 +20,8 @@ import numpy as np  # noqa: E402
 import rtamt  # noqa: E402
 from rtamt.engine import backend as B  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 FS = 32000
 TOL = 1e-12
 
@@ -33,7 +35,7 @@ def _rel(a, b) -> float:
 
 
 def _np(v):
-    return v.detach().cpu().numpy() if B.is_tensor(v) else np.asarray(v)
+    return host(v) if B.is_tensor(v) else np.asarray(v)
 
 
 def _signal(shape, seed):
@@ -69,7 +71,7 @@ def test_matches_numba_and_partition_exact(case):
     ref = make()
     ref.load_state_dict(sd)
     want = ref(x)
-    tri = make(backend="triton", device="cpu")
+    tri = make(backend="triton", device=DEVICE)
     assert (tri.backend, str(tri.device)) == ("triton", "cpu")
     tri.load_state_dict(sd)
     one = tri(x)
@@ -78,7 +80,7 @@ def test_matches_numba_and_partition_exact(case):
         assert B.is_tensor(one[k]) and one[k].dtype == torch.float64, k
         assert _rel(v, _np(one[k])) <= TOL, (k, _rel(v, _np(one[k])))
     # any partition gives the same bits on the Triton path
-    tri2 = make(backend="triton", device="cpu")
+    tri2 = make(backend="triton", device=DEVICE)
     tri2.load_state_dict(sd)
     cuts = _cuts(x.shape[-1], np.random.default_rng(7))
     parts = [tri2(b) for b in np.split(x, cuts, axis=-1)]
@@ -101,12 +103,12 @@ def test_full_triton_path_float32_input():
     ref = make()
     ref.load_state_dict(sd)
     want = ref(x)
-    tri = make(backend="triton", device="cpu")
+    tri = make(backend="triton", device=DEVICE)
     tri.load_state_dict(sd)
-    got = tri(torch.from_numpy(x))
+    got = tri(dev(x))
     for k, v in want.items():
         g = got[k]
-        assert B.is_tensor(g) and g.device.type == "cpu", k
+        assert B.is_tensor(g) and g.device.type == DEVICE, k
         assert g.dtype == (torch.float64 if k == "frame_time" else torch.float32), k
         assert _rel(np.asarray(v, np.float64), _np(g).astype(np.float64)) <= 1e-6, k
     assert np.array_equal(_np(got["frame_time"]), want["frame_time"])
@@ -121,7 +123,7 @@ def test_snapshot_triton_to_numba_and_to():
     ref = make()
     ref.load_state_dict(sd)
     w1, w2 = ref(a), ref(b)
-    tri = make(backend="triton", device="cpu")
+    tri = make(backend="triton", device=DEVICE)
     tri.load_state_dict(sd)
     tri(a)
     back = make()
@@ -135,7 +137,7 @@ def test_snapshot_triton_to_numba_and_to():
     m = make()
     m.load_state_dict(sd)
     o1 = m(a)
-    assert m.to("cpu", backend="triton") is m and m.backend == "triton"
+    assert m.to(DEVICE, backend="triton") is m and m.backend == "triton"
     assert all(B.is_tensor(v) for k, v in m.state.items() if k != "n")
     assert type(m.state["n"]) is np.ndarray
     o2 = m(b)
@@ -153,7 +155,7 @@ def test_identity_and_errors():
     is refused before anything changes; the numba path never imports the Triton kernels
     anew (its outputs stay numpy)."""
     g = rtamt.Glasberg2002(FS)
-    gt = rtamt.Glasberg2002(FS, backend="triton", device="cpu")
+    gt = rtamt.Glasberg2002(FS, backend="triton", device=DEVICE)
     assert g.design_identity() == gt.design_identity()
     with pytest.raises(B.RtamtBackendError):
         g.to(backend="cuda-ish")

@@ -13,6 +13,8 @@ torch = pytest.importorskip("torch")
 import rtamt  # noqa: E402
 from rtamt.engine import backend as B  # noqa: E402
 
+from _triton import DEVICE, host  # noqa: E402
+
 FS = 48000
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 # a small Dau1997 (5 channels) keeps the interpreter fast; the kernels are the full ones
@@ -32,7 +34,7 @@ def _rel(a, b):
 
 
 def _np(t):
-    return t.detach().cpu().numpy()
+    return host(t)
 
 
 def _parts(n, seed):
@@ -46,12 +48,12 @@ def _equals_numba_per_stage(cls, fs, kw, x, seed) -> dict:
     carried), against the numba model on the whole of ``x``: every stage's output within
     :data:`TOL`, as CPU tensors of the same shape and dtype.  Returns the numba outputs."""
     ref = cls(fs, **kw).process_all(x)
-    m = cls(fs, **kw, backend="triton", device="cpu")
+    m = cls(fs, **kw, backend="triton", device=DEVICE)
     assert m.backend == "triton" and all(s.backend == "triton" for s in m.stages)
     outs = {k: [] for k in ref}
     for idx in _parts(x.size, seed):
         for k, v in m.process_all(x[idx]).items():
-            assert isinstance(v, torch.Tensor) and v.device.type == "cpu"
+            assert isinstance(v, torch.Tensor) and v.device.type == DEVICE
             outs[k].append(_np(v))
     for k, v in ref.items():
         got = np.concatenate(outs[k], axis=-1)
@@ -71,15 +73,15 @@ def test_triton_path_is_exact_under_any_partition_and_batch():
     """Triton path vs itself: one call == random partition == block size 1 prefix, and a
     stream batched with another gives the same bits as alone."""
     x = _signal(96, 3, np.float64)
-    one = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")(x))
-    m = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    one = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)(x))
+    m = rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)
     parts = [_np(m(x[i])) for i in _parts(x.size, 4)]
     assert np.array_equal(np.concatenate(parts, axis=-1), one)
-    m1 = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    m1 = rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)
     head = np.concatenate([_np(m1(x[i:i + 1])) for i in range(8)], axis=-1)
     assert np.array_equal(head, one[..., :8])
     other = _signal(96, 9, np.float64)
-    mb = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    mb = rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)
     both = _np(mb(np.stack([other, x])))
     assert np.array_equal(both[1], one)
 
@@ -91,7 +93,7 @@ def test_snapshot_crosses_between_cpu_and_triton():
     ref = rtamt.Dau1997(FS, **SMALL)(x)
     cpu = rtamt.Dau1997(FS, **SMALL)
     a = cpu(x[:50])
-    tri = rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")
+    tri = rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)
     tri.load_state_dict(cpu.state_dict())
     b = _np(tri(x[50:100]))
     back = rtamt.Dau1997(FS, **SMALL)
@@ -105,7 +107,7 @@ def test_snapshot_crosses_between_cpu_and_triton():
     # switching a running model's backend keeps its stream going too
     m = rtamt.Dau1997(FS, **SMALL)
     p = m(x[:70])
-    m.to("cpu", backend="triton")
+    m.to(DEVICE, backend="triton")
     q = _np(m(x[70:]))
     m.to(backend="numba")
     assert m.backend == "numba" and isinstance(m.stages[0].state["sr"], np.ndarray)
@@ -148,7 +150,7 @@ def test_stage_without_a_triton_kernel_is_refused_and_nothing_changes():
     m(x)
     sd = m.state_dict()
     with pytest.raises(B.RtamtBackendError, match=r"no Triton kernel yet.*nokernel"):
-        m.to("cpu", backend="triton")
+        m.to(DEVICE, backend="triton")
     assert m.backend == "numba" and all(s.backend == "numba" for s in m.stages)
     y = m(x)
     ref = chain()
@@ -235,7 +237,7 @@ def test_scheduler_on_the_triton_backend_is_exact_per_stream(name):
         return sub
     kw = dict(model_kwargs=mkw, measure=False, admission="best-effort", budget_ms=60000.0,
               sample_dtype="float64", policy="drop-newest", history=0)
-    s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None)
+    s = Scheduler(threads=2, backend="triton", device=DEVICE, realtime=None)
     try:
         hs = {i: s.open(name, fs, 32, **kw) for i in range(3)}
         for i, h in hs.items():
@@ -264,7 +266,7 @@ def test_scheduler_on_the_triton_backend_is_exact_per_stream(name):
     for i in range(4):
         assert got[i], i
         y = np.concatenate(got[i], axis=-1)
-        ref = _np(ALL[name](fs, **mkw, backend="triton", device="cpu")(sigs[i][:pos[i]]))
+        ref = _np(ALL[name](fs, **mkw, backend="triton", device=DEVICE)(sigs[i][:pos[i]]))
         assert np.array_equal(y, ref[..., :y.shape[-1]]), i
         assert y.shape[-1] >= ref.shape[-1] - ref.shape[-1] * 32 // max(pos[i], 1) - 32
     assert max(batches) > 1
@@ -326,7 +328,7 @@ def test_scheduler_moves_a_live_group_between_backends_exactly():
     for i, x in enumerate(sigs):
         m = rtamt.Dau1997(FS, **SMALL)
         ref = [m(x[:2 * B_])]
-        m.to("cpu", backend="triton")
+        m.to(DEVICE, backend="triton")
         ref.append(_np(m(x[2 * B_:4 * B_])))
         m.to(backend="numba")
         ref.append(m(x[4 * B_:]))
@@ -351,7 +353,7 @@ def test_scheduler_runs_glasberg2002_on_the_triton_backend_exactly():
         return sub
     kw = dict(measure=False, admission="best-effort", budget_ms=60000.0,
               sample_dtype="float64", policy="drop-newest", history=0)
-    s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None)
+    s = Scheduler(threads=2, backend="triton", device=DEVICE, realtime=None)
     try:
         hs = [s.open("glasberg2002", fs, 128, **kw) for _ in range(3)]
         for i, h in enumerate(hs):
@@ -366,7 +368,7 @@ def test_scheduler_runs_glasberg2002_on_the_triton_backend_exactly():
         s.close("discard", timeout=120)
     assert max(batches) > 1
     for i, x in enumerate(sigs):
-        ref = rtamt.Glasberg2002(fs, backend="triton", device="cpu")(x)
+        ref = rtamt.Glasberg2002(fs, backend="triton", device=DEVICE)(x)
         for key in ("stl", "ltl", "specific_loudness"):
             g = np.concatenate([d[key] for d in got[i]], axis=-1)
             assert np.array_equal(g, _np(ref[key])), (i, key)
@@ -394,7 +396,7 @@ def test_scheduler_runs_moore2016_on_the_triton_backend_exactly(mode):
         return sub
     kw = dict(channels=ch, measure=False, admission="best-effort", budget_ms=60000.0,
               sample_dtype="float64", policy="drop-newest", history=0)
-    s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None)
+    s = Scheduler(threads=2, backend="triton", device=DEVICE, realtime=None)
 
     def push(h, x, a, b):
         assert h.push(np.ascontiguousarray(x[..., a:b].T), wait=True, timeout=300)
@@ -426,7 +428,7 @@ def test_scheduler_runs_moore2016_on_the_triton_backend_exactly(mode):
         assert set(seen) == {1}
     for i, x in enumerate(sigs):
         length = 2 * blk if i in (0, 3) else n
-        ref = rtamt.Moore2016(fs, backend="triton", device="cpu")(x[..., :length])
+        ref = rtamt.Moore2016(fs, backend="triton", device=DEVICE)(x[..., :length])
         for key in ("stl", "ltl", "stl_left", "ltl_right", "specific_loudness",
                     "excitation", "frame_time"):
             g = np.concatenate([d[key] for d in got[i]], axis=-1)
@@ -448,7 +450,7 @@ def test_scheduler_issue_bit_identity_on_the_triton_backend():
     for n in (1, 3, 17):
         # queued before the workers start, so that calls take full batches (each call is an
         # interpreted launch per stage)
-        s = Scheduler(threads=2, backend="triton", device="cpu", realtime=None, start=False)
+        s = Scheduler(threads=2, backend="triton", device=DEVICE, realtime=None, start=False)
         try:
             sigs = [_signal(160 + int(rng.integers(0, 64)), 300 + 17 * n + i, np.float64)
                     for i in range(n)]
@@ -464,7 +466,7 @@ def test_scheduler_issue_bit_identity_on_the_triton_backend():
         # the references in one offline call: a batch of the signals zero-padded to one
         # length (causal: each row's first len(x) samples are that stream's run alone)
         m = max(len(x) for x in sigs)
-        ref = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device="cpu")(
+        ref = _np(rtamt.Dau1997(FS, **SMALL, backend="triton", device=DEVICE)(
             np.stack([np.pad(x, (0, m - len(x))) for x in sigs])))
         for i, (rec, x) in enumerate(zip(recs, sigs)):
             assert np.array_equal(np.concatenate(rec.outs, axis=-1), ref[i, ..., :len(x)]), \

@@ -30,6 +30,8 @@ import numpy as np  # noqa: E402
 from rtamt.ihc.paulick2024 import IHCPaulick2024  # noqa: E402
 from rtamt.resample import Resampler, polyphase  # noqa: E402
 
+from _triton import DEVICE, dev, host  # noqa: E402
+
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 """Max |triton - numba| / max |numba| per output and state array."""
 IHC_F32_TOL = 2.0 ** -23
@@ -39,7 +41,7 @@ in float32 would be off by ~1e-6 relative (V ~ -60 mV against outputs of a few m
 
 
 def _rel(got, ref):
-    got = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    got = host(got) if isinstance(got, torch.Tensor) else np.asarray(got)
     ref = np.asarray(ref)
     assert got.shape == ref.shape, (got.shape, ref.shape)
     scale = float(np.max(np.abs(ref.astype(np.float64))))
@@ -73,7 +75,7 @@ def _cat(outs):
 
 
 def _triton(stage):
-    return stage.to("cpu", backend="triton")
+    return stage.to(DEVICE, backend="triton")
 
 
 # --- IHC ------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ def test_ihc_stage_matches_numba(dtype, integrator):
     tri = _triton(IHCPaulick2024(fs=44100.0, integrator=integrator))
     with np.errstate(over="ignore"):               # the -3 m/s sample: exp -> inf
         y_ref, y = _cat(_stream(ref, x, sizes)), _cat(_stream(tri, x, sizes))
-    assert isinstance(y, torch.Tensor) and y.dtype == torch.from_numpy(x[:0]).dtype
+    assert isinstance(y, torch.Tensor) and y.dtype == dev(x[:0]).dtype
     assert tri.state["v"].dtype == torch.float64
     assert np.ptp(y_ref) > 5e-3                     # mV-size responses, saturation included
     assert not np.allclose(y_ref[0], y_ref[1])      # the streams differ: a lane mix-up shows
@@ -137,9 +139,9 @@ def test_ihc_kernel_in_place():
     c = st.coeffs
     args = (c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf, c.gks, c.eks, c.k,
             c.method, c.offset)
-    x = torch.from_numpy(np.ascontiguousarray(
+    x = dev(np.ascontiguousarray(
         _velocity(2, 3, 40, seed=5, dtype=np.float64)[:, :, 1:].transpose(0, 2, 1)))
-    v1 = torch.full((2, 3), c.v_rest, dtype=torch.float64)
+    v1 = torch.full((2, 3), c.v_rest, dtype=torch.float64, device=DEVICE)
     v2 = v1.clone()
     y = torch.empty_like(x)
     with np.errstate(over="ignore"):
@@ -184,7 +186,7 @@ def test_resampler_stage_matches_numba(fs_in, fs_out, dtype):
     assert y.shape[-1] == polyphase.output_length(ref.coeffs, T)
     assert not np.allclose(y_ref[0], y_ref[1])
     assert _rel(y, y_ref) <= TOL[dtype]
-    assert torch.equal(tri.state["hist"], torch.from_numpy(ref.state["hist"]))
+    assert torch.equal(tri.state["hist"], dev(ref.state["hist"]))
     assert tri.state["offset"].dtype == torch.int64
 
 
@@ -221,21 +223,21 @@ def test_resample_kernel_from_a_phase_and_in_place(up, down, r0):
     y_ref = np.empty((B, n, C), np.float32)
     h_ref = hist.copy()
     polyphase.polyphase_resample(co.taps32, up, down, off, h_ref, x.copy(), y_ref)
-    taps = torch.from_numpy(co.taps32)
+    taps = dev(co.taps32)
     for alias in (False, True):
-        o = torch.tensor([r0], dtype=torch.int64)
-        h = torch.from_numpy(hist.copy())
+        o = torch.tensor([r0], dtype=torch.int64, device=DEVICE)
+        h = dev(hist.copy())
         if alias:       # x and y are views at the start of one storage
-            buf = torch.empty(B * max(T, n) * C, dtype=torch.float32)
+            buf = torch.empty(B * max(T, n) * C, dtype=torch.float32, device=DEVICE)
             xt = buf[:B * T * C].view(B, T, C)
-            xt.copy_(torch.from_numpy(x))
+            xt.copy_(dev(x))
             y = buf[:B * n * C].view(B, n, C)
         else:
-            xt = torch.from_numpy(x.copy())
-            y = torch.empty((B, n, C), dtype=torch.float32)
+            xt = dev(x.copy())
+            y = torch.empty((B, n, C), dtype=torch.float32, device=DEVICE)
         polyphase_resample(taps, up, down, o, h, xt, y)
         assert _rel(y, y_ref) <= TOL[np.float32]
-        assert torch.equal(h, torch.from_numpy(h_ref)) and int(o[0]) == int(off[0])
+        assert torch.equal(h, dev(h_ref)) and int(o[0]) == int(off[0])
 
 
 # --- the GPU compiler accepts the kernels -----------------------------------------------
