@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import copy
 import gc
+import logging
 import math
 import os
 import sys
@@ -59,8 +60,12 @@ from . import placement as _P
 from .stream import Stream
 
 _perf = time.perf_counter
+_log = logging.getLogger("rtamt.scheduler")
 
-__all__ = ["Scheduler", "RtamtCapacityError", "CostModel"]
+__all__ = ["Scheduler", "RtamtCapacityError", "RtamtClosedError", "CostModel"]
+
+#: distinct errors a scheduler lists in ``Scheduler.errors`` (later ones are counted only)
+MAX_ERRORS = 100
 
 #: candidate blocks of ``open(block=None)``, largest first
 BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16)
@@ -69,6 +74,11 @@ BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16)
 class RtamtCapacityError(RuntimeError):
     """A stream's budget cannot be met at the current load (the message gives the cost
     model, the predicted load and latency, and the budget)."""
+
+
+class RtamtClosedError(RuntimeError):
+    """The scheduler was closed (:meth:`Scheduler.close`): it opens no stream, takes no
+    push and does not start again."""
 
 
 @dataclass
@@ -422,7 +432,12 @@ class Scheduler:
 
     ``s = Scheduler(); h = s.open('dau1997', 48000, budget_ms=10)``; ``h.push(x)`` from an
     audio callback; ``h.latest()``; ``h.close()``; ``s.close()``.  A scheduler is also a
-    context manager (closing every stream on exit).
+    context manager (closing every stream on exit).  A closed scheduler refuses
+    ``open``, ``push`` and ``start`` (:class:`RtamtClosedError`).
+
+    ``errors``: the distinct errors seen (a processing call that failed, a subscriber
+    that raised; at most ``MAX_ERRORS``), each also logged once on the ``rtamt.scheduler``
+    logger; ``error_counts`` counts every occurrence per entry.
     """
 
     def __init__(self, threads: int | None = None, *, max_batch: int = 8,
@@ -473,7 +488,11 @@ class Scheduler:
         self._idle = 0
         self._t_watch = 0.0
         self._names = 0
+        self._closed = False
         self.errors: list[str] = []
+        self.error_counts: dict[str, int] = {}
+        self._error_keys: dict = {}
+        self._error_lock = threading.Lock()
         if start:
             self.start()
 
@@ -482,8 +501,37 @@ class Scheduler:
     def running(self) -> bool:
         return bool(self._threads) and not self._stopping
 
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called: no more ``open``, ``push`` or ``start``."""
+        return self._closed
+
+    def _refuse(self, what: str):
+        raise RtamtClosedError(f"{what}: this Scheduler was closed (Scheduler.close()); "
+                               "nothing was queued or opened; make a new Scheduler")
+
+    def _report(self, key, msg: str) -> None:
+        """Any thread: an error occurred (``key`` says which kind: the same key is one
+        error).  The first occurrence of a key is listed in :attr:`errors` and logged;
+        every one is counted in :attr:`error_counts`."""
+        with self._error_lock:
+            first = self._error_keys.get(key)
+            if first is None:
+                if len(self.errors) >= MAX_ERRORS:
+                    first = "(further distinct errors)"
+                    self.error_counts[first] = self.error_counts.get(first, 0) + 1
+                    return
+                first = self._error_keys[key] = msg
+                self.errors.append(msg)
+                self.error_counts[msg] = 0
+                _log.warning("rtamt scheduler: %s (logged once; stats() and "
+                             "Scheduler.error_counts count every occurrence)", msg)
+            self.error_counts[first] += 1
+
     def start(self) -> Scheduler:
         """Start the scheduler thread and the workers (idempotent)."""
+        if self._closed:
+            self._refuse("start")
         if self._threads:
             return self
         self._stopping = False
@@ -505,7 +553,9 @@ class Scheduler:
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
         """Close every stream (``policy`` as in :meth:`Stream.close`), then stop the threads.
-        Waits at most ``timeout`` seconds in all."""
+        Waits at most ``timeout`` seconds in all.  The scheduler stays closed: ``open``,
+        ``push`` and ``start`` raise :class:`RtamtClosedError` afterwards."""
+        self._closed = True
         end = _perf() + timeout
         for s in list(self._streams):
             s.close(policy, max(end - _perf(), 0.01))
@@ -646,6 +696,8 @@ class Scheduler:
         Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
         ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
         """
+        if self._closed:
+            self._refuse("open")
         if admission not in ("strict", "best-effort"):
             raise ValueError("admission must be 'strict' or 'best-effort'")
         fs = float(fs)
@@ -1014,11 +1066,15 @@ class Scheduler:
                 try:
                     s._publish(o if isinstance(s.proc, Parallel) else {key: o}, t0, t1,
                                (t1 - t0) / n, n)
-                except Exception as e:  # noqa: BLE001 - a subscriber failed
-                    s._last_error = f"subscriber failed: {e!r}"
+                except Exception as e:  # noqa: BLE001 - the worker and the others live
+                    s._last_error = f"{s.name}: publishing block {s._seq} failed: {e!r}"
+                    self._report((g.key, "publish", type(e)), s._last_error)
         else:
             msg = str(err) if isinstance(err, RtamtInputError) else repr(err)
-            self.errors.append(msg)
+            self._report((g.key, type(err)),
+                          f"{g.label}: a call of {len(job)} stream(s) ("
+                          f"{', '.join(s.name for s in job[:4])}{', ...' if n > 4 else ''}) "
+                          f"failed: {msg}")
             for s in job:
                 s._rejected += 1
                 s._last_error = msg

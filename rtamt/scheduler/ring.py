@@ -12,7 +12,10 @@ GIL the reads of the other side's counter are atomic.
 
 When the ring is full (consumer stalled), the incoming chunk is dropped whole
 and counted (``dropped_chunks`` / ``dropped_frames``); the ring never grows.
-The absolute stream position still advances, so results show the gap.
+The absolute stream position still advances, so results show the gap.  A producer that
+can wait checks :meth:`InputRing.room` first and pushes only when it is True (nothing is
+dropped); such chunks are marked ``keep`` and the consumer's drop-oldest policy never
+skips them.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ class InputRing:
     count, ring position, ``perf_counter()`` at push, input latency reported by the
     audio API (seconds from ADC capture of its first frame to the push) and the
     PortAudio status flags (``paInputUnderflow=1, paInputOverflow=2,
-    paOutputUnderflow=4, paOutputOverflow=8, paPrimingOutput=16``).
+    paOutputUnderflow=4, paOutputOverflow=8, paPrimingOutput=16``) and ``keep`` (pushed by
+    a producer that waited for room: the drop-oldest policy must not skip it).
     """
 
     def __init__(self, channels: int, capacity: int, max_chunks: int, dtype=np.float32):
@@ -50,6 +54,7 @@ class InputRing:
         self.m_start, self.m_frames, self.m_pos = list(z), list(z), list(z)
         self.m_tpush, self.m_inlat, self.m_status = [0.0] * self.max_chunks, \
             [0.0] * self.max_chunks, list(z)
+        self.m_keep = [False] * self.max_chunks
         # producer-owned counters
         self.w_chunk = 0
         self.w_frame = 0
@@ -64,22 +69,33 @@ class InputRing:
         self.r_frame = 0
 
     # ------------------------------------------------------------------ producer
+    def shaped(self, block):
+        """``block`` as ``(frames, channels)`` (a ``(frames,)`` block of a one-channel
+        ring as a view), or :class:`~rtamt.RtamtInputError` naming the expected shape."""
+        if block.ndim != 2 or block.shape[1] != self.channels:
+            if block.ndim == 1 and self.channels == 1:
+                return block.reshape(block.shape[0], 1)
+            raise RtamtInputError(
+                f"push: block {self.pushed_chunks + self.dropped_chunks}: expected shape "
+                f"(frames, {self.channels}), got {tuple(block.shape)}")
+        return block
+
+    def room(self, n: int) -> bool:
+        """Would a chunk of ``n`` frames be queued now (room for its frames and a record)?"""
+        return (n <= self.capacity and self.w_chunk - self.r_chunk < self.max_chunks
+                and self.w_frame + n - self.r_frame <= self.capacity)
+
     def push(self, block, status: int = 0, in_latency: float = 0.0,
-             t_push: float | None = None) -> bool:
+             t_push: float | None = None, keep: bool = False) -> bool:
         """Copy ``block`` (frames, channels) into the ring; never blocks.
 
         Returns True if queued, False if dropped (ring full).  The shape is checked
-        (cheap); values are checked by the processing thread.
+        (cheap); values are checked by the processing thread.  ``keep``: the chunk comes
+        from a producer that waited for room (the drop-oldest policy leaves it alone).
         """
         t = _perf() if t_push is None else t_push
+        block = self.shaped(block)
         n = block.shape[0]
-        if block.ndim != 2 or block.shape[1] != self.channels:
-            if block.ndim == 1 and self.channels == 1:
-                block = block.reshape(n, 1)
-            else:
-                raise RtamtInputError(
-                    f"push: block {self.pushed_chunks + self.dropped_chunks}: expected shape "
-                    f"(frames, {self.channels}), got {tuple(block.shape)}")
         wc = self.w_chunk
         wf = self.w_frame
         if n > self.capacity or wc - self.r_chunk >= self.max_chunks or \
@@ -102,6 +118,7 @@ class InputRing:
         self.m_tpush[i] = t
         self.m_inlat[i] = in_latency
         self.m_status[i] = status
+        self.m_keep[i] = keep
         self.stream_pos += n
         self.pushed_chunks += 1
         self.pushed_frames += n
@@ -123,6 +140,10 @@ class InputRing:
         i = (self.r_chunk + k) % self.max_chunks
         return (self.m_start[i], self.m_frames[i], self.m_pos[i],
                 self.m_tpush[i], self.m_inlat[i], self.m_status[i])
+
+    def kept(self, k: int = 0) -> bool:
+        """Was the k-th oldest queued chunk pushed by a waiting producer?"""
+        return self.m_keep[(self.r_chunk + k) % self.max_chunks]
 
     def copy_frames(self, ring_pos: int, offset: int, n: int, out: np.ndarray) -> None:
         """Copy ``n`` frames starting ``offset`` frames into the chunk at absolute ring

@@ -112,6 +112,7 @@ class StreamStats:
     status: dict = field(default_factory=dict)   # flag name -> number of chunks
     dropped_status: list = field(default_factory=list)  # flags seen on dropped chunks
     last_error: str | None = None
+    subscriber_errors: int = 0       # subscriber calls that raised (isolated, counted)
     source_error: str | None = None  # the input stopped delivering (None: healthy)
     source_stalls: int = 0           # input faults seen (stalls, stream errors)
     group: str = ""
@@ -131,7 +132,10 @@ class StreamStats:
                 f"{self.dropped_frames}  skipped {self.skipped_frames}  rejected "
                 f"{self.rejected_blocks}  cb p99 {self.callback_p99_us:.1f} us  status {st}"
                 + (f"  SOURCE ERROR: {self.source_error}" if self.source_error else
-                   f"  source stalls {self.source_stalls}" if self.source_stalls else ""))
+                   f"  source stalls {self.source_stalls}" if self.source_stalls else "")
+                + (f"  subscriber errors {self.subscriber_errors}" if self.subscriber_errors
+                   else "")
+                + (f"  last error: {self.last_error}" if self.last_error else ""))
 
 
 def callback_latency(time_info, frames: int, fs: float) -> float:
@@ -164,7 +168,7 @@ class Stream:
     """
 
     def __init__(self, sched, proc, name: str, fs: float, channels: int, block: int,
-                 budget_s: float, dtype, *, sample_dtype="float32", ring_seconds: float = 2.0,
+                 budget_s: float, dtype, *, sample_dtype=None, ring_seconds: float = 2.0,
                  max_chunks: int | None = None, policy: str = "drop-oldest",
                  max_backlog_s: float = 0.25, history: int = 16, on_error: str = "skip",
                  stats_window: int = 4096, source_timeout: float | None = 1.0,
@@ -191,7 +195,8 @@ class Stream:
         self.max_backlog = max(int(round(max_backlog_s * self.fs)), self.block)
         if policy == "drop-oldest" and self.max_backlog > cap:
             cap = 2 * self.max_backlog
-        self.ring = InputRing(self.channels, cap, max_chunks or max(64, cap // 16), sample_dtype)
+        self.ring = InputRing(self.channels, cap, max_chunks or max(64, cap // 16),
+                              self.dtype if sample_dtype is None else sample_dtype)
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
         self._acc = np.zeros((self.block, self.channels), self.dtype)
         self._fill = 0
@@ -236,6 +241,7 @@ class Stream:
         self._skipped_frames = 0
         self._discarded = 0
         self._rejected = 0
+        self._sub_errors = 0
         self._misses = 0
         self._frames_done = 0
         self._queue_max = 0
@@ -262,32 +268,77 @@ class Stream:
              timeout: float | None = None) -> bool:
         """Queue one input chunk ``(frames, channels)`` (or ``(frames,)`` for one channel).
 
-        For use inside an audio callback: never blocks (unless ``wait=True``, meant for
-        file/demo sources that want backpressure instead of drops), copies once into the
-        preallocated ring, returns False if the chunk was dropped (ring full, or the
-        stream is closed).  ``status`` is a PortAudio flag word or a
-        ``sounddevice.CallbackFlags``; ``in_latency`` the seconds between capture of the
-        chunk's first frame and now (default: the chunk's duration).  A chunk with another
-        channel count raises :class:`~rtamt.RtamtInputError` (nothing is queued).
+        ``wait=False`` (an audio callback): never blocks; copies once into the
+        preallocated ring; a chunk that does not fit (ring full) is dropped whole and
+        counted (``stats().dropped_frames``), and False returned.
+
+        ``wait=True`` (a file or any source that can wait): waits until the ring has room
+        and loses nothing: a chunk longer than the ring goes in piece by piece as the
+        ring drains, and the drop-oldest policy never skips what a waiting push queued.
+        Only ``timeout`` (seconds, default: none) ends the wait early: the rest of the
+        chunk is then dropped (counted) and False returned.  A waiting push on a
+        scheduler that is not running raises ``RuntimeError`` instead of waiting forever.
+
+        Returns False without queueing when the stream is closed or closing; raises
+        :class:`~rtamt.scheduler.RtamtClosedError` when its scheduler was closed.
+        ``status`` is a PortAudio flag word or a ``sounddevice.CallbackFlags``;
+        ``in_latency`` the seconds between capture of the chunk's first frame and now
+        (default: the chunk's duration).  A chunk with another channel count raises
+        :class:`~rtamt.RtamtInputError` (nothing is queued).
         """
         t0 = _perf()
+        if self._sched.closed:
+            self._sched._refuse(f"push: stream {self.name!r}")
         if self.closed or self.closing:
             return False
         if not isinstance(status, int):
             status = getattr(status, "_flags", 0) or 0
         n = block.shape[0]
+        lat = n / self.fs if in_latency is None else in_latency
         if wait:
-            ring = self.ring
-            deadline = None if timeout is None else t0 + timeout
-            while (ring.w_frame + n - ring.r_frame > ring.capacity
-                   or ring.w_chunk - ring.r_chunk >= ring.max_chunks) and n <= ring.capacity:
-                if not self._sched.running or self.closed:
-                    break
+            return self._push_waiting(self.ring.shaped(block), status, lat, t0, timeout)
+        ok = self.ring.push(block, status, lat, t0)
+        self._pushed(t0, n)
+        return ok
+
+    def _push_waiting(self, block, status: int, lat: float, t0: float,
+                      timeout: float | None) -> bool:
+        """``push(wait=True)``: queue ``block`` (frames, channels) in pieces of at most
+        half the ring, each as soon as there is room (see :meth:`push`)."""
+        ring = self.ring
+        n = block.shape[0]
+        piece = max(1, min(n, ring.capacity // 2))
+        deadline = None if timeout is None else t0 + timeout
+        off = 0
+        while off < n:
+            m = min(piece, n - off)
+            while not ring.room(m):
+                if self.closed or self.closing:
+                    return False
+                if self._sched.closed:
+                    self._sched._refuse(f"push: stream {self.name!r}")
+                if not self._sched.running:
+                    raise RuntimeError(
+                        f"push(wait=True): stream {self.name!r}: the ring is full "
+                        f"({ring.queued_frames()} of {ring.capacity} frames queued) and the "
+                        f"scheduler is not running (start() it); frames {off}..{n - 1} of "
+                        "this chunk not queued")
                 if deadline is not None and _perf() > deadline:
-                    break
+                    t = _perf()
+                    ok = ring.push(block[off:], status if off == 0 else 0,
+                                   lat - off / self.fs, t, True)
+                    self._pushed(t, n - off)
+                    return ok
                 time.sleep(0.0005)
-            t0 = _perf()        # the callback-duration statistic excludes the wait
-        ok = self.ring.push(block, status, n / self.fs if in_latency is None else in_latency, t0)
+            t = _perf()        # the callback-duration statistic excludes the wait
+            ring.push(block[off:off + m], status if off == 0 else 0, lat - off / self.fs, t,
+                      True)
+            self._pushed(t, m)
+            off += m
+        return True
+
+    def _pushed(self, t0: float, n: int) -> None:
+        """After a push: the watchdog's clock, the doorbell, the callback statistic."""
         self._t_push = t0
         self._push_n = n
         if not self._dirty:
@@ -296,7 +347,6 @@ class Stream:
         i = self._n_cb % self._cb.shape[0]
         self._cb[i] = _perf() - t0
         self._n_cb += 1
-        return ok
 
     def callback(self, indata, frames, time_info, status) -> None:
         """A ``sounddevice.InputStream`` callback: ``callback=stream.callback``.
@@ -373,6 +423,7 @@ class Stream:
         n = self._n_proc
         k = min(n, self._proc.shape[0])
         audio = float(self._audio[:k].sum()) if k else 0.0
+        queue = r.queued_frames() - self._coff + self._fill
         return StreamStats(
             name=self.name, running=self._sched.running and not self.closed, fs=self.fs,
             block=self.block, budget_us=1e6 * self.budget_s, blocks=self._seq,
@@ -382,8 +433,7 @@ class Stream:
             dropped_frames=r.dropped_frames, skipped_chunks=self._skipped_chunks,
             skipped_frames=self._skipped_frames, discarded_frames=self._discarded,
             rejected_blocks=self._rejected, queue_chunks=r.available(),
-            queue_frames=r.queued_frames() - self._coff + self._fill,
-            queue_max_frames=self._queue_max,
+            queue_frames=queue, queue_max_frames=max(self._queue_max, queue),
             proc_p50_us=1e6 * _pct(self._proc, n, 50), proc_p99_us=1e6 * _pct(self._proc, n, 99),
             proc_max_us=1e6 * (float(self._proc[:k].max()) if k else 0.0),
             rtf=float(self._proc[:k].sum()) / audio if audio > 0 else 0.0,
@@ -398,7 +448,7 @@ class Stream:
             batch_mean=self._batch_sum / n if n else 0.0,
             status=dict(self._status_counts),
             dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
-            last_error=self._last_error,
+            last_error=self._last_error, subscriber_errors=self._sub_errors,
             source_error=self._source_error, source_stalls=self._source_stalls,
             group=self.group.label if self.group is not None else "", state=self.state,
         )
@@ -512,7 +562,7 @@ class Stream:
             if q > self._queue_max:
                 self._queue_max = q
             if self.policy == "drop-oldest" and self.closing is None:
-                while (ring.available() > 1
+                while (ring.available() > 1 and not ring.kept()
                        and ring.queued_frames() - self._coff > self.max_backlog):
                     _, n, _, _, _, st = ring.chunk()
                     if self._coff == 0:
@@ -609,4 +659,18 @@ class Stream:
             self._latest = r
             self._hist.append(r)
         for fn in self._subs:
-            fn(r)
+            try:
+                fn(r)
+            except Exception as e:  # noqa: BLE001 - isolated: the other subscribers run
+                self._subscriber_failed(fn, e, r.seq)
+
+    def _subscriber_failed(self, fn, e: Exception, seq: int) -> None:
+        """Worker thread: subscriber ``fn`` raised ``e`` on the block just published:
+        counted and kept as the stream's last error; the scheduler logs it once per
+        (subscriber, exception type) and lists it in ``Scheduler.errors``."""
+        self._sub_errors += 1
+        who = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        msg = (f"{self.name}: subscriber {who} raised {e!r} at block {seq}; the "
+               "stream's other subscribers still run")
+        self._last_error = msg
+        self._sched._report((self, id(fn), type(e)), msg)
