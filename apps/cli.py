@@ -13,29 +13,54 @@ One error style for every command:
 * stdout closed by the reader (``rtamt meter ... | head -1``): the command ends quietly
   with exit status 141 (128 + SIGPIPE, what a shell reports for a program killed by
   SIGPIPE; ``set -o pipefail`` scripts see that the output was cut short);
+* a part of the installation a command needs is missing (``rtamt monitor`` without the
+  ``rtamt[monitor]`` extra, ``rtamt devices`` without the PortAudio library:
+  :class:`~rtamt_apps.optional.MissingComponent`): one line ``rtamt CMD: MESSAGE`` saying
+  what to install, exit status 1 (not a usage error);
+* a live input that stops delivering audio: exit status 3 (:mod:`rtamt_apps.inputs`);
 * Ctrl-C outside an app's own handling: exit status 130, no traceback.
+
+Only the module of the command given is imported (``rtamt --help`` and ``rtamt models``
+load no numba, scipy or torch).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from . import calibrate, devices, features, meter, models, monitor, process, stream
 from .args import UsageError
+from .optional import EXIT_MISSING, MissingComponent
 
+#: command -> (module of rtamt_apps, one-line help)
 COMMANDS = {
-    "process": (process, "stream a WAV file or the demo through a model, write .npz"),
-    "models": (models, "list models with their outputs and parameters"),
-    "stream": (stream, "run a model live (demo, WAV or input device) on the real-time runtime"),
-    "devices": (devices, "list audio input devices and host APIs"),
-    "meter": (meter, "live loudness meter: sone, phon, dB SPL, LUFS (demo, WAV or device)"),
-    "monitor": (monitor, "live pyqtgraph monitor: excitation, loudness, modulation "
-                "spectrum, health (demo, WAV or device)"),
-    "calibrate": (calibrate, "measure a calibrator tone and store spl_ref for the meter"),
-    "features": (features, "features of a corpus (WAV files, directories, lhotse manifests) "
-                 "as a lhotse CutSet, resumable, on N processes or a Dask cluster"),
+    "process": ("process", "stream a WAV file or the demo through a model, write .npz"),
+    "models": ("models", "list models with their outputs and parameters"),
+    "stream": ("stream", "run a model live (demo, WAV or input device) on the real-time "
+               "runtime"),
+    "devices": ("devices", "list audio input devices and host APIs"),
+    "meter": ("meter", "live loudness meter: sone, phon, dB SPL, LUFS (demo, WAV or device)"),
+    "monitor": ("monitor", "live pyqtgraph monitor: excitation, loudness, modulation "
+                "spectrum, health (demo, WAV or device; needs the rtamt[monitor] extra)"),
+    "calibrate": ("calibrate", "measure a calibrator tone and store spl_ref for the meter"),
+    "features": ("features", "features of a corpus (WAV files, directories, lhotse "
+                 "manifests) as a lhotse CutSet, resumable, on N processes or a Dask cluster"),
 }
+
+
+def command_module(name: str):
+    """The app module of command ``name`` (imported on first use)."""
+    return importlib.import_module(f"{__package__}.{COMMANDS[name][0]}")
+
+
+def _command_in(argv) -> str | None:
+    """The command named on the command line (the first word that is not an option), if
+    it is one; the top-level parser has no option taking a value."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
 
 #: exit status of a usage error / of a run cut short by a closed stdout / by Ctrl-C
 EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPT = 2, 141, 130
@@ -63,12 +88,13 @@ def _stdout_closed() -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = Parser(prog="rtamt", description="real-time streaming auditory models")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    parsers = {}
-    for name, (mod, help_) in COMMANDS.items():
-        parsers[name] = sub.add_parser(name, help=help_)
-        mod.add_arguments(parsers[name])
+    parsers = {name: sub.add_parser(name, help=help_) for name, (_, help_) in COMMANDS.items()}
+    cmd = _command_in(argv)
+    if cmd is not None:                # only that command's options (and imports)
+        command_module(cmd).add_arguments(parsers[cmd])
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:                      # reported by the command's parser: "rtamt CMD: ..."
@@ -77,7 +103,7 @@ def main(argv=None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else 0
     prog = f"rtamt {args.cmd}"
     try:
-        rc = COMMANDS[args.cmd][0].run(args)
+        rc = command_module(args.cmd).run(args)
         sys.stdout.flush()
         return rc
     except BrokenPipeError:
@@ -87,6 +113,9 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
+    except MissingComponent as e:
+        print(f"{prog}: {_one_line(e)}", file=sys.stderr)
+        return EXIT_MISSING
     except (ValueError, OSError, LookupError) as e:
         if os.environ.get("RTAMT_DEBUG"):
             raise

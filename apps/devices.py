@@ -1,7 +1,7 @@
 """``rtamt devices``: list input devices with their host API (PortAudio via sounddevice)."""
 from __future__ import annotations
 
-import sys
+from .optional import require_portaudio
 
 
 def add_arguments(p):
@@ -9,12 +9,12 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    """Without the PortAudio library: :class:`~rtamt_apps.optional.MissingComponent`
+    (one line saying to install libportaudio2, exit 1), not a usage error."""
+    require_portaudio()
     from rtamt.runtime.stream import list_input_devices
-    try:
-        devs = list_input_devices()
-    except RuntimeError as e:
-        print(f"rtamt devices: {e}", file=sys.stderr)
-        return 2
+
+    devs = list_input_devices()
     if args.hostapi:
         devs = [d for d in devs if args.hostapi.lower() in d["hostapi"].lower()]
     if not devs:

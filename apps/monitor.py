@@ -28,8 +28,10 @@ Headless: ``rtamt monitor --input demo --seconds 3 --screenshot out.png`` render
 (``QT_QPA_PLATFORM=offscreen`` is chosen when there is no display), saves a PNG of the
 window after ``--seconds`` of audio and exits.  Without ``--screenshot``, no display
 (``DISPLAY`` / ``WAYLAND_DISPLAY``) and no ``QT_QPA_PLATFORM`` the monitor refuses to
-start (exit 2) rather than render a window nobody sees.  ``--json`` prints a final report
-(GUI frame rate, drops, processing time) as one JSON object.
+start (exit 2) rather than render a window nobody sees.  Qt and pyqtgraph come with the
+``rtamt[monitor]`` extra; without it the command says so in one line (exit 1).
+``--json`` prints a final report (GUI frame rate, drops, processing time) as one JSON
+object.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from .args import (
     window_size,
 )
 from .inputs import EXIT_SOURCE_FAULT, add_calibration_arguments, add_source_arguments
+from .optional import require_qt
 
 LOUDNESS_MODELS = ("moore2016", "glasberg2002")
 MODULATION_MODELS = ("dau1997", "king2019")
@@ -828,6 +831,7 @@ def _check_display_and_screenshot(args) -> None:
 
 
 def run(args) -> int:
+    require_qt()                       # without the rtamt[monitor] extra: what to install
     _check_display_and_screenshot(args)
     try:
         s = settings_from_args(args)

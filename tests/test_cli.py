@@ -168,3 +168,92 @@ def test_pyproject_lists_every_package():
     found = {f.rstrip(".") for f in found}
     assert listed == found
     assert not any(p == "apps" or p.startswith("apps.") for p in listed)
+
+
+# ------------------------------------------------- optional parts (issue 29 items 13-15)
+# Runs `rtamt` in a subprocess where some modules cannot be imported: a meta-path finder
+# in front of every other makes "missing" ones raise ModuleNotFoundError (not installed)
+# and "broken" ones raise OSError when loaded (sounddevice without the PortAudio library
+# raises "PortAudio library not found").  Then it prints which heavy modules were loaded.
+_WITHOUT = """
+import importlib.abc, importlib.util, json, sys
+MISSING, BROKEN, ARGV = json.loads(sys.argv[1])
+
+class Block(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top in MISSING:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if top in BROKEN:
+            return importlib.util.spec_from_loader(name, self)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise OSError("PortAudio library not found")
+
+sys.meta_path.insert(0, Block())
+from rtamt_apps.cli import main
+rc = main(ARGV)
+print("LOADED", json.dumps(sorted(m for m in ("numba", "scipy", "torch", "PySide6", "shiboken6",
+      "pyqtgraph", "sounddevice") if sys.modules.get(m) is not None)))
+sys.exit(rc)
+"""
+
+
+def _rtamt_without(argv, missing=(), broken=(), cwd=None):
+    r = subprocess.run([sys.executable, "-c", _WITHOUT,
+                        json.dumps([list(missing), list(broken), list(argv)])],
+                       capture_output=True, text=True, timeout=600, cwd=cwd)
+    loaded = json.loads(r.stdout.rsplit("LOADED", 1)[1]) if "LOADED" in r.stdout else None
+    return r, loaded
+
+
+_QT = ("PySide6", "shiboken6", "pyqtgraph")
+
+
+def test_headless_install_processes_the_demo_and_monitor_says_what_to_install(tmp_path):
+    """Without Qt and pyqtgraph (a plain `pip install rtamt`, no [monitor] extra): the main
+    job runs, and `rtamt monitor` says in one line what to install (exit 1, not the
+    usage-error 2; before, it died with a ModuleNotFoundError traceback)."""
+    r, loaded = _rtamt_without(["process", "--demo", "--block", "4096"], missing=_QT)
+    assert r.returncode == 0, r.stderr
+    assert "steady state:" in r.stdout
+    assert not set(loaded) & set(_QT)
+    r, _ = _rtamt_without(["monitor", "--input", "demo", "--seconds", "0.5", "--screenshot",
+                           str(tmp_path / "m.png")], missing=_QT)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("rtamt monitor: "), r.stderr
+    assert "pip install 'rtamt[monitor]'" in r.stderr
+    assert not (tmp_path / "m.png").exists()
+    r, _ = _rtamt_without(["monitor", "--help"], missing=_QT)   # the options still show
+    assert r.returncode == 0 and "--screenshot" in r.stdout, r.stderr
+
+
+def test_devices_without_portaudio_is_not_a_usage_error():
+    """sounddevice present but the PortAudio library missing: one line saying to install
+    libportaudio2, exit 1 (before: exit 2, the usage-error status)."""
+    r, _ = _rtamt_without(["devices"], broken=["sounddevice"])
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("rtamt devices: "), r.stderr
+    assert "libportaudio2" in r.stderr
+    r, _ = _rtamt_without(["devices"], missing=["sounddevice"])
+    assert r.returncode == 1 and "pip install sounddevice" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["models"], ["process", "--help"]])
+def test_help_and_models_load_no_numba_scipy_or_torch(argv):
+    """`rtamt --help` and `rtamt models` import only what they print (before: every
+    command's module, hence rtamt with numba and scipy, 1-2 s)."""
+    r, loaded = _rtamt_without(argv)
+    assert r.returncode == 0, r.stderr
+    heavy = {"numba", "scipy", "torch"} if argv != ["process", "--help"] else {"torch"}
+    assert not set(loaded) & heavy, loaded
+    assert not set(loaded) & set(_QT)
+
+
+def test_models_listing_read_from_source_equals_the_imported_classes():
+    """`rtamt models` reads the model sources (ast) instead of importing them; the text is
+    the one inspect gives on the imported classes."""
+    from rtamt_apps import models
+
+    assert models.describe_from_source() == models.describe_imported()
