@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from rtamt.engine.jit import WarmupReport, warmup
+from rtamt.engine.jit import JIT, WarmupReport, warmup
 
 
 def warm_up(model, dtype, lead, label: str, stream=None) -> WarmupReport:
     """:func:`rtamt.engine.jit.warmup` with progress on ``stream`` (stderr), printed only
-    if numba is actually compiling (cold or stale cache)."""
+    if numba is actually compiling (cold or stale cache): one line ``compiling kernels
+    for LABEL (first run, ...)``, then ``[k/N] stage: kernel ...`` per kernel."""
     out = sys.stderr if stream is None else stream
     announced = False
 
@@ -17,7 +18,8 @@ def warm_up(model, dtype, lead, label: str, stream=None) -> WarmupReport:
         nonlocal announced
         if step.event == "compile":
             if not announced:
-                print(f"compiling kernels, once (later runs load them from the cache): {label}",
+                later = "cached afterwards" if JIT["cache"] else "not cached"
+                print(f"compiling kernels for {label} (first run, ~30-90 s; {later})",
                       file=out, flush=True)
                 announced = True
             print(f"  [{step.index}/{step.total}] {step.stage}: {step.kernel} ...", file=out,

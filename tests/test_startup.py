@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rtamt
+from rtamt.engine import jit
 from rtamt.engine.jit import WarmupStep, warmup
 from rtamt_apps.cli import main
 
@@ -108,7 +109,8 @@ def test_first_run_announces_the_compile_and_later_runs_do_not(tmp_path):
     code = ("import sys\nfrom rtamt_apps.cli import main\n"
             "sys.exit(main(['process', '--demo', '--block', '4096']))")
     first = _run_py(code, **env)
-    assert first.stderr.startswith("compiling kernels, once"), first.stderr
+    assert first.stderr.startswith("compiling kernels for dau1997 (first run"), first.stderr
+    assert "rtamt: compiling" not in first.stderr     # the app's line only, not the library's
     assert "[1/4] gammatone" in first.stderr and "[4/4] modfb" in first.stderr
     assert "kernels: compiled in" in first.stdout
     second = _run_py(code, **env)
@@ -145,3 +147,36 @@ def test_no_kernel_compiles_after_the_warmup(name, lead, dtype):
         m.process_all(np.ascontiguousarray(np.moveaxis(x[..., 2000:3000], -1, 0)).T)
     new = {k: v - seen.get(k, set()) for k, v in _signatures().items()}
     assert not {k: v for k, v in new.items() if v}
+
+
+_COMPILE_TWO = ("import numpy as np, rtamt\n"
+                "from rtamt.engine import kernels\n"
+                "print(kernels.all_finite(np.zeros(3)), kernels.all_within(np.zeros(3), 1.0))\n")
+
+
+def test_library_says_once_when_it_compiles_and_not_when_it_loads(tmp_path):
+    """A script using the library directly (no app warm-up) on a cold cache: one line on
+    stderr, however many kernels compile; the same script on the warm cache: none."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    first = _run_py(_COMPILE_TWO, **env)
+    assert first.stdout.split() == ["True", "True"]
+    assert first.stderr.splitlines() == [jit.FIRST_COMPILE], first.stderr
+    second = _run_py(_COMPILE_TWO, **env)
+    assert second.stderr == "", second.stderr
+
+
+@pytest.mark.slow
+def test_torch_layer_first_run_says_it_compiles(tmp_path):
+    """The torch layers (rtamt.nn) compile their adjoint kernels on the first backward
+    pass: the same one line, once."""
+    pytest.importorskip("torch")
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    code = ("import torch, rtamt.nn as rn\n"
+            "layer = rn.IHCEnvelope(16000.0, 2)\n"
+            "x = torch.rand(1, 2, 64, dtype=torch.float64, requires_grad=True)\n"
+            "y, _ = layer(x)\n"
+            "y.sum().backward()\n"
+            "print(bool(torch.isfinite(x.grad).all()))\n")
+    first = _run_py(code, **env)
+    assert first.stdout.split() == ["True"], first.stderr
+    assert first.stderr.splitlines() == [jit.FIRST_COMPILE], first.stderr

@@ -13,6 +13,7 @@ once, before any kernel is defined, and falls back to a private folder under the
 system's temporary directory (kept across runs), or, failing that, to compiling in
 memory; it logs one warning (logger ``rtamt``) saying which.
 """
+import contextlib
 import logging
 import os
 import tempfile
@@ -90,6 +91,54 @@ def _choose_cache() -> None:
 
 
 _choose_cache()
+
+
+# --- the first-run message: one line when numba starts compiling an rtamt kernel -------
+
+#: the line logged (logger ``rtamt``, once per process) when a kernel is compiled rather
+#: than loaded from the cache; :func:`warmup` with a ``progress`` callback leaves the
+#: announcing to its caller
+FIRST_COMPILE = ("rtamt: compiling kernels (first run, ~30-90 s per model on a 2-core "
+                 "machine; cached afterwards)")
+_first = {"announced": False, "quiet": 0}
+
+
+def _on_compile_start(fn) -> None:
+    if _first["announced"] or _first["quiet"] or not getattr(
+            fn, "__module__", "").startswith("rtamt"):
+        return
+    _first["announced"] = True
+    if JIT["cache"]:
+        logging.getLogger("rtamt").warning(FIRST_COMPILE)
+    else:
+        logging.getLogger("rtamt").warning(
+            "rtamt: compiling kernels (~30-90 s per model; not cached: see above)")
+
+
+@contextlib.contextmanager
+def _announced_by_caller(yes: bool):
+    """No first-run line from the global listener while this is active (``yes``)."""
+    _first["quiet"] += yes
+    try:
+        yield
+    finally:
+        _first["quiet"] -= yes
+
+
+def _listen_for_compiles() -> None:
+    from numba.core import event as nb_event
+
+    class _FirstCompile(nb_event.Listener):
+        def on_start(self, ev):
+            _on_compile_start(getattr(ev.data.get("dispatcher"), "py_func", None))
+
+        def on_end(self, ev):
+            pass
+
+    nb_event.register("numba:compile", _FirstCompile())
+
+
+_listen_for_compiles()
 # helpers inlined into the kernels that call them (numba IR inlining)
 INLINE = dict(JIT, inline="always")
 
@@ -240,7 +289,8 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
         report(step)
 
     hits_start = hits()
-    with nb_event.install_listener("numba:compile", _Listener()):
+    with _announced_by_caller(progress is not None), \
+            nb_event.install_listener("numba:compile", _Listener()):
         for i, st in enumerate(stages, 1):
             # timed inside the copy's own block loop: same code path and argument types
             # as real processing
