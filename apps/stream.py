@@ -125,9 +125,11 @@ def _missed_hint(args, stats: list) -> None:
     blocks = sum(st.blocks for st in stats)
     budget = max(st.budget_us for st in stats) / 1e3
     p99 = max(st.latency_p99_ms for st in stats)
+    worst = max(st.latency_max_ms for st in stats)
     print(f"rtamt stream: {missed} of {blocks} blocks missed their {budget:.3g} ms budget "
-          f"(latency p99 {p99:.3g} ms); raise --budget-ms (e.g. {max(2 * budget, p99):.3g})"
-          f" or --block, or give more --threads", file=sys.stderr, flush=True)
+          f"(latency p99 {p99:.3g} ms, max {worst:.3g} ms); raise --budget-ms (e.g. "
+          f"{max(2 * budget, 1.5 * worst):.2g}) or --block, or give more --threads",
+          file=sys.stderr, flush=True)
 
 
 def run(args) -> int:

@@ -347,3 +347,47 @@ def test_latency_bench_help_explains_every_option_and_lists_models():
         assert a.help, f"{a.option_strings} has no help"
         assert a.option_strings[-1] in r.stdout
     assert "models: " + ", ".join(sorted(MODELS)) in " ".join(r.stdout.split())
+
+
+# ---------------------------------------------------------------- issue 29: defaults
+
+def test_stream_runs_a_file_to_its_end(tmp_path):
+    """`rtamt stream --input FILE` processes the whole file (it stopped after 3 s)."""
+    path = tmp_path / "long.wav"
+    wavfile.write(path, 16000, (0.01 * np.random.default_rng(0).standard_normal(16000 * 5))
+                  .astype(np.float32))
+    r = _cli("stream", "--input", str(path), "--fast", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    final = [json.loads(ln) for ln in r.stdout.splitlines() if '"final": true' in ln]
+    assert len(final) == 1 and final[0]["frames_processed"] == 16000 * 5, final
+
+
+def test_stream_demo_runs_once_by_default():
+    r = _cli("stream", "--input", "demo", "--fs", "16000", "--fast", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    final = [json.loads(ln) for ln in r.stdout.splitlines() if '"final": true' in ln]
+    assert final[0]["frames_processed"] == 32000          # the 2 s demo, once
+
+
+@pytest.mark.parametrize("app, exempt", [
+    ("process", {"--out", "--decimate"}), ("stream", set())])
+def test_help_states_every_default(app, exempt):
+    """Every option of `rtamt process` (and stream's --seconds) says its default in --help."""
+    import argparse
+
+    from rtamt_apps import process, stream
+
+    p = argparse.ArgumentParser()
+    (process if app == "process" else stream).add_arguments(p)
+    for a in p._actions:
+        if not a.option_strings or a.nargs == 0 or a.option_strings[0] in exempt:
+            continue
+        if app == "stream" and a.option_strings[0] != "--seconds":
+            continue
+        assert "default" in (a.help or ""), (a.option_strings, a.help)
+    if app == "process":
+        h = {a.option_strings[0]: a.help for a in p._actions if a.option_strings}
+        assert "nothing is written" in h["--out"]
+    else:
+        h = {a.option_strings[0]: a.help for a in p._actions if a.option_strings}
+        assert "file runs to its end" in h["--seconds"] and "Ctrl-C" in h["--seconds"]

@@ -168,3 +168,19 @@ def test_out_refused_when_not_a_directory(tmp_path, capsys):
                "--out", str(f)])
     out, err = capsys.readouterr()
     assert rc == 2 and f"--out {f}" in err and "Traceback" not in err, err
+
+
+def test_stream_per_channel_says_when_blocks_miss_their_budget():
+    """Missed budgets are named on stderr with the options that change them (issue 29,
+    item 15: half the blocks missed at the default budget, without a word)."""
+    p = _cli("stream", "--input", "demo", "--fs", "16000", "--channels", "2", "--per-channel",
+             "--seconds", "0.5", "--budget-ms", "0.001", "--admission", "best-effort")
+    assert p.returncode == 0, p.stdout + p.stderr
+    finals = [ln for ln in p.stdout.splitlines() if ln.startswith("final ch")]
+    misses = sum(int(ln.split(" misses ")[1].split()[0]) for ln in finals)
+    blocks = sum(int(ln.split(" blocks ")[1].split()[0]) for ln in finals)
+    assert blocks > 0 and misses > blocks // 2     # a 1 us budget: (nearly) all late
+    hint = [ln for ln in p.stderr.splitlines() if "missed" in ln]
+    assert len(hint) == 1 and hint[0].startswith(f"rtamt stream: {misses} of {blocks} blocks "
+                                                 "missed their 0.001 ms budget"), p.stderr
+    assert "--budget-ms" in hint[0] and "--block" in hint[0] and "--threads" in hint[0]
