@@ -39,6 +39,28 @@ def test_calibration_rates_and_lengths():
         assert sum(lengths[:i + 1]) == math.ceil(tot / 4)
 
 
+@pytest.mark.parametrize("fs, factor", [(22050.0, 2), (24000.0, 2), (32000.0, 2),
+                                        (44100.0, 4), (48000.0, 4), (96000.0, 8)])
+def test_modulation_stage_runs_at_11025_hz_or_above(fs, factor):
+    """The default decimation keeps the modulation stage at or above 44.1 kHz / 4 (issue 29:
+    a fixed factor 4 ran it at 5.5 kHz for 22.05 kHz input, without a word)."""
+    m = rtamt.Paulick2024(fs, n_channels=4)
+    assert m.resample_factor == factor and m.fs_mod == fs / factor >= 11025.0
+    assert m["modfb"].coeffs.fs == m.fs_mod == m.output_info()["modfb"]["rate"]
+    out = m.process_all(_tone(1000.0, 60.0, 0.01)[:333])
+    assert out["modfb"].shape[-1] == out["resample"].shape[-1] == math.ceil(333 / factor)
+
+
+def test_resample_factor_below_22050_hz_and_given_explicitly():
+    m = rtamt.Paulick2024(16000.0, n_channels=4, fhigh=4000.0)
+    assert m.resample_factor == 2 and m.fs_mod == 8000.0     # no factor >= 2 keeps 11025 Hz
+    m = rtamt.Paulick2024(22050.0, n_channels=4, resample_factor=4)    # AMT's fixed factor
+    assert m.fs_mod == 5512.5 and m["modfb"].coeffs.fs == 5512.5
+    for bad in (1, 0, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="resample_factor must be an integer >= 2"):
+            rtamt.Paulick2024(22050.0, n_channels=4, resample_factor=bad)
+
+
 def test_minimum_levels_follow_the_published_table():
     g = minlvl_grid()
     assert g.size == MINLVL.size == 50

@@ -20,10 +20,19 @@ Chain (time-last outputs, input ``(T,)`` or ``(batch, T)`` digital samples, RMS 
    overshoot limit 10, and a **per-channel minimum level**: the linear minimum levels of
    Paulick et al. (2024) (50 values for 250-8000 Hz, :data:`MINLVL`), each channel taking
    the value of the nearest tabulated frequency;
-6. ``resample`` ``(…, C, T/4)``: stateful polyphase resampler to ``fs / 4``
-   (:mod:`rtamt.resample`); the output length after ``n`` input samples is ``ceil(n/4)``;
-7. ``modfb`` packed ``(…, F, T/4)``: modulation filterbank at ``fs / 4``, preset
+6. ``resample`` ``(…, C, T/D)``: stateful polyphase resampler to ``fs_mod = fs / D``
+   (:mod:`rtamt.resample`); the output length after ``n`` input samples is ``ceil(n/D)``;
+7. ``modfb`` packed ``(…, F, T/D)``: modulation filterbank at ``fs_mod``, preset
    ``paulick2024`` (150 Hz pre-filter, upper limit min(fc/4, 150 Hz), 1/sqrt(2) attenuation).
+
+The decimation factor ``D`` (``resample_factor``) is by default chosen from ``fs``
+(:func:`default_resample_factor`): the largest integer that keeps the modulation stage at or
+above :data:`FS_MOD_MIN` = 11025 Hz, the rate of the model's design (AMT 1.6 ``paulick2024``
+decimates by a fixed 4, and its experiments run at 44.1 kHz).  So ``D = 4`` at 44.1 and
+48 kHz, 2 at 22.05 to 32 kHz, 8 at 88.2 and 96 kHz; below 22.05 kHz, where no factor of at
+least 2 keeps 11025 Hz, it is 2 (the smallest the resampler takes) and the modulation stage
+runs at ``fs / 2``.  A fixed factor of 4 would run it at 5.5 kHz for 22.05 kHz input.
+``resample_factor=4`` gives AMT's fixed factor at any rate.
 
 Deviations from the seed's documented behaviour (torch_amt ``Paulick2024``) and from AMT:
 
@@ -68,6 +77,18 @@ MINLVL = 1e-6 * np.array([
     5.2545, 4.2159, 3.5157, 2.7790, 1.9983, 1.1709])
 
 
+#: lowest rate (Hz) of the modulation stage that the default decimation keeps: 44.1 kHz / 4,
+#: the rate of the model's design (AMT 1.6 ``paulick2024``: factor 4, experiments at 44.1 kHz)
+FS_MOD_MIN = 11025.0
+
+
+def default_resample_factor(fs: float) -> int:
+    """The default decimation before the modulation stage: the largest integer ``D >= 2``
+    with ``fs / D >= FS_MOD_MIN`` (4 at 44.1 and 48 kHz, 2 at 22.05 kHz, 8 at 96 kHz), or 2
+    below 22.05 kHz, where no such factor exists."""
+    return max(2, int(float(fs) // FS_MOD_MIN))
+
+
 def minlvl_grid() -> np.ndarray:
     """Frequencies (Hz) of :data:`MINLVL`: 50 points equally spaced on the ERB-rate scale
     from 250 to 8000 Hz (Glasberg & Moore 1990 ERB number)."""
@@ -91,7 +112,8 @@ class Paulick2024(ModulationModel):
 
     def __init__(self, fs: float = 44100.0, config: str = "paper", *, spl_ref: float = 100.0,
                  flow: float = 250.0, fhigh: float = 8000.0, n_channels: int = 50,
-                 subject: str = "NH", resample_factor: int = 4, drnl: dict | None = None,
+                 subject: str = "NH", resample_factor: int | None = None,
+                 drnl: dict | None = None,
                  ihc: dict | None = None, modfb: dict | None = None,
                  backend: str | None = None, device=None):
         if config not in CONFIGS:
@@ -111,8 +133,9 @@ class Paulick2024(ModulationModel):
         minspl = tuple(100.0 + 20.0 * np.log10(minlvl_for(fc)))
         ad = AdaptLoop(AdaptLoopParams(fs=self.fs, preset="paulick2024", minspl=minspl,
                                        spl_ref=100.0))
-        self.fs_mod = self.fs / int(resample_factor)
-        rs = Resampler(ResamplerParams(fs_in=self.fs, up=1, down=int(resample_factor)))
+        self.resample_factor = _resample_factor(self.fs, resample_factor)
+        self.fs_mod = self.fs / self.resample_factor
+        rs = Resampler(ResamplerParams(fs_in=self.fs, up=1, down=self.resample_factor))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs_mod, fc=tuple(fc),
                                                **({"preset": "paulick2024"} | (modfb or {}))))
         super().__init__([hp, me, dr, ih, ad, rs, mf], backend=backend, device=device)
@@ -121,3 +144,13 @@ class Paulick2024(ModulationModel):
         """Digital samples (RMS 1 = ``spl_ref`` dB SPL) -> sound pressure in Pa (the DRNL's
         input unit): ``20e-6 * 10^(spl_ref/20)`` Pa per digital unit."""
         return 20e-6 * 10.0 ** (self.spl_ref / 20.0)
+
+
+def _resample_factor(fs: float, factor) -> int:
+    """``factor`` checked (an integer >= 2), or the default for ``fs``."""
+    if factor is None:
+        return default_resample_factor(fs)
+    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 2:
+        raise ValueError(f"Paulick2024: resample_factor must be an integer >= 2 (or None: "
+                         f"chosen from fs), got {factor!r}")
+    return int(factor)
