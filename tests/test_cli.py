@@ -15,6 +15,8 @@ from rtamt_apps.cli import main
 from _helpers import entry_point
 
 FS = 16000
+#: every output at full rate in float64, modfb NaN-padded (what the references hold)
+FULL = ["--outputs", "all", "--frame-rate", "0", "--store-dtype", "float64", "--padded"]
 
 
 def _signal(n=6000, ch=1, seed=0):
@@ -48,7 +50,7 @@ def test_process_wav_matches_direct_processing(tmp_path, kind):
     wav = tmp_path / f"in_{kind}.wav"
     wavfile.write(wav, FS, data)
     out = tmp_path / "out.npz"
-    assert main(["process", str(wav), "--block", "random", "--out", str(out)]) == 0
+    assert main(["process", str(wav), "--block", "random", *FULL, "--out", str(out)]) == 0
     r = np.load(out)
     m, ref = _reference(xr[None, :])
     for k in ("gammatone", "ihc", "adaptloop", "modfb"):
@@ -65,7 +67,7 @@ def test_process_stereo_float32_and_spl_ref(tmp_path):
     wav = tmp_path / "st.wav"
     wavfile.write(wav, FS, x.T.astype(np.float32))
     out = tmp_path / "o.npz"
-    assert main(["process", str(wav), "--block", "100", "--dtype", "float32",
+    assert main(["process", str(wav), "--block", "100", "--dtype", "float32", *FULL[:4],
                  "--spl-ref", "94", "--out", str(out)]) == 0
     r = np.load(out)
     _, ref = _reference(x.astype(np.float32).astype(np.float64), spl_ref=94, dtype=np.float32)
@@ -101,7 +103,8 @@ def test_demo_and_models_via_entry_point(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "30 auditory channels" in r.stdout and "modfb" in r.stdout
     d = np.load(out)
-    assert d["modfb"].shape[:2] == (30, 12) and d["modfb"].shape[-1] == 96000
+    # the defaults: modfb only, packed (275 filters), 100 Hz frames, float32
+    assert d["modfb"].shape == (275, 200) and d["modfb"].dtype == np.float32
     r = subprocess.run([entry_point(), "models"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "dau1997" in r.stdout and "modfb" in r.stdout
 
