@@ -180,3 +180,19 @@ def test_torch_layer_first_run_says_it_compiles(tmp_path):
     first = _run_py(code, **env)
     assert first.stdout.split() == ["True"], first.stderr
     assert first.stderr.splitlines() == [jit.FIRST_COMPILE], first.stderr
+
+
+def test_process_demo_loads_only_its_models_kernels():
+    """numba loads a cached kernel when it is first called: `rtamt process --demo`
+    (Dau1997) loads none of the loudness, DRNL, CASP-IHC or King2019 kernels."""
+    code = ("import io, contextlib, sys\nfrom rtamt_apps.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['process', '--demo', '--block', '4096']) == 0\n"
+            "from rtamt.engine.jit import _dispatchers\n"
+            "print(' '.join(sorted({d.py_func.__module__ for d in _dispatchers() "
+            "if d.overloads})))\n")
+    loaded = set(_run_py(code).stdout.split())
+    assert "rtamt.engine.kernels" in loaded
+    assert not {m for m in loaded if m.startswith(("rtamt.loudness", "rtamt.filterbank.drnl",
+                                                   "rtamt.ihc.paulick", "rtamt.modulation.king",
+                                                   "rtamt.nn"))}, loaded
