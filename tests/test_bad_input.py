@@ -351,3 +351,47 @@ def test_model_spl_ref_range_is_the_cli_range():
     from rtamt_apps.args import SPL_REF_LIMITS
 
     assert tuple(SPL_REF_LIMITS) == MODEL_SPL_REF_RANGE
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 29: device='cuda' without CUDA said to install triton
+
+
+def _cuda_error(monkeypatch, *, cuda_build, gpu, triton):
+    from rtamt.engine import backend as B
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4" if cuda_build else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(B, "_triton_available",
+                        lambda: None if triton else "No module named 'triton'")
+    with pytest.raises(B.RtamtBackendError) as ei:
+        rtamt.Dau1997(FS, device="cuda")
+    return str(ei.value)
+
+
+def test_cuda_on_a_cpu_only_torch_says_so(monkeypatch):
+    msg = _cuda_error(monkeypatch, cuda_build=False, gpu=False, triton=True)
+    for w in ["device='cuda': no CUDA device is visible to torch", "CPU-only build",
+              "torch.version.cuda is None", "download.pytorch.org/whl/", "backend='numba'"]:
+        assert w in msg, (w, msg)
+    assert "rtamt[gpu]" not in msg and "triton package" not in msg, msg
+
+
+def test_cuda_build_without_a_visible_gpu_says_so(monkeypatch):
+    msg = _cuda_error(monkeypatch, cuda_build=True, gpu=False, triton=True)
+    for w in ["no CUDA device is visible to torch", "torch.cuda.is_available() is False",
+              "built for CUDA 12.4", "nvidia-smi", "CUDA_VISIBLE_DEVICES"]:
+        assert w in msg, (w, msg)
+    assert "CPU-only" not in msg and "rtamt[gpu]" not in msg
+
+
+def test_missing_triton_with_a_gpu_says_to_install_the_extra(monkeypatch):
+    msg = _cuda_error(monkeypatch, cuda_build=True, gpu=True, triton=False)
+    assert "needs the triton package" in msg and "pip install 'rtamt[gpu]'" in msg, msg
+    assert "CUDA" not in msg, msg
+
+
+def test_no_cuda_and_no_triton_names_both(monkeypatch):
+    msg = _cuda_error(monkeypatch, cuda_build=False, gpu=False, triton=False)
+    assert msg.startswith("device='cuda': no CUDA device is visible to torch"), msg
+    assert "CPU-only build" in msg and "pip install 'rtamt[gpu]'" in msg, msg

@@ -58,6 +58,26 @@ def _triton_available() -> str | None:
     return None
 
 
+_GPU_EXTRA = "pip install 'rtamt[gpu]', or pip install -e '.[gpu]' in a checkout"
+
+
+def _no_cuda(torch, dev) -> str:
+    """Why ``dev`` (a CUDA device) cannot be used when ``torch.cuda.is_available()`` is
+    False: a CPU-only build of torch (``torch.version.cuda is None``), or a CUDA build that
+    sees no device (no GPU, no driver, or ``CUDA_VISIBLE_DEVICES`` hiding it)."""
+    head = f"device={str(dev)!r}: no CUDA device is visible to torch"
+    cpu = ("; or run on the CPU: backend='numba' (the default), or device='cpu' with "
+           "TRITON_INTERPRET=1 for the Triton kernels in the interpreter")
+    if torch.version.cuda is None:
+        return (f"{head}: this torch ({torch.__version__}) is a CPU-only build "
+                "(torch.version.cuda is None); install a CUDA build of torch from the index "
+                "of your CUDA version (https://pytorch.org/get-started/locally/, e.g. pip "
+                f"install torch --index-url https://download.pytorch.org/whl/cu124){cpu}")
+    return (f"{head} (torch.cuda.is_available() is False; torch {torch.__version__} is built "
+            f"for CUDA {torch.version.cuda}): check that the NVIDIA driver sees a GPU "
+            f"(nvidia-smi) and that CUDA_VISIBLE_DEVICES does not hide it{cpu}")
+
+
 def resolve(backend: str | None, device: Any = None) -> tuple[str, Any]:
     """Check a ``(backend, device)`` choice and fill its defaults; returns ``(backend,
     torch.device or None)``.
@@ -79,26 +99,24 @@ def resolve(backend: str | None, device: Any = None) -> tuple[str, Any]:
             raise RtamtBackendError(
                 f"the numba kernels run on the CPU; device={str(dev)!r} needs backend='triton'")
         return "numba", None
+    if dev is not None and dev.type not in ("cpu", "cuda"):
+        raise RtamtBackendError(f"device {str(dev)!r} is not supported (cpu or cuda)")
     why = _triton_available()
+    if dev is not None and dev.type == "cuda" and not torch.cuda.is_available():
+        raise RtamtBackendError(_no_cuda(torch, dev) + (
+            "" if why is None else
+            f"; the Triton backend also needs the triton package ({why}): {_GPU_EXTRA}"))
     if why is not None:
         raise RtamtBackendError(
             f"backend='triton'{'' if dev is None else f' (device={str(dev)!r})'} needs the "
-            f"triton package ({why}): pip install 'rtamt[gpu]', or pip install -e '.[gpu]' in "
-            "a checkout")
+            f"triton package ({why}): {_GPU_EXTRA}")
     if dev is None:
         dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RtamtBackendError(
-            f"device={str(dev)!r}: torch sees no CUDA device (torch.cuda.is_available() is "
-            "False); use device='cpu' with TRITON_INTERPRET=1 to run the Triton kernels in "
-            "the interpreter")
     if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         raise RtamtBackendError(
             "Triton kernels on CPU tensors run only in Triton's interpreter: set "
             "TRITON_INTERPRET=1 in the environment before triton is imported (or use "
             "device='cuda')")
-    if dev.type not in ("cpu", "cuda"):
-        raise RtamtBackendError(f"device {str(dev)!r} is not supported (cpu or cuda)")
     return "triton", dev
 
 
