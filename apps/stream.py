@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import sys
 import time
 
@@ -133,6 +134,33 @@ def _missed_hint(args, stats: list) -> None:
 
 
 def run(args) -> int:
+    """Run ``rtamt stream``.  SIGTERM ends the run as Ctrl-C does (the input stopped, the
+    final stats printed, ``--out`` committed), then one line on stderr and exit 143."""
+    got = []
+
+    def on_term(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:             # not the main thread: the default handling stays
+        return _run(args)
+    try:
+        rc = _run(args)
+    except KeyboardInterrupt:      # before the run's own handling (e.g. opening the input)
+        if not got:
+            raise
+        rc = 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if got:
+        print("rtamt stream: SIGTERM: stopped", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM if rc == 0 else rc
+    return rc
+
+
+def _run(args) -> int:
     check_per_channel(args, "budget_ms", "threads", "admission", "out")
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}

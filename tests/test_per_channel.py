@@ -184,3 +184,29 @@ def test_stream_per_channel_says_when_blocks_miss_their_budget():
     assert len(hint) == 1 and hint[0].startswith(f"rtamt stream: {misses} of {blocks} blocks "
                                                  "missed their 0.001 ms budget"), p.stderr
     assert "--budget-ms" in hint[0] and "--block" in hint[0] and "--threads" in hint[0]
+
+
+def test_stream_sigterm_ends_like_ctrl_c_with_exit_143(tmp_path):
+    """SIGTERM: the run ends as on Ctrl-C (final stats, --out committed), one line, 143;
+    no hidden temporary directory is left."""
+    import signal
+    import time
+
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, "-m", "rtamt_apps", "stream", "--input", "demo",
+                          "--fs", "16000", "--channels", "2", "--per-channel", "--seconds",
+                          "60", "--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        line = p.stdout.readline()          # the first stats line: the run is going
+        assert line.startswith("ch0: blocks"), line + p.stderr.read()
+        time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 143, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["rtamt stream: SIGTERM: stopped"]
+    assert "final ch1: blocks" in rest
+    assert sorted(x.name for x in out.iterdir()) == ["ch0", "ch1"]
+    assert read_outputs(out / "ch0")["dau1997"].shape[-1] > 0
