@@ -346,7 +346,7 @@ def test_decimation_is_block_invariant(tmp_path):
                   ["--block", "1"], ["--block", "5003"]):
         dest = tmp_path / f"o{len(results)}"
         assert main(["process", str(wav), *block, "--decimate", "32", "--pool", "mean",
-                     *FULL, "--out", str(dest)]) == 0
+                     *FULL[:2], *FULL[4:], "--out", str(dest)]) == 0
         results.append(read_outputs(dest))
     for k in ("gammatone", "ihc", "adaptloop", "modfb"):
         n = 5003 // 32
