@@ -228,10 +228,10 @@ class ExcitationPanel:
         pe.setLabel("left", "excitation (dB)")
         pe.setYRange(-10, 110, padding=0)
         pe.setMouseEnabled(x=False, y=False)
-        pe.addLegend(offset=(-10, 10))
+        legend = pe.addLegend(offset=(10, 5))      # top left: above the threshold curve
         self.c_thr = pe.plot(pen=_dash_pen((150, 150, 150), 1), name="threshold (E_THRQ)")
-        self.c_exc = [pe.plot(pen=pg.mkPen((255, 210, 0), width=2), name="left / mono"),
-                      pe.plot(pen=pg.mkPen((0, 200, 255), width=2), name="right")]
+        self.c_exc = [pe.plot(pen=pg.mkPen((255, 210, 0), width=2), name="excitation, left / mono"),
+                      pe.plot(pen=pg.mkPen((0, 200, 255), width=2), name="excitation, right")]
         pe.showAxis("right")
         pe.setLabel("right", "specific loudness (sone/Cam)")
         pe.getAxis("right").enableAutoSIPrefix(False)
@@ -243,8 +243,11 @@ class ExcitationPanel:
         self.vb_spec.enableAutoRange(axis="y")       # once: it stays on (no mouse)
         self.c_spec = [pg.PlotDataItem(pen=pg.mkPen((255, 120, 0), width=1)),
                        pg.PlotDataItem(pen=pg.mkPen((0, 120, 255), width=1))]
-        for c in self.c_spec:
+        # the specific-loudness curves live in their own view box (right axis): the
+        # legend names them by hand
+        for c, ear in zip(self.c_spec, ("left / mono", "right")):
             self.vb_spec.addItem(c)
+            legend.addItem(c, f"specific loudness, {ear} (right axis)")
         pe.vb.sigResized.connect(self._sync_spec_view)
         self.cam = None
 
@@ -431,14 +434,15 @@ class Readouts:
         lab = self.labels
         lab["stl"].setText(f"STL {_fmt(stl, '.2f', ' sone')}")
         lab["ltl"].setText(f"LTL {_fmt(ltl, '.2f', ' sone')}")
-        lab["phon"].setText(f"{_fmt(phon, '.1f', ' phon')} (STL {_fmt(stl_phon, '.1f')})")
+        lab["phon"].setText(f"{_fmt(phon, '.1f', ' phon')} (STL {_fmt(stl_phon, '.1f', ' phon')})")
         lab["spl"].setText(f"SPL {_fmt(vals['spl_db'], '.1f', ' dB')}  peak "
                            f"{_fmt(vals['peak_db'], '.1f', ' dB')}")
         if vals["ears"]:
             lab["ears"].setText(
-                f"L {_fmt(vals['stl_left'], '.2f')} / R {_fmt(vals['stl_right'], '.2f')} "
-                f"sone STL\nL {_fmt(vals['ltl_left'], '.2f')} / R "
-                f"{_fmt(vals['ltl_right'], '.2f')} sone LTL")
+                f"STL L {_fmt(vals['stl_left'], '.2f', ' sone')} / R "
+                f"{_fmt(vals['stl_right'], '.2f', ' sone')}\nLTL L "
+                f"{_fmt(vals['ltl_left'], '.2f', ' sone')} / R "
+                f"{_fmt(vals['ltl_right'], '.2f', ' sone')}")
         else:
             lab["ears"].setText("")
         return dict(t=vals["t"], stl=stl, ltl=ltl, phon=phon, stl_phon=stl_phon,

@@ -422,3 +422,48 @@ def test_latency_bench_monitor_reports(tmp_path):
         assert k in rep, k
     assert rep["modulation"] and rep["model"] == "moore2016" and rep["blocks"] >= 150
     assert rep["frames"] > 0 and rep["fps_mean"] > 0 and rep["qt_platform"] == "offscreen"
+
+
+def _scene_texts(win):
+    """Every text drawn in the plots' scene: legend and title labels, axis labels."""
+    from pyqtgraph.Qt import QtWidgets
+
+    out = set()
+    for it in win.glw.scene().items():
+        if isinstance(it, QtWidgets.QGraphicsTextItem):
+            out.add(" ".join(it.toPlainText().split()))
+        elif isinstance(getattr(it, "text", None), str):
+            out.add(it.text)
+    return out
+
+
+def test_every_curve_and_number_is_labelled_with_its_unit(make_window, qtbot):
+    """Before: the specific-loudness curves (right axis) had no legend entry, and the
+    phon readout showed "(STL 64.9)" without a unit.  Now the legend names them and
+    every number above the plots carries its unit."""
+    win = make_window()
+    qtbot.waitUntil(lambda: _panels_filled(win), timeout=2000)
+    texts = _scene_texts(win)
+    assert "specific loudness, left / mono (right axis)" in texts, texts
+    assert "specific loudness, right (right axis)" in texts
+    assert "excitation, left / mono" in texts and "threshold (E_THRQ)" in texts
+    assert any(t.startswith("specific loudness (sone/Cam)") for t in texts), texts
+    phon = win.labels["phon"].text()
+    assert phon.count(" phon") == 2 and "(STL " in phon, phon
+    for key in ("stl", "ltl"):
+        assert win.labels[key].text().endswith(" sone"), win.labels[key].text()
+
+
+def test_per_ear_readout_carries_units(make_window, qtbot, tmp_path):
+    """A stereo input: the per-ear line says which value is STL / LTL, each with sone."""
+    from scipy.io import wavfile
+
+    fs = 32000
+    t = np.arange(fs) / fs
+    x = 0.05 * np.sin(2 * np.pi * 1000 * t)
+    wav = tmp_path / "st.wav"
+    wavfile.write(wav, fs, np.stack([x, 0.5 * x], axis=1).astype(np.float32))
+    win = make_window(input=str(wav), loop=True)
+    qtbot.waitUntil(lambda: "LTL L" in win.labels["ears"].text(), timeout=3000)
+    text = win.labels["ears"].text()
+    assert text.startswith("STL L ") and text.count(" sone") == 4, text
