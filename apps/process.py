@@ -363,9 +363,10 @@ def _check_size(args, est: float) -> None:
         return
     limit = args.max_output_gb * 1e9
     if est > limit:
+        less = "" if args.store_dtype == "float32" else " or --store-dtype float32"
         raise UsageError(f"the output would be about {_gb(est)}, more than --max-output-gb "
                          f"{args.max_output_gb:g}; keep fewer outputs (--outputs), a lower "
-                         "--frame-rate or --store-dtype float32, or give --force")
+                         f"--frame-rate{less}, or give --force")
     if args.out:
         dest = pathlib.Path(args.out)
         try:
@@ -377,6 +378,17 @@ def _check_size(args, est: float) -> None:
             raise UsageError(f"the output would need about {_gb(need)}, the file system of "
                              f"{dest.parent} has {_gb(free)} free; free some space, keep less "
                              "(--outputs, --frame-rate), or give --force")
+
+
+def _recheck_size(args, plan, block: dict) -> None:
+    """After the first block: the size from the outputs' actual leading shapes (the
+    estimate from ``output_info`` misses e.g. Moore2016's two ears); a larger figure is
+    checked again (:func:`_check_size`) and kept for the summary."""
+    exact = sum(math.prod(v.shape[:-1]) * plan["lengths"][k] * v.dtype.itemsize
+                for k, v in block.items())
+    if exact > plan["est"]:
+        plan["est"] = exact
+        _check_size(args, exact)
 
 
 def _run(args) -> int:
@@ -438,7 +450,7 @@ def _run_open(args, reader, fs, src) -> int:
         except OSError as e:
             return _error(f"cannot write {args.out}: {e}", usage=False)
     plan = dict(names=names, rates=rates, factors=factors, pools=pools, decim=decim,
-                padded=padded, est=est)
+                padded=padded, est=est, lengths=lengths)
     try:
         return _process(args, model, reader, fs, sizes, plan, writer, src)
     finally:
@@ -496,6 +508,8 @@ def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
                 v = decim[k](v).astype(store, copy=False)
                 summary[k].add(v)
                 block[k] = v
+            if pos == sizes[0]:
+                _recheck_size(args, plan, block)
             if writer is not None:
                 writer.write(block)
             if bar is not None:
@@ -592,7 +606,7 @@ def _print_summary(args, model, fs, sizes, plan, src, warm, summary, times, nbyt
         lvl = adapt_sum / adapt_n
         print(f"  adaptloop mean per channel (model units): strongest "
               f"{model.fc[int(np.argmax(lvl))]:.0f} Hz ({lvl.max():.1f} MU)")
-    print(f"  output size {_gb(nbytes)} (estimated before processing: {_gb(plan['est'])})")
+    print(f"  output size {_gb(nbytes)} (estimated before writing: {_gb(plan['est'])})")
     if writer is not None:
         print(f"  wrote {args.out}")
     else:

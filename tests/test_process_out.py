@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -418,7 +419,7 @@ def test_default_output_is_the_last_stage_packed_float32_in_100_hz_rms_frames(tm
     np.testing.assert_allclose(r["modfb"], want, rtol=2e-6, atol=1e-6)
     size = r["modfb"].nbytes
     assert size == F * f * 4
-    assert f"output size {size / 1e6:.3g} MB (estimated before processing: " \
+    assert f"output size {size / 1e6:.3g} MB (estimated before writing: " \
            f"{size / 1e6:.3g} MB)" in out, out
     side = json.loads((dest / "rtamt.json").read_text())
     assert side["outputs"]["modfb"]["pool"] == "rms" and side["store_dtype"] == "float32"
@@ -456,6 +457,26 @@ def test_output_over_the_size_limit_is_refused_before_processing(tmp_path, capsy
     with pytest.raises(AssertionError, match="processing started"):   # --force: it goes on
         main(["process", str(wav), "--outputs", "all", "--frame-rate", "0",
               "--max-output-gb", "0.01", "--force", "--out", str(tmp_path / "o")])
+
+
+def test_size_known_after_the_first_block_is_checked_before_writing(tmp_path, capsys):
+    """Moore2016's outputs have an ear axis that output_info does not show: the size from
+    the first block's shapes (twice the first estimate) is checked before anything is
+    written."""
+    dest = tmp_path / "o"
+    assert main(["process", "--demo", "--model", "moore2016", "--out", str(dest)]) == 0
+    size = sum(p.stat().st_size for p in dest.iterdir())
+    cap = capsys.readouterr().out
+    assert "(2, 150, 200)" in cap
+    est = float(cap.split("estimated before writing: ")[1].split()[0]) * 1e6
+    assert size * 0.9 < est < size                   # the data, not the metadata
+    shutil.rmtree(dest)
+    limit = 0.75 * est / 1e9                          # above the first estimate (~est / 2)
+    assert main(["process", "--demo", "--model", "moore2016", "--max-output-gb",
+                 f"{limit:.6f}", "--out", str(dest)]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert f"about {est / 1e6:.3g} MB" in line, line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_output_larger_than_the_free_space_is_refused(tmp_path, capsys, monkeypatch,
