@@ -1,4 +1,4 @@
-"""Choosing and running a live input: built-in demo, WAV file, or a sound device.
+"""Choosing and running a live input: built-in demo, audio file, or a sound device.
 
 Shared by the live apps (``rtamt stream``, ``rtamt meter``, ``rtamt monitor``):
 :func:`open_input` turns the user's ``--input`` string into an :class:`Input` (sample
@@ -74,8 +74,9 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
                max_channels: int | None = 2, default_fs: float | None = None,
                block: int | None = None, force: bool = False) -> Input:
     """Resolve ``inp``: ``'demo'`` (looped demo signal, ``spl_ref`` calibrated, on
-    ``channels`` identical channels, 1 if not given), an existing WAV path, ``'default'``
-    or ``None`` (the default input device, or the demo when there is none), or a device
+    ``channels`` identical channels, 1 if not given), an existing audio file (WAV, FLAC,
+    OGG, ...: :class:`rtamt.signals.AudioReader`), ``'default'`` or ``None`` (the default
+    input device, or the demo when there is none), or a device
     name substring / index (of ``hostapi`` if given).
 
     ``fs``: the demo's or device's sample rate; for a file, the rate it must have (else

@@ -1,8 +1,10 @@
 """``rtamt stream``: run a model live on the real-time runtime and print its accounting.
 
-Input: ``demo`` (built-in signal, looped), a WAV file, or a sound device (name
-substring or index; ``--hostapi JACK`` to pick the host API).  Prints one stats line
-per second (``--json``: one JSON object per line) and a final summary.
+Input: ``demo`` (built-in signal, once unless ``--seconds``), an audio file (WAV, FLAC, OGG,
+...: :class:`rtamt.signals.AudioReader`; the whole file unless ``--seconds``), or a sound
+device (until Ctrl-C or ``--seconds``; name substring or index; ``--hostapi JACK`` to
+pick the host API).  Prints one stats line per second (``--json``: one JSON object per
+line) and a final summary.
 
 ``--per-channel``: every input channel is its own stream (named ``ch0``, ``ch1``, ...) on
 an :class:`rtamt.scheduler.Scheduler` (``--threads`` workers, ``--budget-ms`` per stream),
@@ -41,13 +43,14 @@ from .inputs import (
 
 def add_arguments(p):
     p.add_argument("--input", default="demo",
-                   help="'demo' (default), a WAV file, 'default' (the default input device, "
-                        "of --hostapi if given), or an input device (name substring or index)")
+                   help="'demo' (default), an audio file (WAV, FLAC, OGG, ...), 'default' (the "
+                        "default input device, of --hostapi if given), or an input device "
+                        "(name substring or index)")
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
     p.add_argument("--model", default="dau1997", choices=sorted(MODELS))
     p.add_argument("--config", default=None, help="model configuration")
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
-                   help="sample rate for demo / device (default 48000); a WAV file must have it")
+                   help="sample rate for demo / device (default 48000); a file must have it")
     p.add_argument("--channels", type=int_range(1, 256), default=1, help="demo / device channels")
     add_block_arguments(p, 256, 256, blocksize_min=0,
                         blocksize_help="callback / source block size (0 = device decides, "
