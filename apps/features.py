@@ -39,9 +39,10 @@ before), even if others failed (each failed item is reported, listed in
 ``failures.jsonl`` and retried by the next run); 1 when every input failed (a
 configuration or corpus problem rather than a few bad files; ``cuts.jsonl.gz`` keeps
 what earlier runs computed); 2 for a usage error
-(found before anything is written: a missing input, an output path that is a file or not
-writable, a frame shift or model no input's sampling rate allows, recordings with more
-channels than ``--channels`` takes, an unreachable ``--dask`` scheduler).  A write error
+(found before anything is written: a missing input, a manifest that holds an id twice,
+an output path that is a file or not writable, a frame shift or model no input's sampling
+rate allows, recordings with more channels than ``--channels`` takes, an unreachable
+``--dask`` scheduler).  A write error
 in ``OUT`` while computing (a full disk) stops the run: it is not the item's fault, so it
 is never listed as a failure.
 
@@ -50,6 +51,7 @@ audio per hour of wall time.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -164,8 +166,11 @@ def _collect(inputs):
             except Exception as e:        # lhotse raises plain Exceptions for bad manifests
                 raise UsageError(f"{inp}: not a lhotse manifest ({_one_line(e)})") from None
             if isinstance(m, RecordingSet):
+                _check_unique(inp, "recording", [r.id for r in m])
                 m = CutSet.from_manifests(recordings=m)
-            if not isinstance(m, CutSet):
+            elif isinstance(m, CutSet):
+                _check_unique(inp, "cut", [c.id for c in m])
+            else:
                 raise UsageError(f"{inp}: a {type(m).__name__}; expected recordings or cuts")
             for c in m:
                 add(c, f"{inp}:{c.id}")
@@ -189,6 +194,17 @@ def _collect(inputs):
             add(CutSet.from_manifests(recordings=RecordingSet.from_recordings([rec]))[0],
                 str(f))
     return cuts, failures
+
+
+def _check_unique(inp, what: str, ids) -> None:
+    """Refuse a manifest in which an id occurs more than once (lhotse loads it, and the
+    cuts made from two recordings of one id get ids of their own, so both would be computed
+    and stored as features of one recording)."""
+    dup = [f"{i!r} ({n}x)" for i, n in collections.Counter(ids).items() if n > 1]
+    if dup:
+        more = f" and {len(dup) - 5} more" if len(dup) > 5 else ""
+        raise UsageError(f"{inp}: duplicate {what} id(s) {', '.join(dup[:5])}{more}; the "
+                         f"{what} ids of a manifest must be unique")
 
 
 def _check_inputs(ext, cuts) -> None:

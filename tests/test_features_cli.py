@@ -378,3 +378,25 @@ def test_unreachable_dask_scheduler_writes_nothing(tmp_path, capsys, monkeypatch
     _one_error_line(err, "rtamt features: error: ")
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["recordings", "cuts"])
+def test_manifest_with_duplicate_ids_is_refused(tmp_path, capsys, kind):
+    """Two recordings (or cuts) with one id in a manifest: lhotse loads them, and the cuts
+    made from the recordings got ids of their own, so both were computed (issue 29)."""
+    files = _corpus(tmp_path / "wav", 3, 0.2, seed=4)
+    recs = [Recording.from_file(f, recording_id=rid)
+            for f, rid in zip(files, ["utt", "other", "utt"])]
+    manifest = tmp_path / f"{kind}.jsonl.gz"
+    if kind == "recordings":
+        RecordingSet.from_recordings(recs).to_file(manifest)
+    else:
+        cuts = CutSet.from_manifests(recordings=RecordingSet.from_recordings(recs[:2]))
+        CutSet.from_cuts([cuts[0], cuts[1], cuts[0]]).to_file(manifest)
+    out = tmp_path / "out"
+    rc = main(["features", str(manifest), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    want = "recording id(s) 'utt' (2x)" if kind == "recordings" else "cut id(s) "
+    _one_error_line(err, f"rtamt features: error: {manifest}: duplicate {want}")
+    assert not out.exists()                  # refused before anything was written
