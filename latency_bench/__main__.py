@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "256 with --streams)")
     p.add_argument("--seconds", type=positive_float(3600.0), default=5.0,
                    help="seconds of audio timed, after the warm-up (default 5)")
-    p.add_argument("--batch", type=int_range(1, 1024), default=None,
+    p.add_argument("--batch", type=int_range(1, 1_000_000), default=None,
                    help="streams processed together in one call (default 1; with --streams: "
                         "the scheduler's max_batch default)")
     p.add_argument("--channels", type=int_range(1, 64), default=1,
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 0.5)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     g = p.add_argument_group("many streams (rtamt.scheduler)")
-    g.add_argument("--streams", type=int_range(1, 4096), default=None, metavar="N",
+    g.add_argument("--streams", type=int_range(1, 1_000_000), default=None, metavar="N",
                    help="run N streams at real-time pace through one Scheduler and report "
                         "per-stream latency, misses, drops, CPU and batch size (with "
                         "--find-capacity: the first N tried; --threads-scaling: default 16)")
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="RATE",
                    help="--find-capacity: a trial passes with misses up to RATE of its "
                         "stream-blocks (default 0: none; drops never pass)")
-    g.add_argument("--max-streams", type=int_range(1, 4096), default=None,
+    g.add_argument("--max-streams", type=int_range(1, 1_000_000), default=None,
                    help="largest N --find-capacity tries (default 256)")
     g.add_argument("--threads-scaling", action="store_true",
                    help="throughput (not paced): N streams x --seconds of audio queued, "

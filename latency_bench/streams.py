@@ -4,10 +4,13 @@ Three measurements, all with a fresh scheduler each:
 
 * :func:`run_trial` (``--streams N``): ``N`` streams of one design at real-time pace for
   ``--seconds`` after ``--warmup-seconds``.  One source thread pushes one ``(block, N ×
-  channels)`` float32 chunk per block period (``--source fanout``: stream ``c`` gets its
-  columns, as :class:`~rtamt.scheduler.FanOut` does), or one thread per stream paces its own
-  ``(block, channels)`` chunks (``--source per-stream``, phases spread over the period).
-  Every stream gets its own 70 dB SPL noise.  A chunk's capture time is its *scheduled*
+  channels)`` float32 chunk per block period through one :class:`~rtamt.scheduler.FanOut`
+  (``--source fanout``: the batched intake, one copy into the streams' ring bank per
+  push; stream ``c`` gets its columns), or one thread per stream paces its own ``(block,
+  channels)`` chunks (``--source per-stream``, phases spread over the period).  Every
+  stream gets its own 70 dB SPL noise (a loop of at most :data:`LOOP_SECONDS` and
+  :data:`NOISE_VALUES` values in all); each stream's input ring holds
+  :data:`RING_SECONDS`.  A chunk's capture time is its *scheduled*
   time (like an audio device's ADC clock): a source thread that wakes late (GIL, load)
   pushes with a larger input latency, so its lateness counts in the latency.  Only blocks
   whose first frame lies after the warm-up are measured (``Result.start``, which counts
@@ -39,8 +42,12 @@ import time
 import numpy as np
 
 _perf = time.perf_counter
-#: noise loop per stream, seconds (the source cycles through it)
+#: noise loop per stream, seconds (the source cycles through it) ...
 LOOP_SECONDS = 1.0
+#: ... and at most this many values for all streams together (at least one block each)
+NOISE_VALUES = 1 << 26
+#: input ring of every stream in a paced trial, seconds (a backlog that long misses anyway)
+RING_SECONDS = 0.5
 LEVEL_DB = 70.0
 
 
@@ -82,19 +89,13 @@ def _open(sched, args, n: int, **kw) -> tuple[list, float, float]:
 
 
 def _pusher(streams: list, ch: int):
-    """``push(chunk, in_latency)`` feeding column group ``c`` of a ``(block, n × ch)`` chunk
-    to ``streams[c]``: a :class:`~rtamt.scheduler.FanOut` for one channel per stream."""
-    if ch == 1:
-        from rtamt.scheduler import FanOut
+    """``push(chunk, in_latency)`` feeding column group ``c`` (``ch`` columns) of a
+    ``(block, n × ch)`` chunk to ``streams[c]``: one :class:`~rtamt.scheduler.FanOut` push
+    (the batched intake: one copy for all streams)."""
+    from rtamt.scheduler import FanOut
 
-        fan = FanOut(streams)
-        return lambda chunk, lat: fan.push(chunk, 0, lat)
-    sl = [(s, slice(c * ch, (c + 1) * ch)) for c, s in enumerate(streams)]
-
-    def push(chunk, lat):
-        for s, cols in sl:
-            s.push(chunk[:, cols], 0, lat)
-    return push
+    fan = FanOut(streams)
+    return lambda chunk, lat: fan.push(chunk, 0, lat)
 
 
 class _Source(threading.Thread):
@@ -133,11 +134,12 @@ class _Source(threading.Thread):
 
 class _Recorder:
     """Subscriber: each block's (start, frames, latency, proc, batch) into a preallocated
-    array (no Python object kept per block: a list of tuples would grow the collector's
-    work, and its full collections pause every thread)."""
+    float32 array (no Python object kept per block: a list of tuples would grow the
+    collector's work, and its full collections pause every thread; float32 holds a start
+    below 2**24 frames exactly and halves the memory of many streams' records)."""
 
     def __init__(self, rows: int):
-        self.a = np.zeros((rows, 5))
+        self.a = np.zeros((rows, 5), np.float32)
         self.n = 0
 
     def __call__(self, r):      # worker thread, after each block
@@ -147,7 +149,7 @@ class _Recorder:
             self.n = i + 1
 
     def rows(self) -> np.ndarray:
-        return self.a[:self.n]
+        return self.a[:self.n].astype(np.float64)
 
 
 def _pcts(a: np.ndarray) -> tuple[float, float, float]:
@@ -167,7 +169,8 @@ def run_trial(args, n: int) -> dict:
     k_warm = int(round(args.warmup_seconds / period))
     k_meas = max(1, int(round(args.seconds / period)))
     n_blocks = k_warm + k_meas
-    loop = max(1, min(n_blocks, int(round(LOOP_SECONDS / period)))) * B
+    loop = max(1, min(n_blocks, int(round(LOOP_SECONDS / period)),
+                      NOISE_VALUES // (B * (n + 1) * ch))) * B
     buf = _noise(loop, n * ch, seed=n)
     budget = args.budget_ms / 1e3
 
@@ -176,13 +179,14 @@ def run_trial(args, n: int) -> dict:
     rt = sched.realtime_info()
     src_rt = min(rt["priority"] + 1, 99) if rt["workers"] else None
     try:
-        streams, t_open, t_first = _open(sched, args, n)
+        streams, t_open, t_first = _open(sched, args, n, ring_seconds=RING_SECONDS)
         probe = getattr(args, "probe_budget_ms", None)
         if probe:                   # one more stream of the same design, its own budget
             streams.append(sched.open(
                 args.model, args.fs, args.block, budget_ms=probe, dtype=args.dtype,
                 channels=args.channels, admission="best-effort", name=f"{args.model}-probe",
                 model_kwargs={} if args.config is None else {"config": args.config},
+                ring_seconds=RING_SECONDS,
                 **({} if args.history is None else {"history": args.history})))
             buf = np.concatenate([buf, _noise(loop, ch, seed=n + 7)], axis=1)
         recs = [_Recorder(n_blocks + 2) for _ in streams]
@@ -550,3 +554,62 @@ def print_report(r: dict, file=sys.stdout) -> None:
           + (" (the --max-streams cap)" if r.get("capacity_limited_by_max") else "")
           + (f" (misses up to {r['max_miss_rate']:g} of the blocks allowed)"
              if r.get("max_miss_rate") else " (0 misses)"))
+
+
+# ---------------------------------------------------------------------------- intake cost
+def intake_cost(counts=(64, 1024), block: int = 256, pushes: int = 100, rounds: int = 3,
+                model: str = "dau1997", fs: float = 48000.0, dtype: str = "float32",
+                log=print) -> list[dict]:
+    """Producer-side cost of feeding ``N`` streams one ``block`` each, in microseconds per
+    stream-block, for every ``N`` in ``counts``: ``per_stream`` pushes column ``c`` of a
+    ``(block, N)`` chunk to stream ``c`` with its own :meth:`Stream.push` (what a
+    multichannel source did before the batched intake), ``fanout`` pushes the chunk once
+    through a :class:`~rtamt.scheduler.FanOut` (one ring bank), ``fanout_rows`` pushes the
+    same samples stream-major, ``(N, block)``, with :meth:`FanOut.push_streams`.
+    ``pushes`` chunks per round, best of ``rounds``; the scheduler is not started (nothing
+    consumes, the rings are sized to hold every push and written once beforehand, as a
+    running ring's memory is), so only the producer's side is timed."""
+    from rtamt.scheduler import FanOut, Scheduler
+
+    out = []
+    for n in counts:
+        x = _noise(block, n, seed=n).astype(dtype)
+        xr = np.ascontiguousarray(x.T)
+        ring_s = (rounds * pushes + 2) * block / fs
+        res = {"streams": n, "block": block}
+        for kind in ("per_stream", "fanout", "fanout_rows"):
+            sched = Scheduler(threads=1, start=False, realtime=None, freeze_gc=False)
+            try:
+                hs = [sched.open(model, fs, block, dtype=dtype, admission="best-effort",
+                                 measure=False, ring_seconds=ring_s) for _ in range(n)]
+                if kind != "per_stream":
+                    fan = FanOut(hs)
+                    fan.bank.data.fill(0.0)
+                    push = (lambda fan=fan, x=x: fan.push(x)) if kind == "fanout" else \
+                        (lambda fan=fan, xr=xr: fan.push_streams(xr))
+                else:
+                    for h in hs:
+                        h.ring.data.fill(0.0)
+                    cols = [(h, x[:, c]) for c, h in enumerate(hs)]
+
+                    def push(cols=cols):
+                        for h, col in cols:
+                            h.push(col)
+                best = math.inf
+                for _ in range(rounds):
+                    t0 = _perf()
+                    for _ in range(pushes):
+                        push()
+                    best = min(best, _perf() - t0)
+                assert all(h.stats().dropped_frames == 0 for h in hs)
+            finally:
+                sched.close("discard", timeout=60)
+            res[f"{kind}_us"] = 1e6 * best / (pushes * n)
+        res["ratio"] = res["per_stream_us"] / res["fanout_us"]
+        res["ratio_rows"] = res["per_stream_us"] / res["fanout_rows_us"]
+        log(f"{n:6d} streams, block {block}: per-stream push {res['per_stream_us']:.3f} us, "
+            f"FanOut.push {res['fanout_us']:.3f} us (x{res['ratio']:.1f}), "
+            f"FanOut.push_streams {res['fanout_rows_us']:.3f} us (x{res['ratio_rows']:.1f}) "
+            "per stream-block")
+        out.append(res)
+    return out

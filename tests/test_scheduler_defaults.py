@@ -219,3 +219,135 @@ def test_readme_scheduler_snippet_prints_meaningful_stats():
     rtf = float(re.search(r"rtf ([0-9.]+)", line).group(1))
     assert blocks == 9600 // 256 and rtf > 0 and qmax >= q, line
     assert "dropped 0" in line and "skipped 0" in line, line
+
+
+# ============================================================================ batched intake
+def _chunks(total: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    cuts = np.cumsum(rng.integers(1, 1500, total // 200))
+    return [0] + [int(c) for c in cuts[cuts < total]] + [total]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fanout_batched_intake_equals_per_stream_pushes(dtype):
+    """16 streams fed by one FanOut (one ring bank, one copy per push), 16 by another
+    FanOut's stream-major push_streams and 16 by their own push(), with the same chunks,
+    default options, wait=True: every stream equals the offline run, to the bit, each way."""
+    from rtamt.scheduler import FanOut
+
+    N, T = 16, 20000
+    x = np.stack([_signal(50 + c, T, dtype) for c in range(N)], axis=1)
+    cuts = _chunks(T, 9)
+    with Scheduler(threads=2) as s:
+        fan_h = [s.open("dau1997", FS, 256, dtype=dtype, admission="best-effort")
+                 for _ in range(N)]
+        own_h = [s.open("dau1997", FS, 256, dtype=dtype, admission="best-effort")
+                 for _ in range(N)]
+        row_h = [s.open("dau1997", FS, 256, dtype=dtype, admission="best-effort")
+                 for _ in range(N)]
+        outs = [_collect(h) for h in fan_h + own_h + row_h]
+        fan, rows = FanOut(fan_h), FanOut(row_h)
+        xr = np.ascontiguousarray(x.T)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            assert fan.push(x[a:b], wait=True)
+            assert rows.push_streams(xr[:, a:b], wait=True)
+            for c, h in enumerate(own_h):
+                assert h.push(x[a:b, c], wait=True)
+        fan.stop("drain", timeout=120)
+        rows.stop("drain", timeout=120)
+        for h in own_h:
+            h.close("drain", timeout=120)
+    for c in range(N):
+        want = MODELS["dau1997"](FS)(x[:, c])
+        st = fan_h[c].stats()
+        assert (st.frames_processed, st.frames_pushed, st.chunks_pushed) == \
+            (T, T, len(cuts) - 1), st.line()
+        assert np.array_equal(np.concatenate(outs[c], axis=-1), want), f"fanout stream {c}"
+        assert np.array_equal(np.concatenate(outs[N + c], axis=-1), want), f"own stream {c}"
+        assert np.array_equal(np.concatenate(outs[2 * N + c], axis=-1), want), f"row {c}"
+
+
+def test_fanout_feeds_multichannel_streams():
+    """Streams of 2 channels: stream c gets columns 2c and 2c+1 of the source's chunk."""
+    from rtamt.scheduler import FanOut
+
+    fs = 32000
+    x = np.stack([_signal(70 + c, 6000) for c in range(6)], axis=1)
+    with Scheduler(threads=2) as s:
+        hs = [s.open("moore2016", fs, 256, channels=2, admission="best-effort",
+                     budget_ms=1000) for _ in range(3)]
+        outs = [[] for _ in hs]
+        for h, o in zip(hs, outs):
+            h.subscribe(lambda r, o=o: o.append({k: np.array(v) for k, v in
+                                                 r.outputs["moore2016"].items()}))
+        fan = FanOut(hs)
+        for a, b in zip(*(lambda c: (c[:-1], c[1:]))(_chunks(6000, 4))):
+            fan.push(x[a:b], wait=True)
+        fan.stop("drain", timeout=120)
+    for c in range(3):
+        want = MODELS["moore2016"](fs)(np.ascontiguousarray(x[:, 2 * c:2 * c + 2].T))
+        for k in ("stl", "ltl", "specific_loudness"):
+            got = np.concatenate([o[k] for o in outs[c]], axis=-1)
+            assert np.array_equal(got, want[k]), (c, k)
+
+
+def test_fanout_refuses_bad_input_and_leaves_every_ring_untouched():
+    from rtamt import RtamtInputError
+    from rtamt.scheduler import FanOut
+
+    s = Scheduler(threads=1, start=False)
+    try:
+        hs = [s.open("dau1997", FS, 256, admission="best-effort") for _ in range(4)]
+        fan = FanOut(hs)
+        with pytest.raises(RtamtInputError, match=r"expected shape \(frames, 4\).*got \(10, 3\)"):
+            fan.push(np.zeros((10, 3)))
+        with pytest.raises(RtamtInputError, match="complex128"):
+            fan.push(np.zeros((10, 4), complex))
+        with pytest.raises(RtamtInputError, match=r"expected shape \(4, frames\)"):
+            fan.push_streams(np.zeros((10, 4)))
+        assert fan.bank.w_chunk == 0 and not fan.bank.data.any()
+        assert all(h.stats().frames_received == 0 for h in hs)
+        with pytest.raises(RuntimeError, match="push the FanOut"):
+            hs[0].push(np.zeros(10))
+        with pytest.raises(ValueError, match="another FanOut"):
+            FanOut(hs[:2])
+    finally:
+        s.close("discard", timeout=30)
+    with pytest.raises(RtamtClosedError):
+        fan.push(np.zeros((10, 4)))
+
+
+def test_ring_bank_drops_for_the_full_stream_only():
+    """A stream whose consumer stalls loses the chunks its ring cannot hold (counted, and
+    its next chunk starts after the gap); the other streams of the bank take every chunk,
+    and bytes of the stalled stream's unread chunks are never overwritten."""
+    from rtamt.scheduler.ring import RingBank
+
+    bank = RingBank(3, 1, capacity=100, max_chunks=8, dtype=np.float64)
+    got = [[] for _ in range(3)]
+
+    def drain(c):
+        r = bank.members[c]
+        while r.available():
+            start, n, pos, *_ = r.chunk()
+            out = np.empty((n, 1))
+            r.copy_frames(pos, 0, n, out)
+            got[c].append((start, out[:, 0].copy()))
+            r.release(n)
+    x = np.arange(40 * 3 * 6, dtype=np.float64).reshape(6, 40, 3).transpose(0, 1, 2)
+    oks = []
+    for k in range(6):                       # stream 1 is not consumed until the end
+        oks.append(bank.push(x[k].T[:, :, None]))
+        drain(0)
+        drain(2)
+    drain(1)
+    assert oks == [True, True, False, False, False, False]
+    assert [len(g) for g in got] == [6, 2, 6]
+    assert bank.members[1].dropped_frames == 160 and bank.members[1].dropped_chunks == 4
+    assert bank.members[0].dropped_frames == 0
+    for c in range(3):
+        for start, v in got[c]:
+            assert np.array_equal(v, x[start // 40][:, c])
+    bank.push(x[0].T[:, :, None])              # the stalled stream resumes after the gap
+    drain(1)
+    assert got[1][-1][0] == 240 and bank.members[1].queued_frames() == 0

@@ -997,18 +997,21 @@ class Scheduler:
         return (g, job), wake
 
     def _service(self, now: float) -> None:
-        """Under the lock: take in the input of every stream that was pushed to, and every
-        20 ms run the watchdogs (silent sources, idle streams, closes in progress)."""
+        """Under the lock: take in the input of every stream that was pushed to (a FanOut
+        push: of every stream it feeds), and every 20 ms run the watchdogs (silent
+        sources, idle streams, closes in progress)."""
         dirty = self._dirty
         while dirty:
             s = dirty.popleft()
             s._dirty = False
-            if s.closed or s.busy:
+            fan = getattr(s, "streams", None)
+            if fan is None:
+                self._take(s, now)
                 continue
-            if s.closing:
-                self._progress_close(s, now)
-            else:
-                s._intake(now)
+            t, k = s._t_push, s._push_n
+            for m in fan:
+                m._t_push, m._push_n = t, k
+                self._take(m, now)
         if now - self._t_watch > 0.02:
             self._t_watch = now
             for s in self._streams:
@@ -1017,6 +1020,15 @@ class Scheduler:
                 s._watch(now)
                 if s.closing and not s.busy:
                     self._progress_close(s, now)
+
+    def _take(self, s: Stream, now: float) -> None:
+        """Under the lock: take in a stream's new input, or advance its close."""
+        if s.closed or s.busy:
+            return
+        if s.closing:
+            self._progress_close(s, now)
+        else:
+            s._intake(now)
 
     def _worker(self) -> None:
         """A worker: take in new input, pick the earliest-deadline call, run it; when there
@@ -1097,6 +1109,7 @@ class Scheduler:
     # ================================================================ closing
     def _progress_close(self, s: Stream, now: float) -> None:
         """Under the lock, the stream not in flight: advance its close."""
+        s.ring.retire()                # a FanOut offers it nothing more
         if s.closed or s.busy:
             return
         if s.closing == "discard":

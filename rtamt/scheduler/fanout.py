@@ -1,49 +1,151 @@
-"""One multichannel source, one scheduled stream per channel."""
+"""One multichannel source, one scheduled stream per channel (or per group of channels):
+the batched intake."""
 from __future__ import annotations
 
 import time
 
-from .stream import callback_latency
+import numpy as np
+
+from ..engine.contract import RtamtInputError
+from .ring import InputRing, RingBank
+from .stream import callback_latency, mark_pushed, push_waiting
 
 _perf = time.perf_counter
 
 
 class FanOut:
     """Looks like a single runtime to a source (``push`` / ``callback`` / the watchdog
-    calls) and feeds column ``c`` of every ``(frames, channels)`` chunk to ``streams[c]``
-    (a strided view: each stream's ring copies it once; nothing is allocated per chunk).
+    calls) and feeds columns ``c*k .. c*k+k-1`` of every ``(frames, n*k)`` chunk to
+    ``streams[c]`` (``n`` streams of ``k`` channels each; ``k = 1``: column ``c``).
 
-    ``fs`` and ``channels`` are the source's; every stream must have ``fs`` and one
-    channel.  ``start()`` / ``stop()`` start and close the streams' scheduler side:
-    ``stop`` closes every stream (drain or discard).
+    **Batched intake.**  Binding replaces the streams' input rings by one
+    :class:`~rtamt.scheduler.ring.RingBank`: :meth:`push` writes every stream's frames
+    with one numpy copy and records the chunk once, and rings the scheduler's doorbell
+    once, whatever ``n`` is; there is no Python per stream on the producer's side.  The
+    semantics are :meth:`Stream.push`'s, per stream: ``wait=False`` never blocks, and a
+    stream whose ring is full drops the chunk (counted in its ``stats().dropped_frames``)
+    while the others take it; ``wait=True`` waits until every open stream has room and
+    loses nothing; a chunk of another shape raises :class:`~rtamt.RtamtInputError` naming
+    the layout and leaves every ring untouched; a closed scheduler raises
+    :class:`~rtamt.scheduler.RtamtClosedError`.  Values are checked per stream and block
+    by the scheduler, as for :meth:`Stream.push` (a NaN rejects that stream's block only).
+
+    Every stream must come from one scheduler, with the same ``fs``, channel count and
+    ring options (``ring_seconds``, ``max_chunks``, ``sample_dtype``, ``policy``, and
+    ``max_backlog_s`` with drop-oldest), and nothing pushed yet; afterwards the streams
+    are fed only through this object (their own ``push`` raises).  ``start()`` /
+    ``stop()`` start the scheduler and close the streams (drain or discard).
     """
 
     def __init__(self, streams: list):
         if not streams:
             raise ValueError("FanOut needs at least one stream")
-        fs = {s.fs for s in streams}
-        if len(fs) != 1 or any(s.channels != 1 for s in streams):
-            raise ValueError("FanOut: every stream needs the same fs and one channel")
+        s0 = streams[0]
+        fs, ch = {s.fs for s in streams}, {s.channels for s in streams}
+        if len(fs) != 1 or len(ch) != 1:
+            raise ValueError("FanOut: every stream needs the same fs and channel count")
+        if any(s._sched is not s0._sched for s in streams):
+            raise ValueError("FanOut: every stream must come from one Scheduler")
+        if len({id(s) for s in streams}) != len(streams):
+            raise ValueError("FanOut: a stream is listed twice")
+        r0 = s0.ring
+        for s in streams:
+            r = s.ring
+            if type(r) is not InputRing:
+                raise ValueError(f"FanOut: stream {s.name!r} is fed by another FanOut")
+            if r.w_chunk or r.dropped_chunks:
+                raise ValueError(f"FanOut: stream {s.name!r} was pushed to already; bind "
+                                 "the FanOut before the first push")
+            if (r.capacity, r.max_chunks, r.dtype) != (r0.capacity, r0.max_chunks, r0.dtype):
+                raise ValueError(
+                    f"FanOut: stream {s.name!r} has a ring of {r.capacity} frames / "
+                    f"{r.max_chunks} chunks / {r.dtype}, stream {s0.name!r} of "
+                    f"{r0.capacity} / {r0.max_chunks} / {r0.dtype}; open every stream with "
+                    "the same ring_seconds, max_chunks, sample_dtype and policy")
         self.streams = list(streams)
-        self.fs = fs.pop()
-        self.channels = len(self.streams)
-        self.policy = self.streams[0].policy
-        self.block = self.streams[0].block
+        self._sched = s0._sched
+        self.fs = s0.fs
+        self.per = s0.channels
+        self.channels = len(self.streams) * self.per
+        self.policy = s0.policy
+        self.block = s0.block
+        bank = RingBank(len(self.streams), self.per, r0.capacity, r0.max_chunks, r0.dtype)
+        for s, m in zip(self.streams, bank.members):
+            m.stream_pos = s.ring.stream_pos       # a restore() before binding
+            s.ring = m
+            s._fan = self
+        self.bank = bank
+        self._dirty = False
+        self._t_push = _perf()
+        self._push_n = 0
+
+    def _check(self, block, want: str, ok) -> np.ndarray:
+        block = np.asarray(block)
+        if not ok(block):
+            k = self.per
+            cols = ("column c" if k == 1 else f"columns {k}c..{k}c+{k - 1}") \
+                if want.startswith("(frames") else "row c"
+            raise RtamtInputError(
+                f"push: expected shape {want} ({len(self.streams)} streams x {k} "
+                f"channel{'s' if k > 1 else ''}; stream c gets {cols}), got "
+                f"{tuple(block.shape)}; nothing queued")
+        if block.dtype.kind not in "fiu":
+            raise RtamtInputError(f"push: dtype {block.dtype} is not a real number type; "
+                                  "nothing queued")
+        return block
 
     def push(self, block, status=0, in_latency: float | None = None, *, wait: bool = False,
              timeout: float | None = None) -> bool:
-        """Push column ``c`` of ``block`` (frames, channels) to stream ``c``; True if every
-        stream queued it."""
-        ok = True
-        if block.ndim == 1:
-            block = block.reshape(-1, 1)
-        if block.shape[1] != self.channels:
-            from ..engine.contract import RtamtInputError
-            raise RtamtInputError(f"push: expected shape (frames, {self.channels}), got "
-                                  f"{tuple(block.shape)}")
-        for c, s in enumerate(self.streams):
-            ok = s.push(block[:, c], status, in_latency, wait=wait, timeout=timeout) and ok
-        return ok
+        """Push ``block`` ``(frames, n*k)`` (frame-major, as an audio device delivers it:
+        stream ``c`` gets columns ``c*k .. c*k+k-1``) to the streams (see the class
+        docstring); True if every open stream queued all of it."""
+        nk = self.channels
+        x = self._check(block, f"(frames, {nk})", lambda b: (
+            b.ndim == 2 and b.shape[1] == nk) or (b.ndim == 1 and nk == 1))
+        x = x.reshape(x.shape[0], len(self.streams), self.per).transpose(1, 0, 2)
+        return self._offer(x, status, in_latency, wait, timeout)
+
+    def push_streams(self, block, status=0, in_latency: float | None = None, *,
+                     wait: bool = False, timeout: float | None = None) -> bool:
+        """As :meth:`push`, for a stream-major ``block``: ``(n, frames)`` for one channel
+        per stream, ``(n, k, frames)`` for ``k`` (the models' own batch layout; row
+        ``c`` is stream ``c``).  Each stream's frames are contiguous then, so the copy into
+        the ring bank is row by row (about 4x cheaper than :meth:`push`'s transpose)."""
+        N, k = len(self.streams), self.per
+        want = f"({N}, frames)" if k == 1 else f"({N}, {k}, frames)"
+        x = self._check(block, want, lambda b: b.shape[0] == N and (
+            (b.ndim == 2 and k == 1) or (b.ndim == 3 and b.shape[1] == k)))
+        x = x[:, :, None] if x.ndim == 2 else x.transpose(0, 2, 1)
+        return self._offer(x, status, in_latency, wait, timeout)
+
+    def _offer(self, x, status, in_latency, wait: bool, timeout) -> bool:
+        """Queue ``x`` ``(n, frames, k)`` into the bank (see :meth:`push`)."""
+        t0 = _perf()
+        sched = self._sched
+        if sched.closed:
+            sched._refuse("push: FanOut")
+        bank = self.bank
+        if not bank.active.any():
+            return False
+        if not isinstance(status, int):
+            status = getattr(status, "_flags", 0) or 0
+        n = x.shape[1]
+        lat = n / self.fs if in_latency is None else in_latency
+        if not wait:
+            ok = bank.push(x, status, lat, t0)
+            mark_pushed(self, t0, n)
+            return ok
+
+        def put(a: int, b: int, st: int, la: float) -> bool:
+            t = _perf()
+            ok = bank.push(x[:, a:b], st, la, t, True)
+            mark_pushed(self, t, b - a)
+            return ok
+        return push_waiting(sched, "FanOut", n, bank.capacity,
+                            lambda m: bool((bank.room(m) | ~bank.active).all()),
+                            lambda: not bank.active.any(), put, status, lat, self.fs, t0,
+                            timeout)
+
 
     def callback(self, indata, frames, time_info, status) -> None:
         """A ``sounddevice.InputStream`` callback (see :meth:`Stream.callback`)."""
@@ -76,10 +178,10 @@ class FanOut:
 
     @property
     def running(self) -> bool:
-        return any(not s.closed for s in self.streams) and self.streams[0]._sched.running
+        return any(not s.closed for s in self.streams) and self._sched.running
 
     def start(self, warmup: bool = True):
-        self.streams[0]._sched.start()
+        self._sched.start()
         return self
 
     def stop(self, policy: str = "drain", timeout: float = 30.0) -> None:

@@ -149,6 +149,48 @@ def callback_latency(time_info, frames: int, fs: float) -> float:
     return lat if 0.0 < lat < 1.0 else frames / fs
 
 
+def mark_pushed(fed, t0: float, n: int) -> None:
+    """After a push into ``fed`` (a Stream or a FanOut): the watchdog's clock (push time
+    ``t0``, ``n`` frames) and, once until the scheduler takes the input in, its doorbell."""
+    fed._t_push = t0
+    fed._push_n = n
+    if not fed._dirty:
+        fed._dirty = True
+        fed._sched._notify(fed)
+
+
+def push_waiting(sched, who: str, n: int, capacity: int, fits, gone, put, status: int,
+                 lat: float, fs: float, t0: float, timeout: float | None) -> bool:
+    """A waiting push of ``n`` frames (``Stream.push`` / ``FanOut.push`` with
+    ``wait=True``): in pieces of at most half the ring (``capacity`` frames), each put with
+    ``put(first, end, status, in_latency)`` as soon as ``fits(frames)``.  Returns False
+    when ``gone()`` (the stream closes), or what ``put`` of the rest returns once
+    ``timeout`` seconds (from ``t0``) have passed; raises when the scheduler is closed or
+    not running (nothing would ever make room)."""
+    piece = max(1, min(n, capacity // 2))
+    deadline = None if timeout is None else t0 + timeout
+    off = 0
+    while off < n:
+        m = min(piece, n - off)
+        st, la = (status if off == 0 else 0), lat - off / fs
+        while not fits(m):
+            if gone():
+                return False
+            if sched.closed:
+                sched._refuse(f"push: {who}")
+            if not sched.running:
+                raise RuntimeError(
+                    f"push(wait=True): {who}: the ring is full ({capacity} frames) and the "
+                    f"scheduler is not running (start() it); frames {off}..{n - 1} of this "
+                    "chunk not queued")
+            if deadline is not None and _perf() > deadline:
+                return put(off, n, st, la)
+            time.sleep(0.0005)
+        put(off, off + m, st, la)
+        off += m
+    return True
+
+
 def _pct(a: np.ndarray, n: int, q: float) -> float:
     k = min(n, a.shape[0])
     if k == 0:
@@ -219,6 +261,7 @@ class Stream:
         self.idle_timeout = float(idle_timeout) if idle_timeout else 0.0
         self.error: BaseException | None = None
         self._dirty = False
+        self._fan = None               # the FanOut that feeds this stream, if any
         self._bumps = 0                # blocks batched calls processed for self.proc
         # results
         self._latest: Result | None = None
@@ -303,47 +346,21 @@ class Stream:
 
     def _push_waiting(self, block, status: int, lat: float, t0: float,
                       timeout: float | None) -> bool:
-        """``push(wait=True)``: queue ``block`` (frames, channels) in pieces of at most
-        half the ring, each as soon as there is room (see :meth:`push`)."""
+        """``push(wait=True)`` of ``block`` (frames, channels) (see :meth:`push`)."""
         ring = self.ring
-        n = block.shape[0]
-        piece = max(1, min(n, ring.capacity // 2))
-        deadline = None if timeout is None else t0 + timeout
-        off = 0
-        while off < n:
-            m = min(piece, n - off)
-            while not ring.room(m):
-                if self.closed or self.closing:
-                    return False
-                if self._sched.closed:
-                    self._sched._refuse(f"push: stream {self.name!r}")
-                if not self._sched.running:
-                    raise RuntimeError(
-                        f"push(wait=True): stream {self.name!r}: the ring is full "
-                        f"({ring.queued_frames()} of {ring.capacity} frames queued) and the "
-                        f"scheduler is not running (start() it); frames {off}..{n - 1} of "
-                        "this chunk not queued")
-                if deadline is not None and _perf() > deadline:
-                    t = _perf()
-                    ok = ring.push(block[off:], status if off == 0 else 0,
-                                   lat - off / self.fs, t, True)
-                    self._pushed(t, n - off)
-                    return ok
-                time.sleep(0.0005)
+
+        def put(a: int, b: int, st: int, la: float) -> bool:
             t = _perf()        # the callback-duration statistic excludes the wait
-            ring.push(block[off:off + m], status if off == 0 else 0, lat - off / self.fs, t,
-                      True)
-            self._pushed(t, m)
-            off += m
-        return True
+            ok = ring.push(block[a:b], st, la, t, True)
+            self._pushed(t, b - a)
+            return ok
+        return push_waiting(self._sched, f"stream {self.name!r}", block.shape[0],
+                            ring.capacity, ring.room, lambda: bool(self.closed or self.closing),
+                            put, status, lat, self.fs, t0, timeout)
 
     def _pushed(self, t0: float, n: int) -> None:
         """After a push: the watchdog's clock, the doorbell, the callback statistic."""
-        self._t_push = t0
-        self._push_n = n
-        if not self._dirty:
-            self._dirty = True
-            self._sched._notify(self)
+        mark_pushed(self, t0, n)
         i = self._n_cb % self._cb.shape[0]
         self._cb[i] = _perf() - t0
         self._n_cb += 1
