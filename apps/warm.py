@@ -19,7 +19,7 @@ def warm_up(model, dtype, lead, label: str, stream=None) -> WarmupReport:
         if step.event == "compile":
             if not announced:
                 later = "cached afterwards" if JIT["cache"] else "not cached"
-                print(f"compiling kernels for {label} (first run, ~30-90 s; {later})",
+                print(f"compiling kernels for {label} (first run, ~15-60 s; {later})",
                       file=out, flush=True)
                 announced = True
             print(f"  [{step.index}/{step.total}] {step.stage}: {step.kernel} ...", file=out,

@@ -98,7 +98,7 @@ _choose_cache()
 #: the line logged (logger ``rtamt``, once per process) when a kernel is compiled rather
 #: than loaded from the cache; :func:`warmup` with a ``progress`` callback leaves the
 #: announcing to its caller
-FIRST_COMPILE = ("rtamt: compiling kernels (first run, ~30-90 s per model on a 2-core "
+FIRST_COMPILE = ("rtamt: compiling kernels (first run, ~15-60 s per model on a 2-core "
                  "machine; cached afterwards)")
 _first = {"announced": False, "quiet": 0}
 
@@ -112,7 +112,7 @@ def _on_compile_start(fn) -> None:
         logging.getLogger("rtamt").warning(FIRST_COMPILE)
     else:
         logging.getLogger("rtamt").warning(
-            "rtamt: compiling kernels (~30-90 s per model; not cached: see above)")
+            "rtamt: compiling kernels (~15-60 s per model; not cached: see above)")
 
 
 @contextlib.contextmanager
