@@ -616,3 +616,23 @@ def test_progress_bar_on_a_terminal(tmp_path):
         os.close(master)
     text = buf.decode(errors="replace")
     assert "rtamt process:" in text and "s audio" in text and "%|" in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ten_minutes_at_48_khz_with_the_defaults(tmp_path):
+    """Issue 29's acceptance: a 10-minute 48 kHz file with the default options writes at
+    most 2 GB (it is ~67 MB: modfb, 100 Hz RMS frames, float32) in at most 300 MB of peak
+    RSS (it was ~104 GB and 621 MB)."""
+    import soundfile as sf
+
+    wav = tmp_path / "ten.wav"
+    with sf.SoundFile(wav, "w", 48000, 1, subtype="PCM_16") as f:
+        rng = np.random.default_rng(0)
+        for _ in range(60):                             # 10 s at a time
+            f.write(0.05 * rng.standard_normal(480000))
+    out = tmp_path / "o"
+    rss = _peak_rss_mb(["process", str(wav), "--out", str(out)], tmp_path)
+    size = sum(p.stat().st_size for p in out.iterdir())
+    assert np.load(out / "modfb.npy", mmap_mode="r").shape == (275, 60000)
+    assert size <= 2e9 and rss <= 300, (size, rss)
