@@ -108,11 +108,8 @@ def _on_compile_start(fn) -> None:
             fn, "__module__", "").startswith("rtamt"):
         return
     _first["announced"] = True
-    if JIT["cache"]:
+    if JIT["cache"]:                   # else the import's warning said it compiles each run
         logging.getLogger("rtamt").warning(FIRST_COMPILE)
-    else:
-        logging.getLogger("rtamt").warning(
-            "rtamt: compiling kernels (~15-60 s per model; not cached: see above)")
 
 
 @contextlib.contextmanager
