@@ -8,9 +8,10 @@ from __future__ import annotations
 EXIT_MISSING = 1
 
 
-class MissingComponent(RuntimeError):
+class MissingComponent(Exception):
     """A part of the installation a command needs is missing; the message says what to
-    install."""
+    install.  Not a ``RuntimeError``/``OSError``: the apps' handlers of input and device
+    errors (exit 2) let it through to :func:`rtamt_apps.cli.main`."""
 
 
 def require_qt() -> None:
