@@ -136,7 +136,9 @@ def _listen_for_compiles() -> None:
 
 
 _listen_for_compiles()
-# helpers inlined into the kernels that call them (numba IR inlining)
+
+# helpers inlined into the kernels that call them (numba IR inlining); made after
+# _choose_cache, so it carries the same cache setting
 INLINE = dict(JIT, inline="always")
 
 
