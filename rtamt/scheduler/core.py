@@ -694,7 +694,8 @@ class Scheduler:
                      (docs/performance.md).  ``0`` keeps none (``latest()`` is ``None``;
                      subscribers get every result): the calls then reuse cache-warm memory.
         Other keywords go to the stream (``policy``, ``max_backlog_s``, ``ring_seconds``,
-        ``on_error``, ``source_timeout``, ``sample_dtype``, ...).
+        ``on_error``, ``source_timeout``, ``sample_dtype`` (the input ring's dtype;
+        default ``dtype``, so float64 input stays exact), ...).
         """
         if self._closed:
             self._refuse("open")
