@@ -108,6 +108,8 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
     else:
         from rtamt.runtime.stream import _sd, find_input_device
 
+        from .optional import require_portaudio
+        require_portaudio()            # a missing PortAudio is exit 1 with what to install
         dev = None if inp == "default" else int(inp) if str(inp).isdigit() else inp
         try:
             idx = find_input_device(dev, hostapi)

@@ -243,6 +243,15 @@ def test_devices_without_portaudio_is_not_a_usage_error():
     assert r.returncode == 1 and "pip install sounddevice" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("cmd", ["meter", "stream"])
+def test_device_input_without_portaudio_is_not_a_usage_error(cmd):
+    """A live app reading a device when the PortAudio library is missing: one line saying
+    what to install, exit 1, as `rtamt devices` (before: exit 2)."""
+    r, _ = _rtamt_without([cmd, "--input", "default", "--seconds", "1"], broken=["sounddevice"])
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.strip().count("\n") == 0 and "libportaudio2" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["models"], ["process", "--help"]])
 def test_help_and_models_load_no_numba_scipy_or_torch(argv):
     """`rtamt --help` and `rtamt models` import only what they print (before: every
