@@ -138,7 +138,7 @@ def test_gradient_over_blocks_equals_one_call(model, learned):
     parameter (gammatone centre frequencies and bandwidth, adaptation time constants,
     modulation centre frequencies and Q (efilt and King2019 banks), compression knee and
     exponent; <= 1e-10 relative), across a 20 dB onset; the second block starts past a
-    recomputation checkpoint (adjoint.SEGMENT).  King2019 runs through its compression,
+    recomputation checkpoint (rtamt.engine.grad.SEGMENT).  King2019 runs through its compression,
     adaptation high-pass and modulation bank (with the 150 Hz pre-filter)."""
     kw = {"lp150": True} if model is rn.King2019 else {}
     layer = model(FS, fc=(1000.0, 2000.0), learnable=True, **kw)
@@ -206,7 +206,7 @@ def test_king_modfb_gradcheck(lp150):
 
 
 def test_king_bank_adjoint_is_reversed_filtering():
-    """The derivation of adjoint.king_bank_adjoint: with no gradient on the outgoing state,
+    """The derivation of king_bank_adjoint: with no gradient on the outgoing state,
     the input gradient is the output gradient filtered backwards in time by the same
     band-passes (scipy.signal.sosfilt on the time-reversed gradient), summed over the
     modulation filters of each channel; a gradient on the outgoing state of one filter
@@ -214,7 +214,7 @@ def test_king_bank_adjoint_is_reversed_filtering():
     its homogeneous recursion."""
     from scipy import signal
 
-    from rtamt.nn import adjoint as A
+    from rtamt.modulation import king2019_grad as A
 
     c = rn.KingModFilterbank(FS, fc=FC).parts[0].coeffs
     M, C, T = c.mfc.size, len(FC), 200
@@ -240,14 +240,14 @@ def test_king_bank_adjoint_is_reversed_filtering():
 
 
 def test_king_bank_coefficient_gradients_over_segments():
-    """adjoint.king_bank_adjoint with want: the gradients of b0, b1, b2, a1, a2 of every
+    """king_bank_adjoint with want: the gradients of b0, b1, b2, a1, a2 of every
     band-pass over 1100 samples (three recomputation segments, from a non-zero incoming
     state, with an outgoing-state gradient) equal central differences (five-point
     stencil) of the same loss computed with scipy.signal.sosfilt; the input and state
     gradients are bit-identical to those of the pass without coefficient gradients."""
     from scipy import signal
 
-    from rtamt.nn import adjoint as A
+    from rtamt.modulation import king2019_grad as A
 
     c = rn.KingModFilterbank(FS, fc=FC).parts[0].coeffs
     M, C, B, T = c.mfc.size, len(FC), 2, 1100
@@ -344,10 +344,10 @@ def test_adaptloop_adjoint_lanes_match_autograd():
     autograd through the same loops written sample by sample: the gradients of the input,
     the incoming dividers and the loop coefficients a_k (b_k = 1 - a_k) within 1e-12
     relative."""
+    from rtamt.adaptation import adaptloop_grad as A
     from rtamt.adaptation.adaptloop import AdaptLoop as Stage
     from rtamt.adaptation.adaptloop import AdaptLoopParams
     from rtamt.engine import kernels as K
-    from rtamt.nn import adjoint as A
 
     B, T, C = 2, 60, 33
     c = Stage(AdaptLoopParams(fs=FS))._coeffs_for(C)

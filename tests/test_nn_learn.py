@@ -178,7 +178,7 @@ def test_king_modfb_gradcheck_catches_a_wrong_gradient(which, monkeypatch):
     is off by 1 %."""
     from torch.autograd.gradcheck import GradcheckError
 
-    from rtamt.nn._autograd import KingModFilterbankGrad
+    from rtamt.modulation.king2019_grad import KingModFilterbankGrad
 
     right = KingModFilterbankGrad.backward
 
@@ -218,18 +218,18 @@ def test_king_theta_zero_designs_the_coefficients_bit_for_bit(kw):
 
 
 def test_king_closed_form_design_equals_scipy():
-    """The torch design (king_bandpass_sos: bilinear transform with pre-warped edges, in
-    closed form) gives scipy.signal.butter's band-pass sections, from 0.01 Hz to just
+    """The torch design (king2019.bandpass_sos: bilinear transform with pre-warped edges,
+    in closed form) gives scipy.signal.butter's band-pass sections, from 0.01 Hz to just
     below Nyquist."""
     from scipy import signal
 
-    from rtamt.nn._autograd import king_bandpass_sos
+    from rtamt.modulation.king2019 import bandpass_sos
 
     rng = np.random.default_rng(1)
     e = np.sort(FS / 2 * 10 ** rng.uniform(-5.5, -1e-4, (200, 2)), axis=1)
     e = e[e[:, 1] > 1.001 * e[:, 0]]
     ref = np.stack([signal.butter(1, r, "bandpass", fs=FS, output="sos")[0] for r in e])
-    got = king_bandpass_sos(*torch.from_numpy(e).unbind(1), FS).numpy()
+    got = bandpass_sos(torch.from_numpy(e), FS, torch).numpy()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got[:, 0], ref[:, 0], rtol=1e-10)
 

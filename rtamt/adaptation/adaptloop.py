@@ -85,12 +85,32 @@ class AdaptLoopCoeffs:
     lanes: np.ndarray
 
 
-def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
+@dataclass(frozen=True)
+class AdaptLoopWeights:
+    """The learnable values of the design (:mod:`rtamt.nn`): the loops' time constants
+    ``tau`` (K,) in s (numpy, or a torch tensor where a gradient must reach it)."""
+
+    tau: np.ndarray
+
+
+def loop_lowpass(tau, fs: float, xp=np):
+    """The pole ``a = exp(-1 / (tau fs))`` (K,) of each loop's low-pass (``b = 1 - a``),
+    ``tau`` in s, ``fs`` in Hz, in the operations of array namespace ``xp`` (numpy; torch
+    so that autograd reaches ``tau``)."""
+    return xp.exp(-1.0 / (tau * fs))
+
+
+def design(params: AdaptLoopParams, n_in: int | None = None,
+           weights: AdaptLoopWeights | None = None) -> AdaptLoopCoeffs:
+    """The coefficients of ``params`` for ``n_in`` channels; ``weights`` (optional)
+    replaces the time constants the params give."""
     if params.preset not in PRESETS:
         raise ValueError(
             f"unknown adaptation preset {params.preset!r}; choose from {sorted(PRESETS)}")
     pre = PRESETS[params.preset]
     tau = np.asarray(params.tau if params.tau is not None else pre["tau"], dtype=np.float64)
+    if weights is not None:
+        tau = np.asarray(weights.tau, dtype=np.float64)
     limit = float(params.limit if params.limit is not None else pre["limit"])
     if tau.ndim != 1 or tau.size == 0 or np.any(tau <= 0):
         raise ValueError(f"tau must be a non-empty list of positive times (s), got {tau}")
@@ -100,7 +120,7 @@ def design(params: AdaptLoopParams, n_in: int | None = None) -> AdaptLoopCoeffs:
     C = n_in if n_in is not None else minspl.size
     minlvl = np.broadcast_to(10.0 ** ((minspl - params.spl_ref) / 20.0), (C,)).copy()
     Kn = tau.size
-    a = np.exp(-1.0 / (tau * params.fs))
+    a = loop_lowpass(tau, params.fs)
     b = 1.0 - a
     s0 = minlvl[None, :] ** (1.0 / 2.0 ** np.arange(1, Kn + 1))[:, None]  # (K, C)
     M = (1.0 - s0 ** 2) * limit - 1.0
@@ -131,7 +151,12 @@ class AdaptLoop(Stage):
             raise RtamtInputError(
                 f"{self.name}: block has {n_in} channels but minspl gives {n_min} per-channel "
                 "values")
-        return design(self.params, n_in)
+        return self.design(self.params, n_in)
+
+    @classmethod
+    def grad_rule(cls):
+        from .adaptloop_grad import AdaptLoopGrad
+        return AdaptLoopGrad
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):

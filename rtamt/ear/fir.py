@@ -232,6 +232,11 @@ class FIRSignalStage(Stage):
     def init_state(coeffs, batch, n_in, dtype):
         return {"hist": np.zeros((batch, coeffs.ntaps - 1, n_in), dtype)}
 
+    @classmethod
+    def grad_rule(cls):
+        from .fir_grad import FIRGrad
+        return FIRGrad
+
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape.

@@ -221,6 +221,13 @@ class Stage(Registered):
         """Number of output channels for ``n_in`` input channels."""
         return n_in
 
+    @classmethod
+    def grad_rule(cls):
+        """The stage's gradient rule for :mod:`rtamt.nn`, a
+        :class:`rtamt.engine.grad.StageGrad` subclass kept beside the stage, or ``None``
+        (forward-only)."""
+        return None
+
     # -- machinery ---------------------------------------------------------------------
     def __init__(self, params=None, **kwargs):
         if params is None:
@@ -527,6 +534,11 @@ class SharedSOSStage(Stage):
         y = work_buffer(out, x.shape, x.dtype, like=x)
         k.sos_shared(c(coeffs.sos), cls.rectify, state["zi"], x, y, 0)
         return y
+
+    @classmethod
+    def grad_rule(cls):
+        from .sos_grad import SOSGrad
+        return SOSGrad
 
 
 class Chain(_C.Composite):

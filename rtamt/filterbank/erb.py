@@ -13,9 +13,13 @@ _A = 9.2645
 _B = 0.00437
 
 
-def erb(f):
-    """Equivalent rectangular bandwidth in Hz at frequency ``f`` (Hz)."""
-    return 24.7 + np.asarray(f, dtype=np.float64) / 9.265
+def erb(f, xp=np):
+    """Equivalent rectangular bandwidth in Hz at frequency ``f`` (Hz).  ``xp``: the array
+    namespace, numpy (``f`` is converted to float64) or torch (``f`` a float64 tensor,
+    used as given, so autograd reaches it)."""
+    if xp is np:
+        f = np.asarray(f, dtype=np.float64)
+    return 24.7 + f / 9.265
 
 
 def erb_number(f):

@@ -26,7 +26,8 @@ from ..engine import kernels as K
 from ..engine.stage import Stage, work_buffer
 from .erb import erb, erb_space
 
-__all__ = ["GammatoneParams", "GammatoneCoeffs", "Gammatone", "design", "bandwidth_factor"]
+__all__ = ["GammatoneParams", "GammatoneWeights", "GammatoneCoeffs", "Gammatone", "design",
+           "poles", "bandwidth_factor"]
 
 
 def bandwidth_factor(n: int) -> float:
@@ -72,7 +73,32 @@ class GammatoneCoeffs:
     lanes: np.ndarray
 
 
-def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
+@dataclass(frozen=True)
+class GammatoneWeights:
+    """The learnable values of the design (:mod:`rtamt.nn`): ``fc`` (C,) centre
+    frequencies in Hz and ``bandwidth_factor`` ``b`` of ``beta = b ERB(fc)`` (numpy, or
+    torch tensors where a gradient must reach them)."""
+
+    fc: np.ndarray
+    bandwidth_factor: float
+
+
+def poles(fs: float, w: GammatoneWeights, xp=np) -> tuple:
+    """``(beta, Re p, Im p, gain)`` (each (C,)) of the channels ``w`` at ``fs`` Hz, in
+    the operations of array namespace ``xp`` (numpy; torch so that autograd reaches
+    ``w``): ``beta = b ERB(fc)`` (Hz), ``r = exp(-2 pi beta / fs)``, pole
+    ``p = r exp(-i 2 pi fc / fs)``, gain ``2 (1 - r)^4`` (the real part's 2 folded in)."""
+    beta = w.bandwidth_factor * erb(w.fc, xp)
+    r = xp.exp(-2 * xp.pi * beta / fs)
+    pole = r * xp.exp(-1j * 2 * xp.pi * w.fc / fs)
+    gain = 2.0 * (1.0 - r) ** 4
+    return beta, pole.real, pole.imag, gain
+
+
+def design(params: GammatoneParams, n_in: int | None = None,
+           weights: GammatoneWeights | None = None) -> GammatoneCoeffs:
+    """The coefficients of ``params``; ``weights`` (optional) replaces the centre
+    frequencies and the bandwidth factor the params give (:func:`poles`)."""
     if params.order != 4:
         raise ValueError(f"gammatone order {params.order} not supported (compiled for n = 4)")
     if params.fs <= 0:
@@ -89,14 +115,12 @@ def design(params: GammatoneParams, n_in: int | None = None) -> GammatoneCoeffs:
     if fc.size == 0 or np.any(fc <= 0) or np.any(fc >= nyq):
         got = f"{fc.size} from {fc.min():g} to {fc.max():g} Hz" if fc.size else "none"
         raise ValueError(f"centre frequencies must lie in (0, fs/2 = {nyq:g} Hz), got {got}")
-    n = params.order
-    beta = bandwidth_factor(n) * erb(fc)
-    r = np.exp(-2 * np.pi * beta / params.fs)
-    pole = r * np.exp(-1j * 2 * np.pi * fc / params.fs)
-    gain = 2.0 * (1.0 - r) ** n
-    lanes = K.pad_lanes(np.stack([pole.real, pole.imag, gain]), repeat_first=False)
-    return GammatoneCoeffs(params.fs, fc, beta, np.ascontiguousarray(pole.real),
-                           np.ascontiguousarray(pole.imag), gain, lanes)
+    if weights is None:
+        weights = GammatoneWeights(fc, bandwidth_factor(params.order))
+    beta, pr, pi, gain = poles(params.fs, weights)
+    lanes = K.pad_lanes(np.stack([pr, pi, gain]), repeat_first=False)
+    return GammatoneCoeffs(params.fs, weights.fc, beta, np.ascontiguousarray(pr),
+                           np.ascontiguousarray(pi), gain, lanes)
 
 
 class Gammatone(Stage):
@@ -120,6 +144,11 @@ class Gammatone(Stage):
     @staticmethod
     def n_out(coeffs, n_in):
         return coeffs.fc.size
+
+    @classmethod
+    def grad_rule(cls):
+        from .gammatone_grad import GammatoneGrad
+        return GammatoneGrad
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):

@@ -84,17 +84,70 @@ def king_centre_frequencies(mflow: float, mfhigh: float, Q: float, nmod: int | N
     return mflow * r ** np.arange(n)
 
 
-def design(p: KingModFilterbankParams, n_in=None) -> KingModFilterbankCoeffs:
+@dataclass(frozen=True)
+class KingModFilterbankWeights:
+    """The learnable values of the design (:mod:`rtamt.nn`): the modulation centre
+    frequencies ``mfc`` (M,) in Hz and the bank's quality factor ``Q`` (numpy, or torch
+    tensors where a gradient must reach them)."""
+
+    mfc: np.ndarray
+    Q: float
+
+
+def band_edges(mfc, Q, xp=np):
+    """-3 dB edges (M, 2) in Hz of the band-passes of centre ``mfc`` (M,) in Hz and
+    quality factor ``Q``: ``f_lo,hi = mfc/2 sqrt(4 + 1/Q^2) -/+ mfc/(2Q)`` (so ``f_hi -
+    f_lo = mfc / Q`` and ``sqrt(f_lo f_hi) = mfc``), in the operations of array namespace
+    ``xp`` (numpy; torch so that autograd reaches ``mfc`` and ``Q``)."""
+    mid = mfc / 2 * xp.sqrt(4 + 1 / Q ** 2)
+    return xp.stack([mid - mfc / (2 * Q), mid + mfc / (2 * Q)], 1)
+
+
+def bandpass_sos(edges, fs: float, xp=np):
+    """The band-passes of -3 dB ``edges`` (M, 2) (Hz, ``0 < f_lo < f_hi < fs / 2``) as
+    rows ``[b0, b1, b2, 1, a1, a2]`` (M, 6): the values of
+    ``scipy.signal.butter(1, [f_lo, f_hi], 'bandpass', fs=fs, output='sos')`` (to
+    rounding; :func:`design` keeps scipy's, this closed form is for the array namespaces
+    ``xp`` that scipy does not take, torch so that autograd reaches the edges).
+
+    Derivation: the 1st-order Butterworth low-pass prototype ``1 / (s + 1)`` becomes,
+    with ``s -> (s^2 + w_lo w_hi) / (B s)``, ``B = w_hi - w_lo``, the band-pass
+    ``H(s) = B s / (s^2 + B s + w_lo w_hi)`` whose -3 dB edges are ``w_lo``, ``w_hi``.
+    The bilinear transform ``s = 2 fs (z - 1) / (z + 1)`` with pre-warped edges
+    ``w = 2 fs tan(pi f / fs)`` keeps the edges of the digital filter at ``f_lo``,
+    ``f_hi`` (Oppenheim & Schafer, *Discrete-Time Signal Processing*, 3rd ed., sec.
+    7.2.2).  The factor ``2 fs`` cancels: with ``W = tan(pi f / fs)``, ``b = W_hi - W_lo``
+    and ``p = W_lo W_hi``, multiplying numerator and denominator by ``(z + 1)^2`` gives
+    ``H(z) = b (z^2 - 1) / ((1 + b + p) z^2 + 2 (p - 1) z + (1 - b + p))``, so with
+    ``D = 1 + b + p``: ``b0 = b / D``, ``b1 = 0``, ``b2 = -b / D``, ``a1 = 2 (p - 1) / D``,
+    ``a2 = (1 - b + p) / D``.  For every ``0 < f_lo < f_hi < fs / 2`` the poles are inside
+    the unit circle (``0 < a2 < 1`` and ``|a1| < 1 + a2``)."""
+    w_lo, w_hi = xp.tan(xp.pi * edges[:, 0] / fs), xp.tan(xp.pi * edges[:, 1] / fs)
+    b, p = w_hi - w_lo, w_lo * w_hi
+    d = 1.0 + b + p
+    zero = xp.zeros_like(d)
+    return xp.stack([b / d, zero, -b / d, zero + 1.0, 2.0 * (p - 1.0) / d,
+                     (1.0 - b + p) / d], 1)
+
+
+def design(p: KingModFilterbankParams, n_in=None,
+           weights: KingModFilterbankWeights | None = None) -> KingModFilterbankCoeffs:
+    """The coefficients of ``p``; ``weights`` (optional) replaces the centre frequencies
+    and Q the params give (the sections are scipy's Butterworth band-passes of
+    :func:`band_edges`)."""
     fs = float(p.fs)
     fc = np.asarray(p.fc, dtype=np.float64)
     if fc.ndim != 1 or fc.size < 1:
         raise ValueError("fc must list one auditory centre frequency per channel")
-    mfc = king_centre_frequencies(p.mflow, p.mfhigh, p.qfactor, p.nmod)
-    Q = float(p.qfactor)
-    mid = mfc / 2 * np.sqrt(4 + 1 / Q ** 2)
-    edges = np.stack([mid - mfc / (2 * Q), mid + mfc / (2 * Q)], axis=1)
-    if edges[-1, 1] >= fs / 2:
-        raise ValueError(f"modulation filter edge {edges[-1, 1]:.1f} Hz >= fs/2")
+    if weights is None:
+        weights = KingModFilterbankWeights(
+            king_centre_frequencies(p.mflow, p.mfhigh, p.qfactor, p.nmod), float(p.qfactor))
+    mfc = weights.mfc
+    edges = band_edges(mfc, weights.Q)
+    if edges.max() >= fs / 2:
+        raise ValueError(f"modulation filter edge {edges.max():.1f} Hz >= fs/2")
+    if edges.min() <= 0:
+        raise ValueError(f"modulation filter edge {edges.min():.3g} Hz <= 0")
     sos = np.stack([signal.butter(1, e, btype="bandpass", fs=fs, output="sos") for e in edges])
     pre = signal.butter(1, 150.0, btype="low", fs=fs, output="sos") if p.lp150 else None
     C, M = fc.size, mfc.size
@@ -112,6 +165,11 @@ class KingModFilterbank(PackedFilterbank):
     design = staticmethod(design)
     triton_ready = True
     batch_axes = {"bp": 1}          # (M, batch, 1, 2, C): the batch is axis 1
+
+    @classmethod
+    def grad_rule(cls):
+        from .king2019_grad import KingModFilterbankGrad
+        return KingModFilterbankGrad
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):

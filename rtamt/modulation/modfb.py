@@ -138,6 +138,37 @@ def modulation_centre_frequencies(u: float, Q: float = 2.0) -> np.ndarray:
     return np.asarray(mfc)
 
 
+@dataclass(frozen=True)
+class ModFilterbankWeights:
+    """The learnable values of the design (:mod:`rtamt.nn`): ``mfc`` (Fb,) the centre
+    frequency (Hz) of every band-pass filter, in packed order
+    (``coeffs.filter_mfc[C:]``), and ``Q``, the quality factor of the filters designed at
+    10 Hz and above (those below keep their 5 Hz bandwidth).  The filter layout and the
+    spacing of the centre frequencies stay those of the params (numpy, or torch tensors
+    where a gradient must reach them)."""
+
+    mfc: np.ndarray
+    Q: float
+
+
+def bandpass_poles(w: ModFilterbankWeights, fixed_bw, fs: float, xp=np) -> tuple:
+    """``(w0, bw, e0)`` (each (Fb,)) of the band-pass filters ``w`` at ``fs`` Hz, in the
+    operations of array namespace ``xp`` (numpy; torch so that autograd reaches ``w``):
+    ``w0 = 2 pi mfc / fs`` (rad/sample), bandwidth ``bw = 5`` Hz where ``fixed_bw``
+    (bool (Fb,)) else ``mfc / Q`` (Hz), pole radius ``e0 = exp(-pi bw / fs)``."""
+    w0 = 2 * xp.pi * w.mfc / fs
+    bw = xp.where(fixed_bw, 5.0, w.mfc / w.Q)
+    e0 = xp.exp(-(2 * xp.pi * bw / fs) / 2)
+    return w0, bw, e0
+
+
+def efilt_coefficients(w0, e0, xp=np) -> tuple:
+    """``(Re p, Im p, g)`` of the ``efilt`` filters: pole ``p = e0 exp(i w0)``, gain
+    ``g = 2 (1 - e0)`` (the output's 2 folded in), ``xp`` as in :func:`bandpass_poles`."""
+    pole = e0 * xp.exp(1j * w0)
+    return pole.real, pole.imag, 2.0 * (1.0 - e0)
+
+
 def _resolve(params: ModFilterbankParams) -> ModFilterbankParams:
     if params.preset not in PRESETS:
         raise ValueError(
@@ -147,7 +178,10 @@ def _resolve(params: ModFilterbankParams) -> ModFilterbankParams:
     return replace(params, **upd)
 
 
-def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
+def design(params: ModFilterbankParams, n_in=None,
+           weights: ModFilterbankWeights | None = None) -> ModFilterbankCoeffs:
+    """The coefficients of ``params``; ``weights`` (optional) replaces the band-pass
+    filters' centre frequencies and Q (:func:`bandpass_poles`)."""
     p = _resolve(params)
     fs = float(p.fs)
     if p.filter_type not in ("efilt", "butterworth"):
@@ -177,13 +211,17 @@ def design(params: ModFilterbankParams, n_in=None) -> ModFilterbankCoeffs:
     bp_mode = np.array([b[0] for b in bands], dtype=np.int64)
     nreal = int(np.sum(bp_mode == 0))
     scale = np.where(bp_mode == 1, p.att_factor, 1.0).astype(np.float64)
-    w0 = 2 * np.pi * bp_mfc / fs
-    bw_hz = np.where(bp_mfc < 10.0, 5.0, bp_mfc / p.Q)
+    fixed_bw = bp_mfc < 10.0
+    if weights is None:
+        weights = ModFilterbankWeights(bp_mfc, p.Q)
+    elif np.shape(weights.mfc) != bp_mfc.shape:
+        raise ValueError(f"weights.mfc has shape {np.shape(weights.mfc)}, the bank has "
+                         f"{bp_mfc.size} band-pass filters")
+    bp_mfc = weights.mfc
+    w0, bw_hz, e0 = bandpass_poles(weights, fixed_bw, fs)
     coef = bb = aa = None
     if p.filter_type == "efilt":
-        e0 = np.exp(-(2 * np.pi * bw_hz / fs) / 2)
-        pole = e0 * np.exp(1j * w0)
-        coef = np.ascontiguousarray(np.stack([pole.real, pole.imag, 2.0 * (1.0 - e0), scale]))
+        coef = np.ascontiguousarray(np.stack([*efilt_coefficients(w0, e0), scale]))
     else:
         Fb = bp_mfc.size
         bb = np.zeros((Fb, 3, 2))
@@ -276,6 +314,11 @@ class ModFilterbank(PackedFilterbank):
     Params = ModFilterbankParams
     design = staticmethod(design)
     triton_ready = True
+
+    @classmethod
+    def grad_rule(cls):
+        from .modfb_grad import ModFilterbankGrad
+        return ModFilterbankGrad
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):

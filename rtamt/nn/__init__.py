@@ -9,7 +9,8 @@ with lhotse's naming.
 Forward passes run rtamt's compiled streaming kernels: outputs equal the streaming
 models' bit for bit, and any block partition equals one call.  Gradients (to the input,
 to the incoming state and to learnable parameters) run adjoint recursions in compiled
-kernels (:mod:`rtamt.nn.adjoint`) for the stages of Dau1997, Osses2021 and King2019:
+kernels (each beside its stage, e.g. :mod:`rtamt.filterbank.gammatone_grad`) for the
+stages of Dau1997, Osses2021 and King2019:
 gammatone, IHC envelope, adaptation loops with the overshoot limiter, adaptation
 high-pass, compressions, ear FIRs, the ``efilt``, Butterworth and King2019 modulation
 filterbanks.  The other layers are forward-only (docs/nn.md lists which).

@@ -48,13 +48,13 @@ class Part:
 
     def __init__(self, stage, n_in: int):
         self.stage, self.cls, self.name = stage, type(stage), stage.name
-        self.coeffs = stage._coeffs_for(n_in)
         self.n_in = int(n_in)
+        self.coeffs = stage._coeffs_for(self.n_in)
         self.n_out = int(stage.n_out(self.coeffs, n_in))
         self.axes = dict(stage.batch_axes)
         self.shared = tuple(stage.shared_state)
         self.keys = tuple(stage.init_state(self.coeffs, 1, self.n_in, np.float64))
-        self.grad = grad_rule(stage, self.coeffs)
+        self.grad = grad_rule(stage, self.coeffs, self.n_in)
         self.fingerprint = stage.design_identity(self.coeffs)["fingerprint"]
 
     def initial(self, batch: int, dtype) -> dict:

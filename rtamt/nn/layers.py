@@ -10,8 +10,9 @@
   :class:`ModFilterbank`, ...).
 
 The forward pass runs the streaming kernels themselves, so a layer's output equals the
-streaming model's bit for bit, and any block partition equals one call.  Which stages have
-gradients: see :data:`rtamt.nn._autograd.GRADS` and docs/nn.md.
+streaming model's bit for bit, and any block partition equals one call.  A stage has
+gradients when its class declares a gradient rule (``Stage.grad_rule()``, beside the
+stage); docs/nn.md lists them.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ class ChainLayer(StreamLayer):
     (log centre frequencies, log bandwidth factor), the adaptation loops (log time
     constants), the ``efilt`` modulation bank (log modulation centre frequencies, log Q),
     King2019's modulation bank (centre frequencies bounded below Nyquist, log Q) and the
-    compressions (log knee, log exponent); see :mod:`rtamt.nn._autograd`.
+    compressions (log knee, log exponent); each stage's rule (``grad_rule()``) defines
+    its parametrisation.
     """
 
     def __init__(self, stages, *, name: str = "chain", n_in: int = 1, gain: float = 1.0,
@@ -100,11 +102,13 @@ class ChainLayer(StreamLayer):
         return self[name].grad.learned(param_np(self.theta[name]))
 
     def tau(self, name: str = "adaptloop") -> torch.Tensor:
-        """Time constants (s) of adaptation stage ``name``: the design's, times
-        ``exp(theta)`` when it is learnable."""
-        tau0 = torch.as_tensor(self[name].coeffs.tau, device=self.device)
-        th = self.theta[name] if name in self.theta else None
-        return tau0 if th is None else tau0 * torch.exp(th)
+        """Time constants (s) of adaptation stage ``name``: the design's, or, when it is
+        learnable, those of ``theta`` (its rule's weights, a tensor that carries the
+        gradient)."""
+        part = self[name]
+        if name not in self.theta:
+            return torch.as_tensor(part.coeffs.tau, device=self.device)
+        return part.grad.weights(self.theta[name], torch).tau
 
     def _limit_text(self) -> str:
         return self._ltext

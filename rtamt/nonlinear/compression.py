@@ -34,11 +34,29 @@ class CompressionCoeffs:
     exponent: np.ndarray  # (1,) or (C,)
 
 
-def design(params: CompressionParams, n_in=None) -> CompressionCoeffs:
+@dataclass(frozen=True)
+class CompressionWeights:
+    """The learnable values of the design (:mod:`rtamt.nn`): the ``knee`` in the model's
+    linear units and the ``exponent`` (1,) or (C,) (numpy, or torch tensors where a
+    gradient must reach them).  They are the coefficients themselves."""
+
+    knee: float
+    exponent: np.ndarray
+
+
+def design(params: CompressionParams, n_in=None,
+           weights: CompressionWeights | None = None) -> CompressionCoeffs:
+    """The coefficients of ``params``; ``weights`` (optional) replaces the knee and the
+    exponent(s) the params give."""
     e = np.atleast_1d(np.asarray(params.exponent, dtype=np.float64))
     if e.ndim != 1 or np.any(e <= 0):
         raise ValueError(f"exponent must be > 0 (scalar or per channel), got {params.exponent}")
-    return CompressionCoeffs(10.0 ** ((params.knee_db - params.spl_ref) / 20.0), e)
+    if weights is None:
+        weights = CompressionWeights(10.0 ** ((params.knee_db - params.spl_ref) / 20.0), e)
+    elif np.shape(weights.exponent) != e.shape:
+        raise ValueError(f"weights.exponent has shape {np.shape(weights.exponent)}, the "
+                         f"params give {e.shape}")
+    return CompressionCoeffs(weights.knee, weights.exponent)
 
 
 class _Compression(Stage):
@@ -92,6 +110,11 @@ class BrokenStick(_Compression):
     name = "brokenstick"
     triton_ready = True
 
+    @classmethod
+    def grad_rule(cls):
+        from .compression_grad import BrokenStickGrad
+        return BrokenStickGrad
+
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
         if type(x) is not np.ndarray:     # the Triton backend (rtamt.engine.backend)
@@ -108,6 +131,11 @@ class PowerCompression(_Compression):
 
     name = "power"
     triton_ready = True
+
+    @classmethod
+    def grad_rule(cls):
+        from .compression_grad import PowerGrad
+        return PowerGrad
 
     @staticmethod
     def process_tm(coeffs, state, x, out=None):
