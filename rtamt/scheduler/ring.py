@@ -201,6 +201,7 @@ class RingBank(_Records):
         self.data = np.zeros((self.n, self.capacity, self.channels), self.dtype)
         self._init_records(max_chunks)
         self.hole = np.zeros((self.max_chunks, self.n), bool)
+        self.holes = [False] * self.max_chunks     # per record: any hole in hole[i]
         self.active = np.ones(self.n, bool)
         # producer-owned
         self.dropped_chunks = np.zeros(self.n, np.int64)
@@ -232,6 +233,7 @@ class RingBank(_Records):
         wc, wf, cap = self.w_chunk, self.w_frame, self.capacity
         i = wc % self.max_chunks
         np.logical_not(take, out=self.hole[i])
+        self.holes[i] = not take.all()
         pos = wf % cap
         first = n if n <= cap - pos else cap - pos
         if take.all():
@@ -320,8 +322,11 @@ class BankRing:
 
     def _skip_holes(self) -> None:
         b, c, mc = self.bank, self.c, self.max_chunks
-        while self.r_chunk < b.w_chunk and b.hole[self.r_chunk % mc, c]:
-            n = b.m_frames[self.r_chunk % mc]
+        while self.r_chunk < b.w_chunk:
+            i = self.r_chunk % mc
+            if not (b.holes[i] and b.hole[i, c]):
+                return
+            n = b.m_frames[i]
             self._holes_done += n
             self._advance(n)
 
