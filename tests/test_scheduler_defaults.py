@@ -49,7 +49,7 @@ def test_eight_waiting_threads_lose_nothing_with_default_options(dtype):
     n = 2 * FS                     # 2 s per stream (the 96k frames)
     sigs = [_signal(i, n, dtype) for i in range(8)]
     with Scheduler() as s:
-        hs = [s.open("dau1997", FS, dtype=dtype, admission="best-effort") for _ in sigs]
+        hs = [s.open("dau1997", FS, dtype=dtype) for _ in sigs]     # every option default
         outs = [_collect(h) for h in hs]
         errs = []
 
