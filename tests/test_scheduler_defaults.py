@@ -351,3 +351,14 @@ def test_ring_bank_drops_for_the_full_stream_only():
     bank.push(x[0].T[:, :, None])              # the stalled stream resumes after the gap
     drain(1)
     assert got[1][-1][0] == 240 and bank.members[1].queued_frames() == 0
+
+
+def test_intake_cost_bench_times_every_path():
+    """latency_bench.streams.intake_cost (the producer-side measurement in
+    docs/scheduler.md) runs every path and reports positive costs."""
+    from latency_bench.streams import intake_cost
+
+    (r,) = intake_cost(counts=(3,), pushes=4, rounds=1, log=lambda *a: None)
+    assert r["streams"] == 3 and r["block"] == 256
+    assert min(r["per_stream_us"], r["fanout_us"], r["fanout_rows_us"]) > 0
+    assert r["ratio"] == r["per_stream_us"] / r["fanout_us"]
