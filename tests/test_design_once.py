@@ -39,8 +39,12 @@ def _x(shape, seed=0, scale=0.02):
 
 def _rtamt_stage_classes():
     for m in pkgutil.walk_packages(rtamt.__path__, "rtamt."):
-        if not m.name.startswith(("rtamt.nn", "rtamt_apps")):
+        if m.name.startswith("rtamt.nn"):
+            continue
+        try:
             importlib.import_module(m.name)
+        except ImportError:      # a module of an optional dependency (Triton, JACK)
+            continue
     seen, todo = set(), [Stage]
     while todo:
         for sub in todo.pop().__subclasses__():
