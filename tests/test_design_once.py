@@ -277,3 +277,15 @@ def test_a_new_stage_gets_gradients_without_an_edit_in_nn():
     z = st[keys[0]].detach().clone().requires_grad_(True)
     assert gradcheck(f, (theta, _x((1, 2, 30), 2).requires_grad_(True), z), eps=1e-6,
                      atol=1e-7, rtol=1e-5)
+
+
+def test_learnable_refusal_names_the_stages_whose_rules_have_parameters():
+    """Naming a stage without parameters in ``learnable`` is refused with the stages of
+    this layer whose rules have parameters (taken from the rules, a new stage included)."""
+    from rtamt.ihc.envelope import IHCEnvelope
+
+    with pytest.raises(ValueError, match=r"'ihc' has no learnable parameters \(the stages "
+                                         r"that have: \['onepole'\]\)"):
+        rn.ChainLayer([IHCEnvelope(fs=FS), OnePole(fs=FS)], n_in=2, learnable=["ihc"])
+    with pytest.raises(ValueError, match=r"\['gammatone', 'adaptloop', 'modfb'\]"):
+        rn.Dau1997(FS, fhigh=2000.0, learnable=["ihc"])

@@ -74,8 +74,9 @@ class ChainLayer(StreamLayer):
         self.n_in, self.gain, self.output = int(n_in), float(gain), output
         self.input_limit, self._ltext = float(input_limit), limit_text
         self.theta = torch.nn.ParameterDict()
+        can_learn = [p for p in parts if p.grad is not None and p.grad.n_params]
         if learnable is True:
-            learnable = [p for p in parts if p.grad is not None and p.grad.n_params]
+            learnable = can_learn
         for s in learnable or ():
             if isinstance(s, str) and s not in names:
                 raise ValueError(f"{name}: learnable names an unknown stage {s!r}; the "
@@ -83,8 +84,7 @@ class ChainLayer(StreamLayer):
             p = self[s] if isinstance(s, str) else s
             if p.grad is None or p.grad.n_params == 0:
                 raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
-                                 "(learnable: gammatone, adaptation loops, efilt and "
-                                 "King2019 modulation banks, compressions)")
+                                 f"(the stages that have: {[q.name for q in can_learn]})")
             self.theta[p.name] = torch.nn.Parameter(
                 torch.zeros(p.grad.n_params, dtype=torch.float64))
 
