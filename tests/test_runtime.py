@@ -72,6 +72,17 @@ def test_varying_callback_sizes_equal_fixed_and_offline(sig, offline, sizes):
     assert not any(r.gap for r in got)
 
 
+def test_default_ring_keeps_float64_pushes_exact(sig, offline):
+    """With every default (no sample_dtype) a float64 runtime fed float64 audio equals the
+    offline model bit for bit (the ring follows the chains' dtype; it stored float32)."""
+    rt = Runtime(Dau1997(FS), FS, block=256, policy="drop-newest")
+    got = collect(rt)
+    rt.start()
+    ArraySource(sig[:6000], FS, blocksize=[333], realtime=False).run(rt)
+    rt.stop("drain")
+    assert np.array_equal(joined(got), offline[:, :6000], equal_nan=True)
+
+
 @pytest.mark.parametrize("block", [1, 64, 1000])
 def test_processing_block_size_does_not_change_results(sig, offline, block):
     x = sig[:6000]

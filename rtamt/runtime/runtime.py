@@ -60,8 +60,9 @@ class Runtime:
     channels      : input channels.
     block         : frames per processing block (re-blocking target).
     dtype         : dtype the chains run in (``float64`` for AMT-exact results).
-    sample_dtype  : dtype of the input ring (``float32`` as delivered by devices;
-                    ``float64`` keeps float64 pushes exact).
+    sample_dtype  : dtype of the input ring (default: ``dtype``, so pushes in the chains'
+                    dtype reach them exactly; ``float32``, as devices deliver, halves
+                    the ring's memory).
     ring_seconds  : ring capacity in seconds (bounded; preallocated).
     policy        : ``'drop-oldest'`` or ``'drop-newest'``.
     max_backlog_s : drop-oldest only: largest tolerated backlog (seconds).
@@ -76,7 +77,7 @@ class Runtime:
     """
 
     def __init__(self, chains, fs: float, channels: int = 1, block: int = 256, *,
-                 dtype="float64", sample_dtype="float32", ring_seconds: float = 2.0,
+                 dtype="float64", sample_dtype=None, ring_seconds: float = 2.0,
                  max_chunks: int | None = None, policy: str = "drop-oldest",
                  max_backlog_s: float = 0.25, history: int = 16, on_error: str = "skip",
                  stats_window: int = 4096, source_timeout: float | None = 1.0,
