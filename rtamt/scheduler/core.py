@@ -651,9 +651,12 @@ class Scheduler:
             tk = best(_make_runner(proto, k)[0], batch(k), 3)
             per = max((tk - t1) / ((k - 1) * T), 0.0)
             fixed = max(t1 - per * T, 0.1 * t1)
-            # every other batch size once: kernels that a batch size selects are loaded (or
-            # compiled) here, not in the first call of a running stream
-            for n in range(2, self.max_batch + 1):
+            # other batch sizes once: kernels that a batch size selects are loaded (or
+            # compiled) here, not in the first call of a running stream.  2..17 covers
+            # every specialisation a size selects (numba: layout; Triton: 1 and multiples
+            # of 16), max_batch the largest call; not every size up to a max_batch of
+            # thousands (a GPU group), which would take minutes
+            for n in sorted(set(range(2, min(self.max_batch, 17) + 1)) | {self.max_batch}):
                 if n != k:
                     _make_runner(proto, n)[0](batch(n))
         else:
