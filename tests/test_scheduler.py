@@ -490,15 +490,15 @@ def test_cost_measurement_with_a_large_max_batch_runs_a_few_batch_sizes(monkeypa
     """A group allowed thousands of streams per call (a GPU group) measures its cost and
     warms the batch sizes 2..17 and max_batch once each, not every size up to max_batch
     (which took minutes at max_batch = 10 000)."""
-    from rtamt.scheduler import core
+    from rtamt.scheduler import costs
 
     sizes = []
-    real = core._make_runner
+    real = costs.make_runner
 
     def spy(proto, n):
         sizes.append(n)
         return real(proto, n)
-    monkeypatch.setattr(core, "_make_runner", spy)
+    monkeypatch.setattr(costs, "make_runner", spy)
     with Scheduler(threads=1, max_batch=3000, start=False, realtime=None) as s:
         s.open("dau1997", 16000, 64, budget_ms=1000, admission="best-effort",
                model_kwargs={"flow": 1000.0, "fhigh": 1300.0})

@@ -138,8 +138,8 @@ class Runtime:
                 sd = c.state_dict()
                 c(xin)
                 c.load_state_dict(sd)
-            self.scheduler._attach_state(self.stream)
-        self.scheduler._between_blocks(self.stream, _do)
+            self.stream.state_replaced()
+        self.stream.between_blocks(_do)
 
     def start(self, warmup: bool = True) -> Runtime:
         """Start processing (idempotent); warms the chains up first."""
@@ -165,7 +165,7 @@ class Runtime:
         """
         if policy not in ("drain", "discard"):
             raise ValueError("stop policy must be 'drain' or 'discard'")
-        self.stream._src_armed = False
+        self.stream.source_ended()
         if self.scheduler.running:
             self.stream.close(policy, timeout)
         self.scheduler.stop(timeout)

@@ -44,7 +44,7 @@ class FanOut:
         fs, ch = {s.fs for s in streams}, {s.channels for s in streams}
         if len(fs) != 1 or len(ch) != 1:
             raise ValueError("FanOut: every stream needs the same fs and channel count")
-        if any(s._sched is not s0._sched for s in streams):
+        if any(s.link is not s0.link for s in streams):
             raise ValueError("FanOut: every stream must come from one Scheduler")
         if len({id(s) for s in streams}) != len(streams):
             raise ValueError("FanOut: a stream is listed twice")
@@ -63,7 +63,7 @@ class FanOut:
                     f"{r0.capacity} / {r0.max_chunks} / {r0.dtype}; open every stream with "
                     "the same ring_seconds, max_chunks, sample_dtype and policy")
         self.streams = list(streams)
-        self._sched = s0._sched
+        self.link = s0.link
         self.fs = s0.fs
         self.per = s0.channels
         self.channels = len(self.streams) * self.per
@@ -73,11 +73,11 @@ class FanOut:
         for s, m in zip(self.streams, bank.members):
             m.stream_pos = s.ring.stream_pos       # a restore() before binding
             s.ring = m
-            s._fan = self
+            s.fan = self
         self.bank = bank
-        self._dirty = False
-        self._t_push = _perf()
-        self._push_n = 0
+        self.notified = False
+        self.t_push = _perf()
+        self.push_n = 0
 
     def _check(self, block, want: str, ok) -> np.ndarray:
         block = np.asarray(block)
@@ -121,9 +121,9 @@ class FanOut:
     def _offer(self, x, status, in_latency, wait: bool, timeout) -> bool:
         """Queue ``x`` ``(n, frames, k)`` into the bank (see :meth:`push`)."""
         t0 = _perf()
-        sched = self._sched
-        if sched.closed:
-            sched._refuse("push: FanOut")
+        link = self.link
+        if link.closed:
+            link.refuse("push: FanOut")
         bank = self.bank
         if not bank.active.any():
             return False
@@ -141,7 +141,7 @@ class FanOut:
             ok = bank.push(x[:, a:b], st, la, t, True)
             mark_pushed(self, t, b - a)
             return ok
-        return push_waiting(sched, "FanOut", n, bank.capacity,
+        return push_waiting(link, "FanOut", n, bank.capacity,
                             lambda m: bool((bank.room(m) | ~bank.active).all()),
                             lambda: not bank.active.any(), put, status, lat, self.fs, t0,
                             timeout)
@@ -178,10 +178,10 @@ class FanOut:
 
     @property
     def running(self) -> bool:
-        return any(not s.closed for s in self.streams) and self._sched.running
+        return any(not s.closed for s in self.streams) and self.link.running
 
     def start(self, warmup: bool = True):
-        self._sched.start()
+        self.link.start()
         return self
 
     def stop(self, policy: str = "drain", timeout: float = 30.0) -> None:

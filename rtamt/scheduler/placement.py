@@ -1,9 +1,14 @@
-"""Where a scheduler group runs: the CPU workers or a GPU (``Scheduler(device='auto')``).
+"""Admission and placement: whether a new stream's budget can be met, which block it
+gets (``open(block=None)``), and where a scheduler group runs: the CPU workers or a GPU
+(``Scheduler(device='auto')``).
 
-:func:`decide` is a pure function of two cost models and the current loads, so the
-decision table can be tested with given numbers.  Units throughout:
+:class:`Admission` predicts, under the scheduler's lock, the load of the workers and the
+worst latency of a stream's blocks from the groups' cost models
+(:mod:`rtamt.scheduler.costs`), and refuses (:class:`RtamtCapacityError`) a stream whose
+budget cannot be met.  :func:`decide` is a pure function of two cost models and the
+current loads, so the decision table can be tested with given numbers.  Units throughout:
 
-* a cost model (:class:`~rtamt.scheduler.core.CostModel`, or anything with ``fixed_s``,
+* a cost model (:class:`~rtamt.scheduler.costs.CostModel`, or anything with ``fixed_s``,
   ``per_sample_s``, ``scale`` and ``cost(n, T)``) predicts the wall time of one call of
   ``n`` streams of ``T`` samples: ``scale * (fixed_s + per_sample_s * n * T)`` seconds
   (``fixed_s`` in seconds per call, ``per_sample_s`` in seconds per stream-sample);
@@ -18,10 +23,23 @@ counts on the workers as well as on the GPU.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
-__all__ = ["Placement", "decide", "work"]
+from ..engine import backend as backends
+from .groups import Group
+
+__all__ = ["BLOCKS", "Admission", "Placement", "RtamtCapacityError", "accelerator", "decide",
+           "work"]
+
+#: candidate blocks of ``open(block=None)``, largest first
+BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16)
+
+
+class RtamtCapacityError(RuntimeError):
+    """A stream's budget cannot be met at the current load (the message gives the cost
+    model, the predicted load and latency, and the budget)."""
 
 
 def work(cost, streams: int, block: int, fs: float, max_batch: int) -> float:
@@ -100,3 +118,156 @@ def decide(cpu, gpu, *, streams: int, block: int, fs: float, budget_s: float,
                            f"on the CPU, {on_gpu:.2f} on the GPU)")
     return pick("cpu", f"the GPU is not the looser resource (busiest load {on_cpu:.2f} on "
                        f"the CPU, {on_gpu:.2f} on the GPU)")
+
+
+def accelerator(name):
+    """``(backend, device)`` of a ``'gpu'`` placement, or None: ``name=None`` is CUDA when
+    torch sees a device and triton is installed, else None; a name is resolved on the
+    Triton backend (raising if it cannot run here)."""
+    if name is None:
+        import torch
+        if not torch.cuda.is_available() or backends._triton_available() is not None:
+            return None
+        name = "cuda"
+    return backends.resolve("triton", name)
+
+
+class Admission:
+    """Admission and placement over a scheduler's groups.
+
+    groups     : the scheduler's ``{group key: Group}`` (shared).
+    costs      : its :class:`~rtamt.scheduler.costs.CostTable` (shared).
+    threads    : worker threads (the cores the loads are divided by).
+    max_load   : the highest predicted busy fraction admission (and a GPU placement)
+                 allows.
+    max_batch  : the scheduler's largest call.
+    accelerator: ``(backend, device)`` of ``'gpu'`` placements, or None.
+
+    Every method but :meth:`accelerator_cost` runs under the scheduler's lock."""
+
+    def __init__(self, groups: dict, costs, threads: int, max_load: float, max_batch: int,
+                 accelerator=None):
+        self.groups = groups
+        self.costs = costs
+        self.threads = threads
+        self.max_load = max_load
+        self.max_batch = max_batch
+        self.accelerator = accelerator
+
+    # ================================================================ admission
+    def work(self, g: Group, m: int) -> float:
+        """Predicted busy seconds per second of group ``g`` with ``m`` streams."""
+        return work(g.cost, m, g.block, g.fs, g.max_batch)
+
+    def predict(self, g: Group, s_budget: float, extra: bool = True):
+        """(load, latency) predicted for a stream of budget ``s_budget`` joining ``g``."""
+        load, tighter, cmax = 0.0, 0.0, 0.0
+        groups = set(self.groups.values()) | {g}
+        for h in groups:
+            m = len([x for x in h.members if not x.closed]) + (1 if (extra and h is g) else 0)
+            w = self.work(h, m)
+            load += w
+            if m:
+                ms = [x for x in h.members if not x.closed and x.budget_s <= s_budget]
+                k = len(ms) + (1 if (extra and h is g) else 0)
+                tighter += w * k / m
+                cmax = max(cmax, h.cost.cost(min(m, h.max_batch), h.block))
+        m = len(g.members) + (1 if extra else 0)
+        own = g.cost.cost(min(m, g.max_batch), g.block)
+        load /= self.threads
+        tighter /= self.threads
+        return load, own + cmax + tighter * g.period
+
+    def admit(self, g: Group, s, admission: str, open_streams: int) -> None:
+        """Predict ``s`` joining ``g`` (kept as ``s.predicted_load`` and
+        ``s.predicted_latency_s``); with ``admission='strict'`` raise
+        :class:`RtamtCapacityError` when the load or the latency is too high."""
+        load, lat = self.predict(g, s.budget_s)
+        s.predicted_latency_s = lat
+        s.predicted_load = load
+        if admission == "strict" and (load > self.max_load or lat > s.budget_s):
+            raise RtamtCapacityError(
+                f"cannot open {s.name!r} ({g.label}, budget {1e3 * s.budget_s:.2f} ms): "
+                f"predicted worker load {load:.2f} (limit {self.max_load:.2f}) and worst "
+                f"latency {1e3 * lat:.2f} ms with {open_streams} open streams on "
+                f"{self.threads} threads; cost model {g.cost.describe()}; "
+                "close streams, lengthen the budget, or open with admission='best-effort'")
+
+    def pick_block(self, dkey, cost, fs, budget_s, batchable) -> int:
+        """The largest of :data:`BLOCKS` whose period plus predicted latency fits
+        ``budget_s`` at the current load (``open(block=None)``)."""
+        for B in BLOCKS:
+            if B / fs >= budget_s:
+                continue
+            g = self.groups.get(dkey + (B,))
+            if g is None:
+                g = Group(dkey + (B,), "", None, B, fs, cost, False, 1)
+                g.batchable, g.max_batch = batchable, self.max_batch if batchable else 1
+            load, lat = self.predict(g, budget_s)
+            if B / fs + lat <= budget_s and load <= self.max_load:
+                return B
+        raise RtamtCapacityError(
+            f"no block from {BLOCKS[-1]} to {BLOCKS[0]} meets a budget of {1e3 * budget_s:.2f} "
+            f"ms at {fs:g} Hz (block period plus predicted latency); cost model "
+            f"{cost.describe()}")
+
+    def load(self) -> float:
+        """Predicted busy fraction of the workers for the open streams."""
+        return sum(self.work(g, len(g.members)) for g in self.groups.values()) / self.threads
+
+    # ================================================================ placement (device='auto')
+    def accelerator_cost(self, proc, proto, example, dkey, measure: bool):
+        """With an accelerator: the design's key there, its cost model made once per
+        (design, device) (measured on a copy of the processor moved there; nominal when
+        ``measure`` is False), or None when the processor cannot move."""
+        if self.accelerator is None:
+            return None
+        b, d = self.accelerator
+        akey = dkey[:5] + (b, str(d)) + dkey[7:]
+        if akey not in self.costs:
+            try:
+                probe = copy.deepcopy(proto if proto is not None else proc)
+                probe.to(d, backend=b)
+            except Exception:  # noqa: BLE001 - no Triton kernel, not copyable: CPU only
+                return None
+            self.costs.measure(probe if measure else None, example, akey)
+        return akey
+
+    def decision(self, g: Group | None, homes, block: int, fs: float, max_batch: int,
+                 streams: int, budget_s: float) -> Placement:
+        """:func:`decide` for ``streams`` streams of the design whose CPU and accelerator
+        keys are ``homes``, with the loads of every group but ``g``."""
+        others = [h for h in self.groups.values() if h is not g and h.members]
+        akey = homes[1]
+        return decide(
+            self.costs[homes[0]], None if akey is None else self.costs[akey],
+            streams=streams, block=block, fs=fs, budget_s=budget_s, max_batch=max_batch,
+            cpu_busy=sum(self.work(h, len(h.members)) for h in others), cores=self.threads,
+            gpu_busy=0.0 if akey is None else sum(
+                self.work(h, len(h.members)) for h in others if h.key[5:7] == akey[5:7]),
+            max_load=self.max_load)
+
+    def place(self, proc, dkey, akey, block: int, fs: float, batchable: bool,
+              budget_s: float):
+        """The key of the group a new stream joins, with ``proc`` moved there: its
+        design's group wherever that runs, else where :meth:`decision` places a new
+        group."""
+        cpu, acc = dkey + (block,), None if akey is None else akey + (block,)
+        if acc is None:
+            return cpu
+        running = [k for k in (acc, cpu) if k in self.groups and self.groups[k].members]
+        if running:
+            key = running[0]
+        else:
+            p = self.decision(None, (dkey, akey), block, fs,
+                              self.max_batch if batchable else 1, 1, budget_s)
+            key = acc if p.device == "gpu" else cpu
+        if key == acc:
+            proc.to(self.accelerator[1], backend=self.accelerator[0])
+        return key
+
+    def placement_of(self, g: Group) -> Placement:
+        """The placement :func:`decide` gives group ``g`` now (its cost models per device,
+        the other groups' loads, its tightest budget)."""
+        return self.decision(g, g.homes, g.block, g.fs, g.max_batch, len(g.members),
+                             min(m.budget_s for m in g.members))

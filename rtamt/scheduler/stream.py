@@ -4,7 +4,13 @@ watchdog), the output side (latest / history / subscribers) and its accounting.
 A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns.  Its processing
 happens in the scheduler's worker threads; everything here runs either in the producer's
 thread (:meth:`Stream.push`, :meth:`Stream.callback`: no lock, one copy) or under the
-scheduler's lock (``_intake``: move queued input into the next block).
+scheduler's lock (:meth:`Stream.intake`: move queued input into the next block).
+
+A stream reaches its scheduler only through the
+:class:`~rtamt.scheduler.link.SchedulerLink` it was given (``stream.link``), and the
+scheduler drives it only through its public methods (the "scheduler side" section:
+``intake``, ``publish``, ``watch``, ``reject_block``, ...).  Its policy is one
+:class:`~rtamt.scheduler.options.StreamOptions` (``stream.options``).
 
 Terms:
 
@@ -25,8 +31,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..engine.contract import RtamtInputError, reject_nonfinite
+from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
+__all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "callback_latency",
+           "mark_pushed", "push_waiting"]
 _perf = time.perf_counter
 
 #: PortAudio callback status flags (portaudio.h, ``PaStreamCallbackFlags``).
@@ -37,9 +46,6 @@ STATUS_FLAGS = {
     "output_overflow": 0x8,
     "priming_output": 0x10,
 }
-
-POLICIES = ("drop-oldest", "drop-newest")
-
 
 class Result(NamedTuple):
     """One processed block.
@@ -152,14 +158,14 @@ def callback_latency(time_info, frames: int, fs: float) -> float:
 def mark_pushed(fed, t0: float, n: int) -> None:
     """After a push into ``fed`` (a Stream or a FanOut): the watchdog's clock (push time
     ``t0``, ``n`` frames) and, once until the scheduler takes the input in, its doorbell."""
-    fed._t_push = t0
-    fed._push_n = n
-    if not fed._dirty:
-        fed._dirty = True
-        fed._sched._notify(fed)
+    fed.t_push = t0
+    fed.push_n = n
+    if not fed.notified:
+        fed.notified = True
+        fed.link.notify(fed)
 
 
-def push_waiting(sched, who: str, n: int, capacity: int, fits, gone, put, status: int,
+def push_waiting(link, who: str, n: int, capacity: int, fits, gone, put, status: int,
                  lat: float, fs: float, t0: float, timeout: float | None) -> bool:
     """A waiting push of ``n`` frames (``Stream.push`` / ``FanOut.push`` with
     ``wait=True``): in pieces of at most half the ring (``capacity`` frames), each put with
@@ -176,9 +182,9 @@ def push_waiting(sched, who: str, n: int, capacity: int, fits, gone, put, status
         while not fits(m):
             if gone():
                 return False
-            if sched.closed:
-                sched._refuse(f"push: {who}")
-            if not sched.running:
+            if link.closed:
+                link.refuse(f"push: {who}")
+            if not link.running:
                 raise RuntimeError(
                     f"push(wait=True): {who}: the ring is full ({capacity} frames) and the "
                     f"scheduler is not running (start() it); frames {off}..{n - 1} of this "
@@ -209,19 +215,14 @@ class Stream:
     streams keep running).  :meth:`close` drains or discards what is queued and leaves.
     """
 
-    def __init__(self, sched, proc, name: str, fs: float, channels: int, block: int,
-                 budget_s: float, dtype, *, sample_dtype=None, ring_seconds: float = 2.0,
-                 max_chunks: int | None = None, policy: str = "drop-oldest",
-                 max_backlog_s: float = 0.25, history: int = 16, on_error: str = "skip",
-                 stats_window: int = 4096, source_timeout: float | None = 1.0,
-                 idle_timeout: float | None = None, admission: str = "strict"):
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-        if on_error not in ("skip", "stop"):
-            raise ValueError("on_error must be 'skip' or 'stop'")
+    def __init__(self, link, proc, name: str, fs: float, channels: int, block: int,
+                 budget_s: float, dtype, options: StreamOptions | None = None):
+        o = StreamOptions() if options is None else options
         if block < 1 or channels < 1 or fs <= 0:
             raise ValueError("block, channels must be >= 1 and fs > 0")
-        self._sched = sched
+        #: the scheduler, as this stream sees it (:class:`~rtamt.scheduler.link.SchedulerLink`)
+        self.link = link
+        self.options = o
         self.proc = proc
         self.name = name
         self.fs = float(fs)
@@ -229,19 +230,20 @@ class Stream:
         self.block = int(block)
         self.budget_s = float(budget_s)
         self.dtype = np.dtype(dtype)
-        self.policy = policy
-        self.on_error = on_error
-        self.admission = admission
+        self.policy = o.policy
+        self.on_error = o.on_error
+        self.admission = o.admission
         self.limit = float(proc.input_limit)
-        cap = max(int(round(ring_seconds * self.fs)), 4 * self.block)
-        self.max_backlog = max(int(round(max_backlog_s * self.fs)), self.block)
-        if policy == "drop-oldest" and self.max_backlog > cap:
+        cap = max(int(round(o.ring_seconds * self.fs)), 4 * self.block)
+        self.max_backlog = max(int(round(o.max_backlog_s * self.fs)), self.block)
+        if o.policy == "drop-oldest" and self.max_backlog > cap:
             cap = 2 * self.max_backlog
-        self.ring = InputRing(self.channels, cap, max_chunks or max(64, cap // 16),
-                              self.dtype if sample_dtype is None else sample_dtype)
+        self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
+                              self.dtype if o.sample_dtype is None else o.sample_dtype)
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
         self._acc = np.zeros((self.block, self.channels), self.dtype)
-        self._fill = 0
+        #: frames in the block buffer (written by this stream; the scheduler reads it)
+        self.fill = 0
         self._coff = 0                 # frames of the ring's head chunk already consumed
         self._blk_start = 0
         self._blk_gap = False
@@ -258,20 +260,20 @@ class Stream:
         self.closing: str | None = None    # 'drain' / 'discard' once close() was called
         self.closed = False
         self.aged_out = False
-        self.idle_timeout = float(idle_timeout) if idle_timeout else 0.0
+        self.idle_timeout = float(o.idle_timeout) if o.idle_timeout else 0.0
         self.error: BaseException | None = None
-        self._dirty = False
-        self._fan = None               # the FanOut that feeds this stream, if any
-        self._bumps = 0                # blocks batched calls processed for self.proc
+        #: True from a push's doorbell until the scheduler takes the input in
+        self.notified = False
+        self.fan = None               # the FanOut that feeds this stream, if any
+        #: blocks that batched calls processed for ``proc`` (counted into it between blocks)
+        self.bumps = 0
         # results
         self._latest: Result | None = None
-        if int(history) < 0:
-            raise ValueError(f"history must be >= 0, got {history!r}")
-        self._keep = int(history) > 0          # 0: results go to subscribers only
-        self._hist: collections.deque = collections.deque(maxlen=max(1, int(history)))
+        self._keep = int(o.history) > 0          # 0: results go to subscribers only
+        self._hist: collections.deque = collections.deque(maxlen=max(1, int(o.history)))
         self._subs: list = []
         # accounting (preallocated rolling windows)
-        n = int(stats_window)
+        n = int(o.stats_window)
         self._proc = np.zeros(n)
         self._lat = np.zeros(n)
         self._audio = np.zeros(n)
@@ -291,13 +293,12 @@ class Stream:
         self._last_error: str | None = None
         self._slow_until = 0.0
         self._slow_factor = 1.0
-        # source watchdog; _t_push/_push_n are written by push()
-        self.source_timeout = float(source_timeout or 0.0)
-        if not self.source_timeout >= 0.0:
-            raise ValueError(f"source_timeout must be >= 0 or None, got {source_timeout!r}")
+        # source watchdog; t_push (perf_counter of the last push) and push_n (its frames)
+        # are written by push()
+        self.source_timeout = float(o.source_timeout or 0.0)
         self._src_armed = False
-        self._t_push = _perf()
-        self._push_n = 0
+        self.t_push = _perf()
+        self.push_n = 0
         self._source_error: str | None = None
         self._src_err_t: float | None = None
         self._source_stalls = 0
@@ -330,8 +331,8 @@ class Stream:
         :class:`~rtamt.RtamtInputError` (nothing is queued).
         """
         t0 = _perf()
-        if self._sched.closed:
-            self._sched._refuse(f"push: stream {self.name!r}")
+        if self.link.closed:
+            self.link.refuse(f"push: stream {self.name!r}")
         if self.closed or self.closing:
             return False
         if not isinstance(status, int):
@@ -354,7 +355,7 @@ class Stream:
             ok = ring.push(block[a:b], st, la, t, True)
             self._pushed(t, b - a)
             return ok
-        return push_waiting(self._sched, f"stream {self.name!r}", block.shape[0],
+        return push_waiting(self.link, f"stream {self.name!r}", block.shape[0],
                             ring.capacity, ring.room, lambda: bool(self.closed or self.closing),
                             put, status, lat, self.fs, t0, timeout)
 
@@ -379,8 +380,8 @@ class Stream:
         """Arm the watchdog: a source now delivers (call after the stream or source thread
         started).  ``period_s``: its expected callback period, if known (the timeout is at
         least twice the period, and twice the last pushed chunk's duration)."""
-        self._push_n = max(self._push_n, int(round(float(period_s) * self.fs)))
-        self._t_push = _perf()
+        self.push_n = max(self.push_n, int(round(float(period_s) * self.fs)))
+        self.t_push = _perf()
         self._src_armed = True
 
     def source_ended(self) -> None:
@@ -403,16 +404,16 @@ class Stream:
     @property
     def source_deadline(self) -> float:
         """Seconds without a push after which the watchdog reports the source."""
-        return max(self.source_timeout, 2.0 * self._push_n / self.fs)
+        return max(self.source_timeout, 2.0 * self.push_n / self.fs)
 
-    def _watch(self, now: float) -> None:
+    def watch(self, now: float) -> None:
         """Scheduler thread, periodically: report a silent source; age out an idle stream."""
         if self._src_armed and self.source_timeout and self._source_error is None:
-            if now - self._t_push > self.source_deadline:
+            if now - self.t_push > self.source_deadline:
                 self.report_source_error(f"input stopped delivering audio (no callback for "
                                          f"{self.source_deadline:.1f} s)")
         if (self.idle_timeout and self.closing is None and not self.closed
-                and now - self._t_push > self.idle_timeout):
+                and now - self.t_push > self.idle_timeout):
             self.aged_out = True
             self.closing = "drain"
 
@@ -440,9 +441,9 @@ class Stream:
         n = self._n_proc
         k = min(n, self._proc.shape[0])
         audio = float(self._audio[:k].sum()) if k else 0.0
-        queue = r.queued_frames() - self._coff + self._fill
+        queue = r.queued_frames() - self._coff + self.fill
         return StreamStats(
-            name=self.name, running=self._sched.running and not self.closed, fs=self.fs,
+            name=self.name, running=self.link.running and not self.closed, fs=self.fs,
             block=self.block, budget_us=1e6 * self.budget_s, blocks=self._seq,
             frames_processed=self._frames_done, chunks_pushed=r.pushed_chunks,
             frames_pushed=r.pushed_frames, frames_received=r.pushed_frames + r.dropped_frames,
@@ -477,9 +478,9 @@ class Stream:
         state."""
         def _do():
             self.proc.reset()
-            self._sched._attach_state(self)
+            self.link.attach_state(self)
             return self._seq
-        return self._sched._between_blocks(self, _do)
+        return self.link.between_blocks(self, _do)
 
     def snapshot(self) -> dict:
         """Consistent copy of the stream's state (the processor's :meth:`state_dict`, which
@@ -489,11 +490,11 @@ class Stream:
             return {
                 "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
                 "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
-                "pending": self._acc[:self._fill].copy(),
-                "pending_start": int(self._blk_start if self._fill else self._next),
+                "pending": self._acc[:self.fill].copy(),
+                "pending_start": int(self._blk_start if self.fill else self._next),
                 "state": self.proc.state_dict(),
             }
-        return self._sched._between_blocks(self, _do)
+        return self.link.between_blocks(self, _do)
 
     def _check_snapshot(self, snap: dict) -> np.ndarray:
         if not isinstance(snap, dict) or "state" not in snap:
@@ -517,19 +518,19 @@ class Stream:
         replaces the state and the stream continues.  The state is checked by the
         processor's own ``load_state_dict``; nothing changes unless it loads."""
         pend = self._check_snapshot(snap)
-        started = self._seq > 0 or self._sched.running
+        started = self._seq > 0 or self.link.running
 
         def _do():
             self.proc.load_state_dict(snap["state"])
-            self._sched._attach_state(self)
-            self._fill = pend.shape[0]
-            self._acc[:self._fill] = pend
+            self.link.attach_state(self)
+            self.fill = pend.shape[0]
+            self._acc[:self.fill] = pend
             self._blk_start = int(snap["pending_start"])
             if not started:
                 self._seq = int(snap["seq"])
                 self._next = int(snap["position"])
                 self.ring.stream_pos = self._next
-        self._sched._between_blocks(self, _do)
+        self.link.between_blocks(self, _do)
 
     def simulate_overload(self, factor: float, seconds: float) -> None:
         """Test hook: for the next ``seconds``, every block of this stream takes ``factor``
@@ -541,24 +542,82 @@ class Stream:
         """Leave the scheduler: ``'drain'`` processes what is queued (then the partial last
         block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s; the
         state stays readable (:meth:`snapshot`) after closing.  Idempotent."""
-        self._sched._close_stream(self, policy, timeout)
+        self.link.close_stream(self, policy, timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until everything pushed so far has been processed (or skipped)."""
         end = _perf() + timeout
         while self.ring.available() > 0 or self.ready or self.busy:
-            if self.closed or not self._sched.running or _perf() > end:
+            if self.closed or not self.link.running or _perf() > end:
                 return self.ring.available() == 0 and not self.ready
             time.sleep(0.0005)
         return True
 
     # ================================================================ scheduler side
-    def _flush_bumps(self) -> None:
+    # Called by the scheduler: under its lock, or from the worker that holds this
+    # stream's block (``busy``), or inside :meth:`between_blocks`.
+    @property
+    def seq(self) -> int:
+        """Number of the next block to publish (blocks published so far)."""
+        return self._seq
+
+    def between_blocks(self, fn, timeout: float = 10.0):
+        """Run ``fn()`` in the caller's thread while this stream is held between two of
+        its blocks (the other streams go on); returns what ``fn`` returns.  Raises
+        ``RuntimeError`` when no gap comes within ``timeout`` seconds."""
+        return self.link.between_blocks(self, fn, timeout)
+
+    def state_replaced(self) -> None:
+        """Inside :meth:`between_blocks`, after the processor got a new state (reset,
+        load_state_dict, a warm-up that reloads it): hand it back to the scheduler's
+        batched calls (the group's slot store)."""
+        self.link.attach_state(self)
+
+    def reject_block(self, err: BaseException, message: str, stop: bool) -> None:
+        """The block in the buffer is refused (bad input, or its call failed): counted
+        (``rejected_blocks``), ``message`` kept as the last error, the buffer emptied, the
+        next result marked as after a gap; ``stop``: the stream stops with ``err``
+        (closing, its queue discarded)."""
+        self._rejected += 1
+        self._last_error = message
+        self.fill = 0
+        self._blk_gap = True
+        if stop:
+            self.error = err
+            self.closing = "discard"
+
+    def publish_failed(self, e: BaseException) -> str:
+        """Publishing the block just processed raised ``e``: kept as the last error;
+        returns the message."""
+        self._last_error = f"{self.name}: publishing block {self._seq} failed: {e!r}"
+        return self._last_error
+
+    def discard_queue(self) -> None:
+        """Throw away the queued input and the partial block (``discarded_frames``)."""
+        ring = self.ring
+        self._discarded += ring.queued_frames() - self._coff + self.fill
+        while ring.available():
+            ring.release(ring.chunk()[1])
+        self._coff = self.fill = 0
+        self.ready = False
+
+    def ready_partial(self, now: float) -> bool:
+        """Draining: mark a partial block (the last frames) ready, deadline ``now`` plus
+        the budget; False when the buffer is empty."""
+        if not self.fill:
+            return False
+        self.ready = True
+        self.t_capture = None
+        self.deadline = now + self.budget_s
+        self.t_ready = now
+        return True
+
+    def flush_bumps(self) -> None:
         """Count the blocks that batched calls processed into the processor's own block
         counters (the ``block`` of its state; done between blocks, not per call)."""
-        if self._bumps:
-            self.proc._bump(self._bumps)
-            self._bumps = 0
+        if self.bumps:
+            self.proc._bump(self.bumps)
+            self.bumps = 0
 
     def _count_status(self, st: int) -> None:
         if st:
@@ -566,16 +625,16 @@ class Stream:
                 if st & bit:
                     self._status_counts[k] += 1
 
-    def _intake(self, now: float) -> None:
+    def intake(self, now: float) -> None:
         """Under the scheduler lock, with the stream not busy and not ready: apply the
         overload policy, then move queued frames into the block buffer until it is full
         (the block becomes ready, validated) or the ring is empty."""
         ring = self.ring
         B = self.block
-        if self._fill == B and not self.ready:      # a full block restored by restore()
+        if self.fill == B and not self.ready:      # a full block restored by restore()
             self._make_ready(None, now)
         while not self.ready and ring.available():
-            q = ring.queued_frames() - self._coff + self._fill
+            q = ring.queued_frames() - self._coff + self.fill
             if q > self._queue_max:
                 self._queue_max = q
             if self.policy == "drop-oldest" and self.closing is None:
@@ -599,11 +658,11 @@ class Stream:
                     self._source_error = self._src_err_t = None
                     self._blk_gap = True
             off = self._coff
-            if self._fill == 0:
+            if self.fill == 0:
                 self._blk_start = start + off
-            m = min(n - off, B - self._fill)
-            ring.copy_frames(pos, off, m, self._acc[self._fill:self._fill + m])
-            self._fill += m
+            m = min(n - off, B - self.fill)
+            ring.copy_frames(pos, off, m, self._acc[self.fill:self.fill + m])
+            self.fill += m
             off += m
             if off == n:
                 self._next = start + n
@@ -611,14 +670,14 @@ class Stream:
                 self._coff = 0
             else:
                 self._coff = off
-            if self._fill == B:
+            if self.fill == B:
                 # capture time of the block's last sample (frame off-1 of this chunk)
                 self._make_ready(tpush - inlat + (off - 1) / self.fs, now)
 
     def _make_ready(self, t_capture: float | None, now: float) -> None:
         """The block buffer is complete: validate it (a bad block is rejected here, alone)
         and mark it ready with its deadline."""
-        x = self._acc[:self._fill]
+        x = self._acc[:self.fill]
         try:
             reject_nonfinite(
                 x, lambda: f"{self.name}: block {self._seq}",
@@ -626,27 +685,21 @@ class Stream:
                           f"{self._blk_start + b[0]}); the stream's state unchanged",
                 limit=self.limit, limit_text="the processor's input_limit")
         except RtamtInputError as e:
-            self._rejected += 1
-            self._last_error = str(e)
-            self._fill = 0
-            self._blk_gap = True
-            if self.on_error == "stop":
-                self.error = e
-                self.closing = "discard"
+            self.reject_block(e, str(e), self.on_error == "stop")
             return
         self.ready = True
         self.t_capture = t_capture
         self.t_ready = now
         self.deadline = (now if t_capture is None else t_capture) + self.budget_s
 
-    def _block_input(self):
+    def block_input(self):
         """The ready block in the processor's layout: ``(T,)`` or ``(channels, T)``."""
-        x = self._acc[:self._fill]
+        x = self._acc[:self.fill]
         return x[:, 0] if self.channels == 1 else x.T
 
-    def _publish(self, outputs, t_start: float, t_done: float, share: float, batch: int) -> None:
+    def publish(self, outputs, t_start: float, t_done: float, share: float, batch: int) -> None:
         """Worker thread, after the call: publish the block's result and account for it."""
-        frames = self._fill
+        frames = self.fill
         period = frames / self.fs
         if self._slow_until and t_start < self._slow_until:
             end = min(t_start + self._slow_factor * period, self._slow_until)
@@ -670,7 +723,7 @@ class Stream:
             self._misses += 1
         self._seq += 1
         self._frames_done += frames
-        self._fill = 0
+        self.fill = 0
         self._blk_gap = False
         if self._keep:
             self._latest = r
@@ -690,4 +743,4 @@ class Stream:
         msg = (f"{self.name}: subscriber {who} raised {e!r} at block {seq}; the "
                "stream's other subscribers still run")
         self._last_error = msg
-        self._sched._report((self, id(fn), type(e)), msg)
+        self.link.report((self, id(fn), type(e)), msg)

@@ -1,0 +1,297 @@
+"""Groups: the streams of one design batched into one call per stage.
+
+A :class:`Group` keeps its members' states in one slot store (the stream's own processor
+holds views of its slot).  A batched call gathers the members' slots (a view when the
+slots are contiguous) into a batched copy of the processor (:func:`make_runner`), so
+every kernel runs each stream's lanes with exactly the arithmetic it runs alone; outputs
+are split back by stream.  States that all streams of a call must share (a loudness
+model's frame clock, a resampler's phase) partition the ready streams
+(:meth:`Group.shared_key`): only streams at the same value share a call.
+
+Which streams a call takes, and when, is :mod:`rtamt.scheduler.dispatch`'s concern; a
+group only runs the call it is given.
+"""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..engine import backend as backends
+from ..engine import contract as streaming
+from ..engine.contract import RtamtInputError
+
+if TYPE_CHECKING:
+    from .costs import CostModel
+
+__all__ = ["Group", "make_runner"]
+
+
+def make_runner(proto, n: int):
+    """A copy of ``proto`` whose state is a batch of ``n`` streams: ``(obj, leaves,
+    buffers)``; ``leaves`` are its ``(holder, key, axis)``, ``buffers`` the arrays it was
+    built with (used to gather slots that are not contiguous)."""
+    r = copy.deepcopy(proto)
+    sd = proto.state_dict()
+    r.load_state_dict(streaming.stack_states([sd] * n))
+    leaves = r._state_leaves()
+    return r, leaves, [h[k] for h, k, _ in leaves]
+
+
+def _is_tensor(a) -> bool:
+    return type(a) is not np.ndarray
+
+
+def _zeros(shape, like):
+    """Zeros of ``shape`` in the dtype, library and device of ``like`` (a state leaf)."""
+    if type(like) is np.ndarray:
+        return np.zeros(shape, like.dtype)
+    import torch
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+def _copy(a):
+    return np.array(a, copy=True) if type(a) is np.ndarray else a.clone()
+
+
+def _host_bytes(a) -> bytes:
+    """The bytes of a state leaf (a numpy array directly, a tensor through a host copy)."""
+    return a.tobytes() if type(a) is np.ndarray else backends.to_numpy(a).tobytes()
+
+
+def _split(obj, out, sl):
+    """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
+    if isinstance(out, dict):
+        sub = getattr(obj, "children_map", None)
+        if sub is not None:
+            return {k: _split(sub[k], v, sl) for k, v in out.items()}
+        ub = getattr(obj, "unbatched_outputs", ())
+        return {k: (v if k in ub else v[sl]) for k, v in out.items()}
+    return out[sl]
+
+
+class Group:
+    """Streams of one design (see the module docstring): a slot store of their states,
+    a pool of batched copies of the processor, and a cost model."""
+
+    def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
+                 batchable: bool, max_batch: int, device=None):
+        self.key = key
+        self.label = label
+        self.proto = proto
+        self.block = block
+        self.fs = fs
+        self.cost = cost
+        self.batchable = batchable
+        self.max_batch = max_batch if batchable else 1
+        self.members: list = []
+        self.inflight = 0
+        self.frozen = False
+        self.runners: dict[int, list] = {}
+        self.period = block / fs
+        #: CUDA groups only (None elsewhere): the group's CUDA stream, on which its calls
+        #: copy and launch, and its pinned host staging buffers, a pool per input shape
+        self.cuda_stream, self.staging = None, None
+        #: device='auto': the design's cost-model keys (CPU, accelerator or None)
+        self.homes = None
+        if device is not None and getattr(device, "type", None) == "cuda":
+            import torch
+            self.cuda_stream, self.staging = torch.cuda.Stream(device), {}
+        if batchable:
+            sd = proto.state_dict()["stream"]
+            self.stream_batch = sd.get("batch")
+            leaves = proto._state_leaves()
+            # (axis, shape, a leaf to copy dtype / library / device from: numpy arrays on
+            # the numba backend, tensors on a device on the Triton backend)
+            self.spec = [(axis, tuple(h[k].shape), h[k]) for h, k, axis in leaves]
+            self.has_shared = any(a is None for a, _, _ in self.spec)
+            self._alloc(4)
+        else:
+            self.spec, self.has_shared, self.store, self.slots = [], False, [], []
+
+    def _alloc(self, S: int) -> None:
+        old = getattr(self, "store", None)
+        self.store = [_zeros((S,) + shape, like) for _, shape, like in self.spec]
+        slots = getattr(self, "slots", [])
+        if old is not None:
+            for new, o in zip(self.store, old):
+                new[:o.shape[0]] = o
+        self.slots = slots + [None] * (S - len(slots))
+
+    # -- state attachment (scheduler lock; the stream not in flight) -------------------
+    def attach(self, s) -> None:
+        """Write the stream's state into its slot and point the processor at the slot."""
+        if not self.batchable:
+            return
+        leaves = s.proc._state_leaves()
+        if leaves is None or len(leaves) != len(self.spec):
+            raise RtamtInputError(f"{s.name}: the processor's state does not fit its group")
+        for j, (h, k, _) in enumerate(leaves):
+            v = self.store[j][s.slot]
+            if h[k] is not v:
+                v[...] = h[k]
+                h[k] = v
+
+    def detach(self, s) -> None:
+        """Give the processor its own copy of the state (the slot is freed)."""
+        s.flush_bumps()
+        if self.batchable and s.slot >= 0:
+            leaves = s.proc._state_leaves() or []
+            for h, k, _ in leaves:
+                h[k] = _copy(h[k])
+            self.slots[s.slot] = None
+        s.slot = -1
+
+    def add(self, s) -> None:
+        if self.batchable:
+            free = [i for i, v in enumerate(self.slots) if v is None]
+            if not free:
+                S = len(self.slots)
+                self._alloc(2 * S)
+                for m in self.members:
+                    self.attach(m)
+                free = [S]
+            s.slot = free[0]
+            self.slots[s.slot] = s
+            self.attach(s)
+        self.members.append(s)
+        s.group = self
+
+    def remove(self, s) -> None:
+        self.detach(s)
+        if s in self.members:
+            self.members.remove(s)
+        s.group = None
+
+    def shared_key(self, s):
+        if not self.has_shared:
+            return None
+        return tuple(_host_bytes(self.store[j][s.slot])
+                     for j, (a, _, _) in enumerate(self.spec) if a is None)
+
+    # -- a call (worker thread, outside the lock) --------------------------------------
+    def runner(self, n: int):
+        pool = self.runners.setdefault(n, [])
+        return pool.pop() if pool else make_runner(self.proto, n)
+
+    def run(self, streams: list) -> list:
+        """Process the ready block of every stream in ``streams`` (sorted by slot, same
+        length, same shared state) in one call; returns each stream's output.
+
+        A CUDA group stages the input in a pinned host buffer and runs the call on its
+        CUDA stream (after the work queued on the device's default stream), then waits
+        for that stream: the outputs (tensors on the device) are complete when this
+        returns."""
+        if self.cuda_stream is None:
+            return self._call(streams, None)
+        import torch
+        pool, cs = self.staging, self.cuda_stream
+        # state written on the default stream (attach, move, restore) comes first
+        cs.wait_stream(torch.cuda.default_stream(cs.device))
+        try:
+            with torch.cuda.stream(cs):
+                return self._call(streams, pool)
+        finally:
+            cs.synchronize()
+
+    def _input(self, blocks: list, pool):
+        """The ready blocks as one call's input: the one block itself, or the blocks
+        stacked (a new numpy array) when ``pool`` is None; otherwise written into a pinned
+        host buffer from ``pool`` (a CPU tensor, so the model's copy to the device reads
+        page-locked memory) that :meth:`_release` returns to the pool after the call."""
+        if pool is None:
+            return blocks[0] if len(blocks) == 1 else np.stack(blocks)
+        import torch
+        shape = blocks[0].shape if len(blocks) == 1 else (len(blocks),) + blocks[0].shape
+        key = (shape, blocks[0].dtype.str)
+        free = pool.setdefault(key, [])
+        buf = free.pop() if free else torch.empty(
+            shape, dtype=torch.from_numpy(blocks[0][:0]).dtype, pin_memory=True)
+        dst = buf.numpy()
+        if len(blocks) == 1:
+            dst[...] = blocks[0]
+        else:
+            np.stack(blocks, out=dst)
+        return buf
+
+    @staticmethod
+    def _release(pool, x) -> None:
+        if pool is not None:
+            pool[(tuple(x.shape), x.numpy().dtype.str)].append(x)
+
+    def _call(self, streams: list, pool) -> list:
+        n = len(streams)
+        if n == 1 or not self.batchable:
+            s = streams[0]
+            if pool is None:
+                return [s.proc(s.block_input())]
+            x = self._input([s.block_input()], pool)
+            try:
+                return [s.proc(x)]
+            finally:
+                self._release(pool, x)
+        obj, leaves, bufs = self.runner(n)
+        x = None
+        try:
+            idx = [s.slot for s in streams]
+            contiguous = idx[-1] - idx[0] == n - 1
+            set_ = []
+            for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
+                st = self.store[j]
+                if axis is None:
+                    buf[...] = st[idx[0]]
+                    v = buf
+                elif axis == 0 and contiguous:
+                    v = st[idx[0]:idx[0] + n].reshape(buf.shape)
+                elif axis == 0:
+                    if _is_tensor(st):
+                        buf.view((n,) + tuple(st.shape[1:]))[...] = st[idx]
+                    else:
+                        np.take(st, idx, axis=0, out=buf.reshape((n,) + st.shape[1:]))
+                    v = buf
+                else:
+                    if _is_tensor(st):
+                        import torch
+                        torch.cat([st[i] for i in idx], dim=axis, out=buf)
+                    else:
+                        np.concatenate([st[i] for i in idx], axis=axis, out=buf)
+                    v = buf
+                h[k] = v
+                set_.append(v)
+            x = self._input([s.block_input() for s in streams], pool)
+            out = obj(x if self.stream_batch is None else
+                      x.reshape((n * self.stream_batch,) + tuple(x.shape[2:])))
+            # write back what does not live in the store already
+            for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
+                st = self.store[j]
+                v = h[k]
+                if v is not set_[j]:          # the object rebound the array: copy it back
+                    buf = v
+                elif not (axis == 0 and contiguous):
+                    buf = v
+                else:
+                    continue
+                if axis is None:
+                    for i in idx:
+                        st[i] = buf
+                elif axis == 0:
+                    st[idx] = buf.reshape((n,) + st.shape[1:])
+                else:
+                    r = st.shape[1 + axis]
+                    for p, i in enumerate(idx):
+                        sl = (slice(None),) * axis + (slice(p * r, (p + 1) * r),)
+                        st[i][...] = buf[sl]
+            b = self.stream_batch
+            outs = []
+            for p, s in enumerate(streams):
+                s.bumps += 1          # counted into the processor between blocks
+                outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
+            return outs
+        finally:
+            for (h, k, _), buf in zip(leaves, bufs):
+                h[k] = buf
+            self.runners[n].append((obj, leaves, bufs))
+            if x is not None:
+                self._release(pool, x)
+

@@ -1,0 +1,161 @@
+"""The scheduler by concern (issue 30 item 4): one module per concern, a public interface
+between Stream and its scheduler, and the per-stream policy as one StreamOptions."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import numpy as np
+import pytest
+
+import rtamt.scheduler as sched_pkg
+from rtamt.scheduler import Scheduler, SchedulerLink, StreamOptions
+
+PKG = pathlib.Path(sched_pkg.__file__).parent
+#: private names of the streaming contract (rtamt.engine) the scheduler may call on a
+#: processor; everything else private is reached only through ``self``
+ENGINE_PRIVATE = {"_state_leaves", "_bump", "_triton_available"}
+#: a small design (two bands) so that opening a stream is quick
+NARROW = {"flow": 1000.0, "fhigh": 1300.0}
+
+
+def _open(s, **kw):
+    return s.open("dau1997", 16000, 64, budget_ms=1000, model_kwargs=NARROW, **kw)
+
+
+def _private_access(path: pathlib.Path):
+    """``(line, 'obj._name')`` of every private attribute reached on something other than
+    ``self`` / ``cls`` in the module at ``path`` (dunders excluded)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        a = node.attr
+        if not a.startswith("_") or a.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        out.append((node.lineno, f"{ast.unparse(node.value)}.{a}"))
+    return out
+
+
+def _self_private_names(path: pathlib.Path) -> set:
+    """Private names a module defines on ``self`` (assigned attributes and methods)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "self" and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            names.add(node.attr)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_") \
+                and not node.name.startswith("__"):
+            names.add(node.name)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PKG.glob("*.py")))
+def test_scheduler_modules_reach_no_private_name_of_another_object(module):
+    """No module of rtamt.scheduler reaches a private attribute of another object (a
+    Stream, the Scheduler or one of its units): Stream and scheduler talk through public
+    methods and the SchedulerLink; only the engine's streaming contract is exempt."""
+    bad = [(ln, expr) for ln, expr in _private_access(PKG / module)
+           if expr.rsplit(".", 1)[1] not in ENGINE_PRIVATE]
+    assert bad == [], f"{module}: private access across objects: {bad}"
+
+
+def test_no_name_of_stream_or_scheduler_is_reached_across_the_two():
+    """The names the issue found crossing the boundary (and every other private name of
+    the other side) appear in no ``obj._name`` access across Stream and the scheduler."""
+    stream_private = _self_private_names(PKG / "stream.py")
+    sched_modules = [p for p in PKG.glob("*.py") if p.name not in ("stream.py",)]
+    sched_private = set().union(*(_self_private_names(p) for p in sched_modules))
+    assert {"_coff", "_last_error", "_make_ready"} <= stream_private     # the walk works
+    for p in sched_modules:
+        crossing = [e for _, e in _private_access(p) if e.rsplit(".", 1)[1] in stream_private]
+        assert crossing == [], f"{p.name} reaches into Stream: {crossing}"
+    crossing = [e for _, e in _private_access(PKG / "stream.py")
+                if e.rsplit(".", 1)[1] in sched_private]
+    assert crossing == [], f"stream.py reaches into the scheduler: {crossing}"
+    text = (PKG / "stream.py").read_text()
+    for name in ("_notify", "_attach_state", "_between_blocks", "_close_stream"):
+        assert name not in text
+
+
+def test_each_concern_has_its_module_and_the_scheduler_composes_them():
+    from rtamt.scheduler import core, costs, dispatch, groups, moves, placement
+
+    s = Scheduler(threads=1, start=False, realtime=None)
+    try:
+        assert type(s._costs) is costs.CostTable and core.CostModel is costs.CostModel
+        assert type(s._admission) is placement.Admission
+        assert type(s._dispatch) is dispatch.Dispatcher
+        assert type(s._mover) is moves.Mover
+        assert isinstance(s.link, SchedulerLink)
+        assert groups.Group.run and dispatch.Dispatcher.pick and moves.Mover.rebalance
+        # the facade holds no unit's work: no method of the worker loop, the cost
+        # measurement, the admission or the moves is defined on Scheduler itself
+        own = set(vars(Scheduler))
+        for name in ("_pick", "_worker", "_run", "_design_cost", "_predict", "_admit",
+                     "_pick_block", "_place", "_notify", "_between_blocks", "_progress_close"):
+            assert name not in own
+        assert len((PKG / "core.py").read_text().splitlines()) < 500
+    finally:
+        s.close()
+    for name in ("Scheduler", "Stream", "StreamStats", "StreamOptions", "Result", "FanOut",
+                 "RtamtCapacityError", "RtamtClosedError", "CostModel", "SchedulerLink",
+                 "BLOCKS", "POLICIES", "STATUS_FLAGS"):
+        assert getattr(sched_pkg, name) is not None
+    assert sched_pkg.RtamtCapacityError is placement.RtamtCapacityError
+
+
+def test_a_stream_holds_its_schedulers_link_and_public_scheduler_side_methods():
+    with Scheduler(threads=1, realtime=None) as s:
+        h = _open(s, admission="best-effort")
+        assert h.link is s.link
+        for name in ("notify", "attach_state", "between_blocks", "close_stream", "start",
+                     "report", "refuse", "running", "closed"):
+            assert hasattr(h.link, name)
+        assert h.link.running and not h.link.closed
+        # between_blocks runs the function with the stream held (busy), then hands it back
+        seen = h.between_blocks(lambda: (h.busy, h.ready))
+        assert seen == (True, False) and not h.busy
+        h.push(np.ones(160), wait=True)
+        assert h.wait_idle(30) and h.seq == 2 and h.fill == 32
+    assert s.link.closed and h.closed
+
+
+def test_open_takes_one_options_object_and_the_old_keywords_build_it():
+    opts = StreamOptions(policy="drop-newest", history=0, ring_seconds=1.0,
+                         source_timeout=None, admission="best-effort")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.history = 3
+    with Scheduler(threads=1, realtime=None) as s:
+        a = _open(s, options=opts)
+        b = _open(s, policy="drop-newest", history=0,
+                   ring_seconds=1.0, source_timeout=None, admission="best-effort")
+        assert a.options == b.options == opts
+        assert (a.policy, a.ring.capacity, a.latest()) == ("drop-newest", 16000, None)
+        assert b.ring.capacity == a.ring.capacity and b.source_timeout == 0.0
+        # keywords replace fields of options=
+        c = _open(s, options=opts, history=3)
+        assert c.options == dataclasses.replace(opts, history=3)
+        assert c.options.policy == "drop-newest" and c.history() == []
+        d = _open(s, admission="best-effort")
+        assert d.options == StreamOptions(admission="best-effort")
+        with pytest.raises(TypeError, match="unknown stream option.*polcy"):
+            _open(s, polcy="drop-newest")
+        with pytest.raises(ValueError, match="policy must be one of"):
+            _open(s, policy="drop-all")
+        with pytest.raises(ValueError, match="admission must be"):
+            _open(s, options=opts, admission="maybe")
+        assert len(s.streams) == 4
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"policy": "x"}, "policy must be one of"), ({"on_error": "x"}, "on_error must be"),
+    ({"history": -1}, "history must be >= 0"), ({"source_timeout": -1.0}, "source_timeout"),
+    ({"admission": "x"}, "admission must be")])
+def test_stream_options_check_their_values_when_made(bad, match):
+    with pytest.raises(ValueError, match=match):
+        StreamOptions(**bad)
