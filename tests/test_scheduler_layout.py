@@ -159,3 +159,35 @@ def test_open_takes_one_options_object_and_the_old_keywords_build_it():
 def test_stream_options_check_their_values_when_made(bad, match):
     with pytest.raises(ValueError, match=match):
         StreamOptions(**bad)
+
+
+def test_the_scheduler_tests_no_array_type_and_the_engine_leaves_do_it():
+    """No module of rtamt.scheduler chooses by an array's type (issue 30: array-type
+    dispatch only in rtamt.engine); the slot-store operations of either backend live in
+    rtamt.engine.leaves and give the same values on numpy arrays and torch tensors."""
+    torch = pytest.importorskip("torch")
+    from rtamt.engine import leaves
+
+    for path in PKG.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) \
+                    and ast.unparse(node.left.func) == "type":
+                assert not any(("ndarray" in ast.unparse(c) or "Tensor" in ast.unparse(c))
+                               for c in node.comparators), f"{path.name}:{node.lineno}"
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance":
+                assert "Tensor" not in ast.unparse(node), f"{path.name}:{node.lineno}"
+    store = np.arange(5 * 2 * 3, dtype=np.float64).reshape(5, 2, 3)
+    idx = [4, 1, 2]
+    for st in (store, torch.from_numpy(store.copy())):
+        z = leaves.zeros_like_leaf((3, 2, 3), st)
+        assert type(z) is type(st) and z.dtype == st.dtype and not z.any()
+        c = leaves.copy_leaf(st)
+        c[0] = -1
+        assert float(st[0, 0, 0]) == 0.0
+        assert leaves.leaf_bytes(st[1]) == store[1].tobytes()
+        out = leaves.zeros_like_leaf((3 * 2 * 3,), st)
+        leaves.take_slots(st, idx, out)
+        assert np.array_equal(np.asarray(out).reshape(3, 2, 3), store[idx])
+        cat = leaves.zeros_like_leaf((2, 9), st)
+        leaves.concat_slots(st, idx, 1, cat)
+        assert np.array_equal(np.asarray(cat), np.concatenate(list(store[idx]), axis=1))

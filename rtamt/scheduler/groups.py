@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import backend as backends
 from ..engine import contract as streaming
 from ..engine.contract import RtamtInputError
+from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
 
 if TYPE_CHECKING:
     from .costs import CostModel
@@ -37,27 +37,6 @@ def make_runner(proto, n: int):
     r.load_state_dict(streaming.stack_states([sd] * n))
     leaves = r._state_leaves()
     return r, leaves, [h[k] for h, k, _ in leaves]
-
-
-def _is_tensor(a) -> bool:
-    return type(a) is not np.ndarray
-
-
-def _zeros(shape, like):
-    """Zeros of ``shape`` in the dtype, library and device of ``like`` (a state leaf)."""
-    if type(like) is np.ndarray:
-        return np.zeros(shape, like.dtype)
-    import torch
-    return torch.zeros(shape, dtype=like.dtype, device=like.device)
-
-
-def _copy(a):
-    return np.array(a, copy=True) if type(a) is np.ndarray else a.clone()
-
-
-def _host_bytes(a) -> bytes:
-    """The bytes of a state leaf (a numpy array directly, a tensor through a host copy)."""
-    return a.tobytes() if type(a) is np.ndarray else backends.to_numpy(a).tobytes()
 
 
 def _split(obj, out, sl):
@@ -112,7 +91,7 @@ class Group:
 
     def _alloc(self, S: int) -> None:
         old = getattr(self, "store", None)
-        self.store = [_zeros((S,) + shape, like) for _, shape, like in self.spec]
+        self.store = [zeros_like_leaf((S,) + shape, like) for _, shape, like in self.spec]
         slots = getattr(self, "slots", [])
         if old is not None:
             for new, o in zip(self.store, old):
@@ -139,7 +118,7 @@ class Group:
         if self.batchable and s.slot >= 0:
             leaves = s.proc._state_leaves() or []
             for h, k, _ in leaves:
-                h[k] = _copy(h[k])
+                h[k] = copy_leaf(h[k])
             self.slots[s.slot] = None
         s.slot = -1
 
@@ -167,7 +146,7 @@ class Group:
     def shared_key(self, s):
         if not self.has_shared:
             return None
-        return tuple(_host_bytes(self.store[j][s.slot])
+        return tuple(leaf_bytes(self.store[j][s.slot])
                      for j, (a, _, _) in enumerate(self.spec) if a is None)
 
     # -- a call (worker thread, outside the lock) --------------------------------------
@@ -245,17 +224,10 @@ class Group:
                 elif axis == 0 and contiguous:
                     v = st[idx[0]:idx[0] + n].reshape(buf.shape)
                 elif axis == 0:
-                    if _is_tensor(st):
-                        buf.view((n,) + tuple(st.shape[1:]))[...] = st[idx]
-                    else:
-                        np.take(st, idx, axis=0, out=buf.reshape((n,) + st.shape[1:]))
+                    take_slots(st, idx, buf)
                     v = buf
                 else:
-                    if _is_tensor(st):
-                        import torch
-                        torch.cat([st[i] for i in idx], dim=axis, out=buf)
-                    else:
-                        np.concatenate([st[i] for i in idx], axis=axis, out=buf)
+                    concat_slots(st, idx, axis, buf)
                     v = buf
                 h[k] = v
                 set_.append(v)
