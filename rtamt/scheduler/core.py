@@ -129,7 +129,6 @@ class Scheduler:
     logger; ``error_counts`` counts every occurrence per entry.
     """
 
-
     def __init__(self, threads: int | None = None, *, max_batch: int = 8,
                  max_queue_delay_ms: float = 1.0, max_load: float = 0.9,
                  gil_switch_ms: float | None = 0.5,
@@ -218,7 +217,6 @@ class Scheduler:
                              "Scheduler.error_counts count every occurrence)", msg)
             self.error_counts[first] += 1
 
-
     def start(self) -> Scheduler:
         """Start the scheduler thread and the workers (idempotent)."""
         if self.closed:
@@ -268,6 +266,8 @@ class Scheduler:
 
     # ================================================================ opening
     def _build(self, model, fs, kwargs):
+        """The stream's processor: a model made by name, a dict's ``Parallel``, or the
+        given streaming object (not already running another stream)."""
         if isinstance(model, str):
             from ..models import MODELS
             cls = MODELS.get(model.lower())
@@ -286,7 +286,6 @@ class Scheduler:
                 raise ValueError(f"open: this processor object already runs stream {s.name!r}; "
                                  "give every stream its own instance")
         return model
-
 
     def open(self, model, fs: float, block: int | None = None, *, budget_ms: float | None = None,
              dtype="float64", name: str | None = None, channels: int = 1,

@@ -146,7 +146,6 @@ class FanOut:
                             lambda: not bank.active.any(), put, status, lat, self.fs, t0,
                             timeout)
 
-
     def callback(self, indata, frames, time_info, status) -> None:
         """A ``sounddevice.InputStream`` callback (see :meth:`Stream.callback`)."""
         self.push(indata, status, callback_latency(time_info, frames, self.fs))
