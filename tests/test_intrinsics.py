@@ -79,8 +79,7 @@ def test_efilt_bank_gathers_every_run_shape(C, dtype):
     """The bank's input gather (8-wide vector copies aligned to each run's end, last run
     first; element loops below 8 channels) against a plain complex recursion, on a bank
     whose filters read channels in runs of every length 1..C in scrambled order."""
-    from rtamt.engine.kernels import cplx_onepole_bank
-    from rtamt.modulation.modfb import channel_runs
+    from rtamt.modulation.modfb import channel_runs, cplx_onepole_bank
 
     rng = np.random.default_rng(C)
     ch = np.concatenate([rng.integers(0, C - n + 1) + np.arange(n)

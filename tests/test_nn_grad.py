@@ -320,7 +320,7 @@ def test_ear_fir_gradcheck(kind):
 def _adaptloop_torch(c, s, x):
     """The adaptation loops written in torch, sample by sample (the reference for
     autograd): ``s`` (B, K, C) dividers, ``x`` (B, T, C); the arithmetic of
-    rtamt.engine.kernels.adaptloop with torch's exponential."""
+    rtamt.adaptation.adaptloop.adaptloop with torch's exponential."""
     K_, C = (c.lanes.shape[0] - 3) // 4, x.shape[2]
     ln = torch.from_numpy(c.lanes[:, :C])
     ml, corr, mult = ln[0], ln[1], ln[2]
@@ -344,10 +344,10 @@ def test_adaptloop_adjoint_lanes_match_autograd():
     autograd through the same loops written sample by sample: the gradients of the input,
     the incoming dividers and the loop coefficients a_k (b_k = 1 - a_k) within 1e-12
     relative."""
+    from rtamt.adaptation import adaptloop as K
     from rtamt.adaptation import adaptloop_grad as A
     from rtamt.adaptation.adaptloop import AdaptLoop as Stage
     from rtamt.adaptation.adaptloop import AdaptLoopParams
-    from rtamt.engine import kernels as K
 
     B, T, C = 2, 60, 33
     c = Stage(AdaptLoopParams(fs=FS))._coeffs_for(C)

@@ -5,8 +5,8 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-# The Triton adaptation-loop kernel (rtamt.engine._adaptloop_triton.adaptloop) against
-# the numba kernel rtamt.engine.kernels.adaptloop: same coefficients, same block
+# The Triton adaptation-loop kernel (rtamt.adaptation.adaptloop_triton.adaptloop) against
+# the numba kernel rtamt.adaptation.adaptloop.adaptloop: same coefficients, same block
 # partition, batches of streams, limiter on and off, float64 and float32; and the Triton
 # path against itself under different block partitions (bit-identical).  Sizes are small:
 # the Triton interpreter runs every operation of the sample loop as a numpy call.
@@ -15,9 +15,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import rtamt  # noqa: E402
+from rtamt.adaptation import adaptloop as KN  # noqa: E402
 from rtamt.adaptation.adaptloop import AdaptLoopParams, design  # noqa: E402
-from rtamt.engine import kernels as KN  # noqa: E402
-from rtamt.engine._adaptloop_triton import adaptloop  # noqa: E402
+from rtamt.adaptation.adaptloop_triton import adaptloop  # noqa: E402
 
 from _triton import DEVICE, dev, host  # noqa: E402
 

@@ -5,8 +5,8 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-"""The Triton kernels of rtamt.engine.kernels_triton against the numba kernels of
-rtamt.engine.kernels: gammatone4, sos_shared, modfb_efilt and cplx_biquad_bank on the
+"""The Triton twins (gammatone_triton, engine.sos_triton, modfb_triton) against the numba
+kernels beside their stages: gammatone4, sos_shared, modfb_efilt and cplx_biquad_bank on the
 coefficients their stages design, random input, a batch of 3 streams, float64 and float32,
 state carried across a random block partition; and each Triton kernel against itself
 (one call vs a random partition: bit-identical).  Sizes are small: the Triton interpreter
@@ -17,18 +17,24 @@ GPU compiler accepts."""
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy import signal  # noqa: E402
 
-from rtamt.engine import kernels as KN  # noqa: E402
-from rtamt.engine import kernels_triton as KT  # noqa: E402
-from rtamt.filterbank import gammatone  # noqa: E402
+from rtamt.engine import sos, sos_triton  # noqa: E402
+from rtamt.filterbank import gammatone, gammatone_triton  # noqa: E402
 from rtamt.ihc import envelope  # noqa: E402
-from rtamt.modulation import modfb  # noqa: E402
+from rtamt.modulation import modfb, modfb_triton  # noqa: E402
 
 from _triton import DEVICE, dev, host  # noqa: E402
+
+KN = SimpleNamespace(gammatone4=gammatone.gammatone4, sos_shared=sos.sos_shared,
+                     modfb_efilt=modfb.modfb_efilt, cplx_biquad_bank=modfb.cplx_biquad_bank)
+KT = SimpleNamespace(gammatone4=gammatone_triton.gammatone4, sos_shared=sos_triton.sos_shared,
+                     modfb_efilt=modfb_triton.modfb_efilt,
+                     cplx_biquad_bank=modfb_triton.cplx_biquad_bank)
 
 FS = 48000.0
 B = 3
@@ -254,7 +260,9 @@ def test_kernels_compile_for_gpu(tmp_path):
         import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
-        from rtamt.engine import kernels_triton as KT
+        from rtamt.engine import sos_triton
+        from rtamt.filterbank import gammatone_triton
+        from rtamt.modulation import modfb_triton
 
         def build(fn, sig, cx, fusion):
             sig = {k: ("constexpr" if k in cx else v) for k, v in sig.items()}
@@ -266,20 +274,20 @@ def test_kernels_compile_for_gpu(tmp_path):
         for d in ("fp32", "fp64"):
             p = "*" + d
             i = "i32"
-            build(KT._gammatone4_kernel,
+            build(gammatone_triton._gammatone4_kernel,
                   dict(lanes_ptr="*fp64", L=i, sr_ptr=p, si_ptr=p, x_ptr=p, y_ptr=p, N=i,
                        T=i, C=i, BLOCK=0), {"BLOCK": 64}, True)
             for rect in (False, True):
                 for has in (False, True):
-                    build(KT._sos_kernel,
+                    build(sos_triton._sos_kernel,
                           dict(sos_ptr="*fp64", S=i, zi_ptr=p, x_ptr=p, y_ptr=p, N=i, T=i,
                                C=i, F=i, yoff=i, RECTIFY=0, HAS_SOS=0, BLOCK=0),
                           {"RECTIFY": rect, "HAS_SOS": has, "BLOCK": 64}, True)
-            build(KT._efilt_kernel,
+            build(modfb_triton._efilt_kernel,
                   dict(coef_ptr=p, Fb=i, nreal=i, ch_ptr="*i64", st_ptr=p, x_ptr=p, y_ptr=p,
                        N=i, T=i, C=i, F=i, yoff=i, F32=0, BLOCK=0),
                   {"F32": d == "fp32", "BLOCK": 64}, False)
-            build(KT._cbq_kernel,
+            build(modfb_triton._cbq_kernel,
                   dict(ch_ptr="*i64", nreal=i, b_ptr="*fp64", a_ptr="*fp64", sc_ptr="*fp64",
                        st_ptr=p, x_ptr=p, y_ptr=p, N=i, Fb=i, T=i, C=i, F=i, yoff=i,
                        BLOCK=0), {"BLOCK": 64}, True)

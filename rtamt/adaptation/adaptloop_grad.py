@@ -1,5 +1,5 @@
 """The gradient rule of :class:`rtamt.adaptation.adaptloop.AdaptLoop` and the adjoint of
-its kernel :func:`rtamt.engine.kernels.adaptloop`."""
+its kernel :func:`rtamt.adaptation.adaptloop.adaptloop`."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,7 @@ from . import adaptloop
 
 @njit(**_JIT)
 def _adapt_span(a, bcoef, lanes, limit_on, s, x, t0, t1, w, traj, tq, tv, store):
-    """The adaptation loops of :func:`rtamt.engine.kernels.adaptloop` (the same
+    """The adaptation loops of :func:`rtamt.adaptation.adaptloop.adaptloop` (the same
     arithmetic and exponential, per lane) on one stream for ``t0 <= t < t1``, all
     channels as lanes: ``s`` (K, L) the dividers, advanced in place; ``x`` (T, C), the
     ``L - C`` padding lanes fed their minimum level; ``w`` (L,) work.  With ``store``,
@@ -58,7 +58,7 @@ def _adapt_span(a, bcoef, lanes, limit_on, s, x, t0, t1, w, traj, tq, tv, store)
 
 @njit(**_JIT)
 def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
-    """Adjoint of :func:`rtamt.engine.kernels.adaptloop`, the nonlinear adaptation loops
+    """Adjoint of :func:`rtamt.adaptation.adaptloop.adaptloop`, the nonlinear adaptation loops
     of Püschel (1988) and Dau, Püschel & Kohlrausch (1996a, JASA 99, 3615; Dau et al.
     1997a), with the overshoot limiter of Münkner (1993) as in AMT ``adaptloop``.
 

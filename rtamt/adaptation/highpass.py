@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from ..engine.stage import SharedSOSStage
+from ..engine.sos import SharedSOSStage
 
 
 @dataclass(frozen=True)

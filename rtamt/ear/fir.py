@@ -13,7 +13,8 @@
   history; any block partition gives bit-identical output because every output sample
   is accumulated as ``sum_k h[k] x[t-k]`` in the same order (k = 0, 1, ..., N-1)
   whatever the block boundaries.  Its Triton twin (``backend='triton'``, torch tensors) is
-  :func:`rtamt.ear.fir_triton.fir_tm`, with the same per-output operation sequence.
+  :func:`rtamt.ear.fir_triton.fir_tm`, with the same per-output operation sequence; the
+  stage declares both (:data:`FIR`).
 * :class:`FIRSignalStage` - the signal -> signal :class:`~rtamt.engine.stage.Stage`
   base of :class:`~rtamt.ear.HeadphoneFilter`, :class:`~rtamt.ear.MiddleEarFilter` and
   :class:`~rtamt.ear.OuterMiddleEarFilter`.
@@ -35,9 +36,9 @@ import numpy as np
 from numba import njit
 from scipy import signal
 
-from ..engine import backend as _B
+from ..engine.backend import Kernels, kernel_method
 from ..engine.jit import JIT as _JIT
-from ..engine.stage import RtamtInputError, Stage, work_buffer
+from ..engine.stage import RtamtInputError, Stage
 
 __all__ = ["FIRCoeffs", "FIRSignalStage", "fir_from_table", "minimum_phase", "fir_tm",
            "magnitude_response"]
@@ -212,6 +213,16 @@ def check_phase(phase: str) -> None:
             "future of the signal and is not offered by rtamt's streaming stages.")
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.ear.fir_triton`), imported on first binding."""
+    from . import fir_triton
+    return (fir_triton.fir_tm,)
+
+
+#: the FIR kernel pair of the ear filters: :func:`fir_tm` and its Triton twin
+FIR = Kernels(numba=(fir_tm,), triton=_triton)
+
+
 class FIRSignalStage(Stage):
     """Signal -> signal streaming FIR stage: ``(T,)``/``(batch, T)`` in, same shape out.
 
@@ -226,7 +237,7 @@ class FIRSignalStage(Stage):
     """
 
     in_kind = "signal"
-    triton_ready = True
+    kernels = FIR
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -237,25 +248,17 @@ class FIRSignalStage(Stage):
         from .fir_grad import FIRGrad
         return FIRGrad
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
-        """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape.
-
-        numpy ``x``: the numba kernel :func:`fir_tm`; torch ``x`` (``backend='triton'``,
-        ``state["hist"]`` a tensor on ``x``'s device): its Triton twin
-        :func:`rtamt.ear.fir_triton.fir_tm`, with the taps of ``x``'s dtype as a cached
-        tensor on that device."""
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
+        """Time-major ``x`` (B, T) (one signal per row) or (B, T, C); output same shape:
+        :func:`fir_tm` (or its Triton twin, on the stage's bound kernels) with the taps of
+        ``x``'s dtype."""
+        k = stage.kern
         x3 = x[:, :, None] if x.ndim == 2 else x
-        if type(x) is np.ndarray:
-            y = work_buffer(out, x.shape, x.dtype)
-            y3 = y[:, :, None] if y.ndim == 2 else y
-            fir_tm(coeffs.taps(x.dtype), state["hist"], x3, y3)
-            return y
-        y = work_buffer(out, x.shape, x.dtype, like=x)
+        y = k.buffer(out, x.shape, x)
         y3 = y[:, :, None] if y.ndim == 2 else y
-        h = coeffs.h if _B.is_float64(x) else coeffs.h32
-        _B.triton_module("rtamt.ear.fir_triton").fir_tm(_B.coef_adapter(x)(h), state["hist"],
-                                                         x3, y3)
+        h = coeffs.h if k.is64(x) else coeffs.h32
+        k.fir_tm(k.coef(h), state["hist"], x3, y3)
         return y
 
     @classmethod

@@ -5,9 +5,8 @@ Direct-form FIR (Oppenheim & Schafer, *Discrete-Time Signal Processing*, 3rd ed.
 input samples of the previous blocks as history.  The filters are those of
 :mod:`rtamt.ear.filters` (headphone and outer ear after Pralong & Carlile 1996, middle ear
 after Lopez-Poveda & Meddis 2001 / Jepsen et al. 2008), designed by
-:func:`rtamt.ear.fir.fir_from_table`.  Loaded by the stages through
-:func:`rtamt.engine.backend.triton_module` (``"rtamt.ear.fir_triton"``) for
-``backend='triton'``.
+:func:`rtamt.ear.fir.fir_from_table`.  Declared with its numba twin by the ear filters
+(:data:`rtamt.ear.fir.FIR`) and imported when a stage is bound to ``backend='triton'``.
 
 Layout of the work: an FIR has no recursion, so every output sample is independent of
 the others given the history.  One Triton lane per output sample ``(stream, t,
@@ -15,7 +14,7 @@ channel)`` (flat index of ``y``, channel fastest); a program runs :data:`BLOCK` 
 (the tail is masked).  A lane loops over the taps ``k = 0 .. N-1`` in ascending order,
 reading ``x[t-k]`` from the block when ``t - k >= 0`` and ``hist[N-1 + t-k]`` otherwise,
 and writes its one output.  This departs from the one-lane-per-(stream, channel) layout
-of the recursive kernels (:mod:`rtamt.engine.kernels_triton`): with one lane per
+of the recursive kernels (:mod:`rtamt.engine.triton_lanes`): with one lane per
 (stream, channel) a single-channel ear filter would run ``T * N`` dependent steps on as
 many lanes as there are streams; here it runs ``N`` steps on ``B * T * C`` lanes, with
 the same operations for every output sample.  The history is advanced afterwards, by a
@@ -36,8 +35,8 @@ bit-identical results.
 
 Constructs used: ``tl.program_id``, ``tl.arange``, ``tl.zeros``, masked ``tl.load`` /
 ``tl.store``, ``tl.where``, ``tl.fma``, integer arithmetic and a ``range`` loop over a
-scalar kernel argument.  Results checked only with ``TRITON_INTERPRET=1`` on CPU tensors
-(no GPU here).  The kernel also compiles to a cubin for sm_80 with Triton 3.9's CUDA
+scalar kernel argument.  CI checks the results with ``TRITON_INTERPRET=1`` on CPU
+tensors.  The kernel also compiles to a cubin for sm_80 with Triton 3.9's CUDA
 backend (``triton.compile`` with a ``GPUTarget``, no device needed), float32 and float64,
 also with ``C``, ``T`` and ``N`` specialised to 1; the PTX's only floating-point
 arithmetic is ``fma.rn.f32`` / ``fma.rn.f64`` (tests/test_triton_fir.py).  Not checked on

@@ -1,35 +1,41 @@
 """Compute backends of the stages: numba kernels on numpy arrays, or Triton kernels on torch
 tensors.
 
-* ``'numba'`` (default): :mod:`rtamt.engine.kernels` and the other numba kernels, on the
-  CPU; state and outputs are numpy arrays.
-* ``'triton'``: :mod:`rtamt.engine.kernels_triton`, the same recursions written once more
-  in Triton, kernel by kernel with the same names and arguments, on torch tensors of one
-  device.  State lives on that device; outputs are tensors there.  On a CUDA device the
-  kernels are compiled for the GPU; on CPU tensors they run only in Triton's interpreter
-  (``TRITON_INTERPRET=1`` set before triton is imported), which is how CI checks them
-  against the numba kernels on a machine without a GPU.
+* ``'numba'`` (default): each stage's numba kernels, on the CPU; state and outputs are
+  numpy arrays.
+* ``'triton'``: the same recursions written once more in Triton, kernel by kernel with the
+  same names and arguments, on torch tensors of one device.  State lives on that device;
+  outputs are tensors there.  On a CUDA device the kernels are compiled for the GPU; on
+  CPU tensors they run only in Triton's interpreter (``TRITON_INTERPRET=1`` set before
+  triton is imported), which is how CI checks them against the numba kernels on a
+  machine without a GPU.
 
-A stage's ``process_tm`` is written once for both: :func:`dispatch` returns the kernel
-module and the coefficient adapter that match its input array.  Coefficients are designed
-once as float64 numpy arrays (``Coeffs``); :func:`dispatch` hands the Triton kernels a copy
-on the input's device, made once per array and device and cached.
+A stage declares its kernels once, in its own module (:class:`Kernels`: the numba
+functions and a function that imports the Triton twins), and ``to(device, backend=...)``
+binds them once (:meth:`Kernels.bind`): the stage keeps the bound set as ``stage.kern``
+(:class:`NumbaKernels` or :class:`TritonKernels`), and its ``process_tm``, written once for
+both backends, calls ``kern.<kernel>(...)`` and the few array operations the set provides
+(``coef``, ``buffer``, ``contiguous``, ``is64``, ...).  Coefficients are designed once as
+float64 numpy arrays (``Coeffs``); the Triton set hands its kernels a copy on the device,
+made once per array and device and cached.
 
-Triton is an optional extra (``pip install 'rtamt[gpu]'``); it is imported only when a
-``'triton'`` backend is selected, because importing it costs start-up time.
+Triton is an optional extra (``pip install 'rtamt[gpu]'``); a stage's Triton module is
+imported only when the stage is bound to the ``'triton'`` backend, because importing
+triton costs start-up time.
 """
 from __future__ import annotations
 
 import os
 import threading
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from . import kernels as _numba_kernels
-
-__all__ = ["BACKENDS", "RtamtBackendError", "resolve", "dispatch", "triton_module",
-           "coef_adapter", "is_tensor", "to_numpy", "empty_like_block", "is_float64"]
+__all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
+           "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "triton_module",
+           "coef_adapter", "is_tensor", "to_numpy"]
 
 BACKENDS = ("numba", "triton")
 
@@ -120,11 +126,8 @@ def resolve(backend: str | None, device: Any = None) -> tuple[str, Any]:
     return "triton", dev
 
 
-# ------------------------------------------------------------------ per-call dispatch
-def _same(a):
-    return a
 
-
+# ------------------------------------------------------------------ coefficients on a device
 class _TorchCoeffs:
     """``coef(a)``: a numpy coefficient array ``a`` as a tensor on ``device``, made on first
     use and kept.  Keyed by the memory ``a`` views (address, shape, strides, dtype), so a
@@ -155,81 +158,286 @@ class _TorchCoeffs:
 _coef_by_device: dict[str, _TorchCoeffs] = {}
 
 
+def _device_coeffs(device) -> _TorchCoeffs:
+    """The coefficient cache of ``device`` (one per device, shared by every stage)."""
+    key = str(device)
+    c = _coef_by_device.get(key)
+    if c is None:
+        c = _coef_by_device[key] = _TorchCoeffs(device)
+    return c
+
+
+def coef_adapter(x):
+    """The coefficient cache of tensor ``x``'s device (numpy float64 coefficient arrays ->
+    cached tensors there).  Used by :mod:`rtamt.loudness`, whose kernels are not yet
+    stages (issue 30 item 3); a stage gets it bound as ``kern.coef``."""
+    return _device_coeffs(x.device)
+
+
 #: one lock for every Triton module's launches: the interpreter's patching is process-wide
 _INTERPRETER_LOCK = threading.Lock()
 
 
-class _Serialized:
-    """The Triton kernel module with every launch under one process-wide lock: Triton's
-    interpreter swaps ``triton.language`` functions for its own while a kernel runs, so two
-    threads interpreting kernels at once break each other ("Did you forget to add
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _serialized(fn: Callable) -> Callable:
+    """``fn`` (a Triton kernel's launcher) under one process-wide lock: Triton's
+    interpreter swaps ``triton.language`` functions for its own while a kernel runs, so
+    two threads interpreting kernels at once break each other ("Did you forget to add
     @triton.jit?").  Compiled GPU kernels need no lock."""
+    lock = _INTERPRETER_LOCK
+
+    def launch(*a, **k):
+        with lock:
+            return fn(*a, **k)
+    launch.__name__ = getattr(fn, "__name__", "launch")
+    launch.__wrapped__ = fn
+    return launch
+
+
+class _Serialized:
+    """A Triton kernel module whose launches all go through :func:`_serialized`."""
 
     def __init__(self, module):
-        self._m, self._lock, self._fns = module, _INTERPRETER_LOCK, {}
+        self._m, self._fns = module, {}
 
     def __getattr__(self, name):
         fn = self._fns.get(name)
         if fn is None:
-            f, lock = getattr(self._m, name), self._lock
-
-            def fn(*a, **k):
-                with lock:
-                    return f(*a, **k)
-            self._fns[name] = fn
+            fn = self._fns[name] = _serialized(getattr(self._m, name))
         return fn
 
 
 _triton_modules: dict = {}
 
 
-def triton_module(name: str = "rtamt.engine.kernels_triton"):
+def triton_module(name: str):
     """The Triton kernel module ``name`` (imported on first use), its launches serialised
-    when they run in the interpreter.  Stages whose numba kernels live in their own module
-    keep the Triton twin beside it (``rtamt/ear/fir.py`` / ``rtamt/ear/fir_triton.py``) and
-    call it through this."""
+    when they run in the interpreter.  Only :mod:`rtamt.loudness` and the loudness models
+    still reach their kernels this way, until they become stages (issue 30 item 3); a
+    stage declares its kernels (:class:`Kernels`) instead."""
     m = _triton_modules.get(name)
     if m is None:
         import importlib
 
         mod = importlib.import_module(name)
-        interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-        m = _triton_modules[name] = _Serialized(mod) if interp else mod
+        m = _triton_modules[name] = _Serialized(mod) if _interpreting() else mod
     return m
 
 
-def coef_adapter(x):
-    """The coefficient adapter of :func:`dispatch` for tensor ``x`` (numpy float64
-    coefficient arrays -> cached tensors on ``x``'s device)."""
-    key = str(x.device)
-    c = _coef_by_device.get(key)
-    if c is None:
-        c = _coef_by_device[key] = _TorchCoeffs(x.device)
-    return c
+# ------------------------------------------------------------------ a stage's kernels
+def host_buffer(out, shape: tuple, dtype) -> np.ndarray:
+    """``out`` if it is a C-contiguous numpy array of exactly ``shape`` and ``dtype`` (a
+    chain hands back a stage's previous output as its work buffer for the next block of
+    the same size), else a new uninitialised array."""
+    if (out is not None and out.shape == shape and out.dtype == dtype
+            and out.flags.c_contiguous):
+        return out
+    return np.empty(shape, dtype)
 
 
-def dispatch(x):
-    """``(kernels, coef)`` for a stage's time-major input ``x``: for a numpy array the numba
-    kernel module :mod:`rtamt.engine.kernels` and the identity; for a torch tensor
-    :mod:`rtamt.engine.kernels_triton` and an adapter that returns each numpy coefficient
-    array as a (cached) tensor on ``x``'s device."""
-    if type(x) is np.ndarray:
-        return _numba_kernels, _same
-    return triton_module(), coef_adapter(x)
-
-
-def empty_like_block(x, shape):
-    """An uninitialised output of ``shape`` in ``x``'s dtype, library and device."""
-    if type(x) is np.ndarray:
-        return np.empty(shape, x.dtype)
+def device_buffer(out, shape: tuple, like):
+    """:func:`host_buffer` for torch: ``out`` if it is a contiguous tensor of ``shape`` in
+    ``like``'s dtype on its device, else a new uninitialised one there."""
+    if (out is not None and tuple(out.shape) == shape and out.dtype == like.dtype
+            and out.device == like.device and out.is_contiguous()):
+        return out
     import torch
 
-    return torch.empty(shape, dtype=x.dtype, device=x.device)
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
-def is_float64(x) -> bool:
-    if type(x) is np.ndarray:
+class _Bound:
+    """A bound kernel set: the kernels as attributes (``kern.gammatone4``), shared by every
+    copy of a stage (a deep copy of a stage keeps the same set: kernels and the
+    coefficient cache are never written by a stream)."""
+
+    backend = ""
+    device = None
+
+    def __init__(self, functions: dict):
+        self.__dict__.update(functions)
+        self.names = tuple(functions)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __repr__(self):
+        return f"<{self.backend} kernels {', '.join(self.names)}>"
+
+
+class NumbaKernels(_Bound):
+    """The numba kernels of a stage with the operations of the numba backend: coefficient
+    arrays as they are, numpy work buffers, numpy dtypes."""
+
+    backend = "numba"
+
+    @staticmethod
+    def coef(a):
+        """A coefficient array as this backend's kernels take it (numpy: itself)."""
+        return a
+
+    @staticmethod
+    def buffer(out, shape, like):
+        """The output array of a ``process_tm`` call: ``out`` where it fits
+        (:func:`host_buffer`), else a new array in ``like``'s dtype."""
+        return host_buffer(out, tuple(shape), like.dtype)
+
+    @staticmethod
+    def contiguous(x):
+        return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+    @staticmethod
+    def is64(x) -> bool:
+        """True for a float64 block."""
         return x.dtype == np.float64
-    import torch
 
-    return x.dtype == torch.float64
+    @staticmethod
+    def dtype(x) -> np.dtype:
+        """The numpy dtype of a block."""
+        return x.dtype
+
+    @staticmethod
+    def scratch(shape, x):
+        """Zeroed scratch memory of ``shape`` in ``x``'s dtype for a numba kernel (the
+        Triton twins keep theirs in registers and get ``None``)."""
+        return np.zeros(shape, x.dtype)
+
+    @staticmethod
+    def state(st: dict) -> dict:
+        """A stage's state (numpy arrays) as this backend keeps it."""
+        return st
+
+
+class TritonKernels(_Bound):
+    """The Triton twins of a stage's kernels on ``device``, with the operations of the
+    Triton backend: coefficient arrays as cached tensors on the device (``coef``), torch
+    work buffers, torch dtypes."""
+
+    backend = "triton"
+
+    def __init__(self, functions: dict, device):
+        super().__init__(functions)
+        self.device = device
+        self.coef = _device_coeffs(device)
+
+    @staticmethod
+    def buffer(out, shape, like):
+        return device_buffer(out, tuple(shape), like)
+
+    @staticmethod
+    def contiguous(x):
+        return x.contiguous()
+
+    @staticmethod
+    def is64(x) -> bool:
+        import torch
+
+        return x.dtype == torch.float64
+
+    @staticmethod
+    def dtype(x) -> np.dtype:
+        return np.dtype(str(x.dtype).removeprefix("torch."))
+
+    @staticmethod
+    def scratch(shape, x):
+        return None
+
+    def state(self, st: dict) -> dict:
+        import torch
+
+        return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
+                for k, v in st.items()}
+
+
+def _named(functions: Iterable[Callable]) -> dict:
+    return {f.__name__: f for f in functions}
+
+
+class Kernels:
+    """The kernels of a stage, declared once in the stage's module, per backend::
+
+        def _triton():                     # the Triton twins, imported when first bound
+            from . import gammatone_triton
+            return (gammatone_triton.gammatone4,)
+
+        class Gammatone(Stage):
+            kernels = Kernels(numba=(gammatone4,), triton=_triton)
+
+    numba  : the numba kernels (functions); ``process_tm`` calls them by their names as
+             attributes of the bound set (``self.kern.gammatone4(...)``).
+    triton : a function of no arguments that imports the stage's Triton module and returns
+             the Triton twins, one per numba kernel, with the same names and arguments;
+             ``None``: the stage has no Triton path.
+    uses   : kernel sets shared with other stages (:data:`rtamt.engine.sos.SOS`), bound
+             together with the stage's own.
+    """
+
+    def __init__(self, numba: Iterable[Callable] = (), triton: Callable | None = None,
+                 uses: Iterable[Kernels] = ()):
+        self.numba = _named(numba)
+        self.triton = triton
+        self.uses = tuple(uses)
+        self._numba_bound: NumbaKernels | None = None
+
+    @property
+    def parts(self) -> tuple:
+        """The shared sets this one uses, then itself."""
+        return tuple(p for u in self.uses for p in u.parts) + (self,)
+
+    @property
+    def has_triton(self) -> bool:
+        return all(p.triton is not None for p in self.parts if p.numba)
+
+    def bind(self, backend: str, device=None) -> _Bound:
+        """The kernels of ``backend`` (on ``device`` for Triton), bound once: the numba set
+        is made once per declaration; the Triton set imports the Triton modules on first
+        use (their launches serialised under Triton's interpreter) and keeps ``device``'s
+        coefficient cache.  Raises :class:`RtamtBackendError` for a set without Triton
+        twins."""
+        if backend == "numba":
+            if self._numba_bound is None:
+                fns = {}
+                for p in self.parts:
+                    fns.update(p.numba)
+                self._numba_bound = NumbaKernels(fns)
+            return self._numba_bound
+        if backend != "triton":
+            raise RtamtBackendError(f"unknown backend {backend!r}; choose from {BACKENDS}")
+        fns = {}
+        for p in self.parts:
+            if not p.numba:
+                continue
+            if p.triton is None:
+                raise RtamtBackendError(
+                    f"no Triton kernels for {', '.join(p.numba)}; use backend='numba'")
+            twins = _named(p.triton())
+            if set(twins) != set(p.numba):
+                raise RtamtBackendError(
+                    f"the Triton twins {sorted(twins)} do not match the numba kernels "
+                    f"{sorted(p.numba)}")
+            fns.update(twins)
+        if _interpreting():
+            fns = {k: _serialized(f) for k, f in fns.items()}
+        return TritonKernels(fns, device)
+
+
+class kernel_method:
+    """Decorator of a stage's ``process_tm(stage, coeffs, state, x, out=None)``: called on
+    a stage object, ``stage`` is that object and ``stage.kern`` the kernels its ``to()``
+    bound; called on the class (``StageClass.process_tm(coeffs, state, x)``, the pure
+    functional form, and ``StageClass.process``), ``stage`` is the class, whose ``kern``
+    is its numba set."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+
+    def __get__(self, obj, cls=None):
+        return types.MethodType(self.fn, cls if obj is None else obj)

@@ -1,6 +1,6 @@
 """The gradient rule of :class:`rtamt.engine.stage.SharedSOSStage` (the IHC envelope,
 King2019's adaptation high-pass) and the adjoint of its kernel
-:func:`rtamt.engine.kernels.sos_shared`, which the modulation banks' rules use for their
+:func:`rtamt.engine.sos.sos_shared`, which the modulation banks' rules use for their
 low-pass and pre-filter sections too."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def sos_back(sos, m, c, g):
 
 @njit(**_JIT)
 def sos_adjoint(sos, rectify, x, gy, mu, gx):
-    """Adjoint of :func:`rtamt.engine.kernels.sos_shared` (DF-II transposed sections,
+    """Adjoint of :func:`rtamt.engine.sos.sos_shared` (DF-II transposed sections,
     Oppenheim & Schafer, *Discrete-Time Signal Processing*, 3rd ed., ch. 6, the difference
     equations of ``scipy.signal.sosfilt``; optionally after half-wave rectification).
 

@@ -43,7 +43,7 @@ from . import contract as _C
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from .denormal import ensure_ftz
 
-__all__ = ["RtamtInputError", "Stage", "SharedSOSStage", "Chain", "Stateless", "as_numpy_block"]
+__all__ = ["RtamtInputError", "Stage", "Chain", "Stateless", "as_numpy_block"]
 
 
 _FLOATS = _C.FLOATS
@@ -134,18 +134,12 @@ def work_buffer(out, shape, dtype, like=None):
     """The output array of a ``process_tm`` call: ``out`` if it is a C-contiguous array of
     exactly ``shape`` and ``dtype`` (a chain hands back a stage's previous output as its
     work buffer for the next block of the same size), else a new uninitialised array.
-    With ``like`` a torch tensor (the Triton backend) the buffer is a tensor in ``like``'s
-    dtype on its device."""
+    With ``like`` a torch tensor the buffer is a tensor in ``like``'s dtype on its device.
+    A stage's ``process_tm`` gets the same from its bound kernels (``kern.buffer``)."""
     shape = tuple(shape)
     if like is not None and type(like) is not np.ndarray:
-        if (out is not None and tuple(out.shape) == shape and out.dtype == like.dtype
-                and out.device == like.device and out.is_contiguous()):
-            return out
-        return _B.empty_like_block(like, shape)
-    if (out is not None and out.shape == shape and out.dtype == dtype
-            and out.flags.c_contiguous):
-        return out
-    return np.empty(shape, dtype)
+        return _B.device_buffer(out, shape, like)
+    return _B.host_buffer(out, shape, dtype)
 
 
 def _time_last(yt):
@@ -170,7 +164,11 @@ def _device_block(arr: np.ndarray, device):
 
 class Stage(Registered):
     """Stateful block processor; subclasses supply ``Params``, ``design``,
-    ``init_state`` and ``process_tm``.
+    ``init_state`` and ``process_tm``, and declare the kernels ``process_tm`` runs
+    (``kernels``, a :class:`rtamt.engine.backend.Kernels`: numba kernels and their Triton
+    twins).  :meth:`to` binds them once for a backend and device (``self.kern``);
+    ``process_tm`` (decorated with :func:`rtamt.engine.backend.kernel_method`) calls
+    ``stage.kern.<kernel>`` and never looks at the array's type.
 
     ``stage(x)`` processes one block and carries state to the next;
     ``reset()`` returns to the initial state; ``state_dict()`` /
@@ -180,10 +178,24 @@ class Stage(Registered):
     name = "stage"
     in_kind = "channels"  # or "signal"
     Params: type = object
-    #: the stage's process_tm also runs the Triton kernels (:mod:`rtamt.engine.backend`)
+    #: the stage's kernels per backend (:class:`rtamt.engine.backend.Kernels`), declared
+    #: in the stage's module; ``None``: a stage whose ``process_tm`` needs no kernel set
+    kernels: _B.Kernels | None = None
+    #: the kernels ``process_tm`` calls: the class's numba set, or the set that
+    #: :meth:`to` bound on this object
+    kern: _B.NumbaKernels | _B.TritonKernels | None = None
+    #: the stage runs on the Triton backend (set from ``kernels``; a subclass may say no)
     triton_ready = False
     backend = "numba"
     device = None
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        decl = cls.__dict__.get("kernels")
+        if decl is not None:
+            cls.kern = decl.bind("numba")
+            if "triton_ready" not in cls.__dict__:
+                cls.triton_ready = decl.has_triton
 
     # -- to override -----------------------------------------------------------------
     @staticmethod
@@ -333,12 +345,26 @@ class Stage(Registered):
             self._state = _to_device(st, self.device) if self.backend == "triton" else st
             self._meta = (lead, n_in, dtype)
 
-    def _set_backend(self, backend: str, device) -> None:
-        """Switch to a resolved ``(backend, device)``, moving the state (kept exactly)."""
-        if backend == "triton" and not self.triton_ready:
+    def _bind(self, backend: str, device):
+        """The kernels of a resolved ``(backend, device)`` (``None``: the class's own),
+        bound from the stage's declaration; raises if the stage has none for it."""
+        if backend == "numba":
+            return None
+        if not self.triton_ready or self.kernels is None:
             raise _B.RtamtBackendError(
                 f"{self.name} ({type(self).__name__}) has no Triton kernel yet; use "
                 "backend='numba'")
+        return self.kernels.bind(backend, device)
+
+    def _set_backend(self, backend: str, device, kern=False) -> None:
+        """Switch to a resolved ``(backend, device)``: bind the stage's kernels for it
+        (or take ``kern``, bound by :meth:`_bind`) and move the state (kept exactly)."""
+        if kern is False:
+            kern = self._bind(backend, device)
+        if kern is None:
+            self.__dict__.pop("kern", None)     # the class's numba set
+        else:
+            self.kern = kern
         if self._state is not None:
             st = {k: _B.to_numpy(v) for k, v in self._state.items()}
             self._state = _to_device(st, device) if backend == "triton" else st
@@ -515,32 +541,6 @@ class Stage(Registered):
         return _C.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state)
 
 
-class SharedSOSStage(Stage):
-    """Base of channel stages that run one real SOS cascade ``coeffs.sos`` (S, 6) on every
-    channel (DF-II transposed, :func:`rtamt.engine.kernels.sos_shared`), after half-wave
-    rectification if the class sets ``rectify = True``.  State: ``zi`` (batch, S, 2, C)."""
-
-    rectify = False
-
-    @staticmethod
-    def init_state(coeffs, batch, n_in, dtype):
-        return {"zi": np.zeros((batch, coeffs.sos.shape[0], 2, n_in), dtype)}
-
-    triton_ready = True
-
-    @classmethod
-    def process_tm(cls, coeffs, state, x, out=None):
-        k, c = _B.dispatch(x)
-        y = work_buffer(out, x.shape, x.dtype, like=x)
-        k.sos_shared(c(coeffs.sos), cls.rectify, state["zi"], x, y, 0)
-        return y
-
-    @classmethod
-    def grad_rule(cls):
-        from .sos_grad import SOSGrad
-        return SOSGrad
-
-
 class Chain(_C.Composite):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
@@ -627,8 +627,9 @@ class Chain(_C.Composite):
             raise _B.RtamtBackendError(
                 f"{self.name}: no Triton kernel yet for stage(s) {missing}; use "
                 "backend='numba'")
-        for s in self.stages:
-            s._set_backend(backend, device)
+        kerns = [s._bind(backend, device) for s in self.stages]   # all bound, then moved
+        for s, k in zip(self.stages, kerns):
+            s._set_backend(backend, device, k)
         self.backend, self.device = backend, device
         self._bufs = [None] * len(self.stages)
         return self
@@ -739,3 +740,12 @@ class Chain(_C.Composite):
                 s.load_state_dict(b)
             raise
         self._bufs = [None] * len(self.stages)
+
+
+def __getattr__(name):
+    # SharedSOSStage lives beside its kernels in rtamt.engine.sos (imported from here
+    # before); loaded on first use, since rtamt.engine.sos imports this module
+    if name == "SharedSOSStage":
+        from .sos import SharedSOSStage
+        return SharedSOSStage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

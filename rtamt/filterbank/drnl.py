@@ -59,9 +59,10 @@ Streaming: every section is a biquad in transposed direct form II; its two memor
 channel live in the state, so any block partition gives bit-identical output to one
 call on the whole signal.  The recursion runs in one compiled numba kernel, time-major,
 with the innermost loop over channels (vectorises); on the Triton backend (torch tensors,
-``DRNL.to(device, backend='triton')``) the same recursion runs in
+``DRNL.to(device, backend='triton')``) the same recursion runs in its Triton twin
 :func:`rtamt.filterbank.drnl_triton.drnl_kernel`, one lane per (stream, channel), with the
-same dtype semantics and the same fused multiply-adds.
+same dtype semantics and the same fused multiply-adds.  The stage declares both
+(``DRNL.kernels``).
 
 Numerics: float64 and float32 run the same kernel with coefficients rounded to the
 dtype; float32 agrees with float64 to about 1e-4 of the output peak (up to ~1e-3 of a
@@ -145,10 +146,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..engine import backend as _B
+from ..engine.backend import Kernels, kernel_method
 from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
-from ..engine.stage import Stage, work_buffer
+from ..engine.stage import Stage
 from .erb import erb_number, erb_space, erb_to_hz
 
 __all__ = ["DRNLPreset", "PRESETS", "get_preset", "DRNLParams", "DRNLCoeffs", "DRNL",
@@ -583,6 +584,12 @@ def drnl_kernel(scale, gain, gtl, lpl, gtn, lpn, bs, quarter, n_gl, n_ll, n_gb, 
                     y[bi, t, c] = 0.0
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.filterbank.drnl_triton`), imported on first binding."""
+    from . import drnl_triton
+    return (drnl_triton.drnl_kernel,)
+
+
 class DRNL(Stage):
     """Streaming DRNL filterbank: stapes velocity ``(T,)``/``(batch, T)`` ->
     BM velocity ``(C, T)``/``(batch, C, T)`` (m/s).
@@ -596,9 +603,9 @@ class DRNL(Stage):
 
     name = "drnl"
     in_kind = "signal"
-    triton_ready = True
     Params = DRNLParams
     design = staticmethod(design)
+    kernels = Kernels(numba=(drnl_kernel,), triton=_triton)
 
     @property
     def fc(self) -> np.ndarray:
@@ -617,25 +624,18 @@ class DRNL(Stage):
     def n_out(coeffs, n_in):
         return coeffs.fc.size
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
         n1, n2, n3, n4, n5 = coeffs.counts
-        if type(x) is np.ndarray:  # numba
-            y = work_buffer(out, (B, T, C), x.dtype)
-            s = coeffs.sections[x.dtype]
-            v = np.zeros(C, x.dtype)
-            w = np.zeros(C, x.dtype)
-            kern = drnl_kernel
-        else:  # Triton (rtamt.filterbank.drnl_triton) on torch tensors of one device
-            y = work_buffer(out, (B, T, C), x.dtype, like=x)
-            c = _B.coef_adapter(x)
-            dt = np.dtype(np.float64 if _B.is_float64(x) else np.float32)
-            s = {k: c(a) for k, a in coeffs.sections[dt].items()}
-            v = w = None
-            kern = _B.triton_module("rtamt.filterbank.drnl_triton").drnl_kernel
-        kern(s["scale"], s["gain"], s["gtl"], s["lpl"], s["gtn"], s["lpn"], s["bs"],
-             coeffs.quarter, n1, n2, n3, n4, n5, coeffs.do_lin, coeffs.do_nlin,
-             state["lin_s1"], state["lin_s2"], state["nlin_s1"], state["nlin_s2"], x, y, v, w)
+        k = stage.kern
+        y = k.buffer(out, (B, T, C), x)
+        s = coeffs.sections[k.dtype(x)]
+        c = k.coef
+        k.drnl_kernel(c(s["scale"]), c(s["gain"]), c(s["gtl"]), c(s["lpl"]), c(s["gtn"]),
+                      c(s["lpn"]), c(s["bs"]), coeffs.quarter, n1, n2, n3, n4, n5,
+                      coeffs.do_lin, coeffs.do_nlin, state["lin_s1"], state["lin_s2"],
+                      state["nlin_s1"], state["nlin_s2"], x, y, k.scratch(C, x),
+                      k.scratch(C, x))
         return y

@@ -49,7 +49,7 @@ interpreter the result is then bit-identical to numba's for c = 1/4 (all presets
 and float64.  A numba build without FMA (a CPU without it) rounds each product
 separately and differs in the last bits.
 
-Checked only with ``TRITON_INTERPRET=1`` on CPU tensors (no GPU here), and compiled for
+CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, and compiled for
 sm_80 with Triton's CUDA backend without running (see ``tests/test_triton_drnl.py``).  Not
 checked on hardware:
 

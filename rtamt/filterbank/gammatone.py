@@ -13,6 +13,10 @@ Lyon 1997 all-pole gammatone):
 
 Streaming form: a cascade of n identical complex one-pole sections; the state is
 the n complex section memories per channel.  Only n = 4 is compiled.
+
+Kernels: :func:`gammatone4` (numba, here) and its Triton twin
+:func:`rtamt.filterbank.gammatone_triton.gammatone4`; the gradient rule and adjoint are
+in :mod:`rtamt.filterbank.gammatone_grad`.
 """
 from __future__ import annotations
 
@@ -20,14 +24,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from ..engine import backend as _B
-from ..engine import kernels as K
-from ..engine.stage import Stage, work_buffer
+from ..engine.backend import Kernels, kernel_method
+from ..engine.jit import JIT as _JIT
+from ..engine.kernels import pad_lanes
+from ..engine.stage import Stage
 from .erb import erb, erb_space
 
 __all__ = ["GammatoneParams", "GammatoneWeights", "GammatoneCoeffs", "Gammatone", "design",
-           "poles", "bandwidth_factor"]
+           "poles", "bandwidth_factor", "gammatone4"]
 
 
 def bandwidth_factor(n: int) -> float:
@@ -61,7 +67,7 @@ class GammatoneParams:
 class GammatoneCoeffs:
     """Designed coefficients: ``fc`` (C,) Hz, ``beta`` (C,) Hz, pole ``pr``/``pi`` (C,),
     output ``gain`` (C,) = 2 g (the 2 of 2 Re); ``lanes`` (3, L) rows ``pr, pi, gain`` on
-    ``L`` = C rounded up to :data:`rtamt.engine.kernels.LANES` lanes, zero past C (what
+    ``L`` = C rounded up to :data:`~rtamt.engine.kernels.LANES` lanes, zero past C (what
     the kernel runs on, padded once here rather than per call)."""
 
     fs: float
@@ -118,9 +124,96 @@ def design(params: GammatoneParams, n_in: int | None = None,
     if weights is None:
         weights = GammatoneWeights(fc, bandwidth_factor(params.order))
     beta, pr, pi, gain = poles(params.fs, weights)
-    lanes = K.pad_lanes(np.stack([pr, pi, gain]), repeat_first=False)
+    lanes = pad_lanes(np.stack([pr, pi, gain]), repeat_first=False)
     return GammatoneCoeffs(params.fs, weights.fc, beta, np.ascontiguousarray(pr),
                            np.ascontiguousarray(pi), gain, lanes)
+
+
+@njit(**_JIT)
+def gammatone4(lanes, sr, si, x, y):
+    """Cascade of four identical complex one-pole sections per channel.
+
+    Implements ``y = gain * Re( x filtered by 1 / (1 - p z^-1)^4 )`` (the AMT
+    all-pole gammatone, Hohmann 2002 / Lyon 1997 form, see
+    :mod:`rtamt.filterbank.gammatone`).
+
+    lanes : (3, L)    rows: pole real part, pole imaginary part, real output gain (includes
+                      the 2 of 2·Re), on L = C rounded up to
+                      :data:`~rtamt.engine.kernels.LANES` lanes with zeros past C
+                      (``GammatoneCoeffs.lanes``, padded once at design time).
+    sr, si : (B, 4, C) section states (real, imag), advanced in place.
+    x      : (B, T)    input, one signal per batch item.
+    y      : (B, T, C) output, C-contiguous.
+
+    The recursion runs on the ``L`` lanes (a per-call copy of the state; the extra lanes
+    have pole and gain 0 and stay 0).  Each sample's ``L`` outputs are written straight
+    into the flat output, the lanes past ``C`` landing in the following rows, which are
+    written afterwards; only where that would run past the end of ``y`` they go through
+    a scratch row.  The states are stored per sample in their own dtype, so the
+    padding changes no bit of the result.
+    """
+    B, T = x.shape
+    C = sr.shape[2]
+    L = lanes.shape[1]
+    ppr = lanes[0]
+    ppi = lanes[1]
+    pg = lanes[2]
+    wr = np.zeros((4, L), sr.dtype)
+    wi = np.zeros((4, L), si.dtype)
+    row = np.empty(L, y.dtype)
+    yf = y.reshape(-1)
+    n = yf.shape[0]
+    for b in range(B):
+        wr[:, :C] = sr[b]
+        wi[:, :C] = si[b]
+        for t in range(T):
+            xv = x[b, t]
+            o = (b * T + t) * C
+            tail = o + L > n
+            dst = row if tail else yf[o:o + L]
+            for c in range(L):
+                p_r = ppr[c]
+                p_i = ppi[c]
+                # section 1: z1 = p*z1 + x
+                ar = wr[0, c]
+                ai = wi[0, c]
+                zr = p_r * ar - p_i * ai + xv
+                zi = p_r * ai + p_i * ar
+                wr[0, c] = zr
+                wi[0, c] = zi
+                # section 2
+                ar = wr[1, c]
+                ai = wi[1, c]
+                zr2 = p_r * ar - p_i * ai + zr
+                zi2 = p_r * ai + p_i * ar + zi
+                wr[1, c] = zr2
+                wi[1, c] = zi2
+                # section 3
+                ar = wr[2, c]
+                ai = wi[2, c]
+                zr3 = p_r * ar - p_i * ai + zr2
+                zi3 = p_r * ai + p_i * ar + zi2
+                wr[2, c] = zr3
+                wi[2, c] = zi3
+                # section 4
+                ar = wr[3, c]
+                ai = wi[3, c]
+                zr4 = p_r * ar - p_i * ai + zr3
+                zi4 = p_r * ai + p_i * ar + zi3
+                wr[3, c] = zr4
+                wi[3, c] = zi4
+                dst[c] = pg[c] * zr4
+            if tail:
+                yf[o:] = row[:n - o]
+        sr[b] = wr[:, :C]
+        si[b] = wi[:, :C]
+
+
+def _triton():
+    """The Triton twin (:mod:`rtamt.filterbank.gammatone_triton`), imported on first
+    binding."""
+    from . import gammatone_triton
+    return (gammatone_triton.gammatone4,)
 
 
 class Gammatone(Stage):
@@ -132,9 +225,9 @@ class Gammatone(Stage):
 
     name = "gammatone"
     in_kind = "signal"
-    triton_ready = True
     Params = GammatoneParams
     design = staticmethod(design)
+    kernels = Kernels(numba=(gammatone4,), triton=_triton)
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -150,11 +243,11 @@ class Gammatone(Stage):
         from .gammatone_grad import GammatoneGrad
         return GammatoneGrad
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         B, T = x.shape
         C = coeffs.fc.size
-        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
-        y = work_buffer(out, (B, T, C), x.dtype, like=x)  # C-contiguous: written flat
-        k.gammatone4(c(coeffs.lanes), state["sr"], state["si"], x, y)
+        k = stage.kern
+        y = k.buffer(out, (B, T, C), x)  # C-contiguous: written flat
+        k.gammatone4(k.coef(coeffs.lanes), state["sr"], state["si"], x, y)
         return y

@@ -1,5 +1,5 @@
 """The gradient rule of :class:`rtamt.filterbank.gammatone.Gammatone` and the adjoint of
-its kernel :func:`rtamt.engine.kernels.gammatone4`."""
+its kernel :func:`rtamt.filterbank.gammatone.gammatone4`."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +32,7 @@ def _gammatone_span(p_r, p_i, x, t0, t1, wr, wi, zr, zi, store):
 
 @njit(**_JIT)
 def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx, want, sr, si, x, gp):
-    """Adjoint of :func:`rtamt.engine.kernels.gammatone4` (Hohmann 2002, Acta Acustica
+    """Adjoint of :func:`rtamt.filterbank.gammatone.gammatone4` (Hohmann 2002, Acta Acustica
     88, 433-442: the all-pole gammatone as a cascade of four identical complex one-pole
     sections ``z_j[t] = p z_j[t-1] + z_{j-1}[t]``, ``z_0 = x``, ``y = gain Re z_4``).
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from ..engine.stage import SharedSOSStage
+from ..engine.sos import SharedSOSStage
 
 PRESETS = {
     "dau1996": (1000.0, 1, 1),

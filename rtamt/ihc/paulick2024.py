@@ -138,9 +138,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..engine import backend as _B
+from ..engine.backend import Kernels, kernel_method
 from ..engine.jit import JIT as _JIT
-from ..engine.stage import Stage, work_buffer
+from ..engine.stage import Stage
 
 __all__ = ["IHCPaulick2024", "IHCPaulick2024Params", "IHCPaulick2024Coeffs", "design",
            "met_conductance", "equilibrium_potential", "precharge"]
@@ -331,6 +331,12 @@ def design(params: IHCPaulick2024Params, n_in=None) -> IHCPaulick2024Coeffs:
         n_precharge=n_pc, v_init=float(p.v_init), v_rest=v_rest, offset=offset, method=method)
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.ihc.paulick2024_triton`), imported on first binding."""
+    from . import paulick2024_triton
+    return (paulick2024_triton.ihc_paulick2024_kernel,)
+
+
 class IHCPaulick2024(Stage):
     """Streaming CASP 2024 IHC: BM velocity (m/s) ``(…, C, T)`` -> receptor potential (V),
     same shape; relative to the resting potential unless ``output="absolute"``.
@@ -341,29 +347,27 @@ class IHCPaulick2024(Stage):
 
     name = "ihc"
     Params = IHCPaulick2024Params
-    triton_ready = True
     design = staticmethod(design)
+    kernels = Kernels(numba=(ihc_paulick2024_kernel,), triton=_triton)
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         # float64 whatever the stream dtype: the ODE is integrated in float64
         return {"v": np.full((batch, n_in), coeffs.v_rest, np.float64)}
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         """Advance ``state["v"]`` over ``x`` (B, T, C) BM velocity (m/s); return the
-        receptor potential (B, T, C) (V) in x's dtype.  numpy ``x``: the numba kernel;
-        torch ``x`` (Triton backend, state on x's device): :mod:`rtamt.ihc.paulick2024_triton`."""
+        receptor potential (B, T, C) (V) in x's dtype: :func:`ihc_paulick2024_kernel`, or
+        its Triton twin (:mod:`rtamt.ihc.paulick2024_triton`) on the stage's bound
+        kernels."""
         c = coeffs
-        if type(x) is np.ndarray:
-            y = work_buffer(out, x.shape, x.dtype)
-            kernel = ihc_paulick2024_kernel
-        else:
-            x = x.contiguous()
-            y = work_buffer(out, x.shape, x.dtype, like=x)
-            kernel = _B.triton_module("rtamt.ihc.paulick2024_triton").ihc_paulick2024_kernel
-        kernel(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf, c.gks, c.eks,
-               c.k, c.method, c.offset, state["v"], x, y)
+        k = stage.kern
+        x = k.contiguous(x)
+        y = k.buffer(out, x.shape, x)
+        k.ihc_paulick2024_kernel(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf,
+                                 c.ekf, c.gks, c.eks, c.k, c.method, c.offset, state["v"],
+                                 x, y)
         return y
 
     @property

@@ -23,7 +23,7 @@ The twelve float64 constants travel in one float64 tensor (a Python float kernel
 would be passed to a compiled kernel as float32); the wrapper makes it once per set of
 constants and device and keeps it.  The integrator is a ``tl.constexpr`` flag.
 
-Checked only with ``TRITON_INTERPRET=1`` on CPU tensors (no GPU here), where ``tl.exp``
+CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, where ``tl.exp``
 is numpy's ``exp`` and products are never fused.  Not checked on hardware: that the
 float64 ``tl.exp`` lowers to libdevice ``exp`` (correctly rounded to within an ulp; an
 overflow to ``inf``, which makes ``G`` exactly 0 as in numba, is also what libdevice

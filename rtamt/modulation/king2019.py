@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from ..engine import backend as _B
-from ..engine.stage import work_buffer
+from ..engine.backend import kernel_method
 from .modfb import PackedFilterbank
 
 
@@ -163,7 +162,6 @@ class KingModFilterbank(PackedFilterbank):
 
     Params = KingModFilterbankParams
     design = staticmethod(design)
-    triton_ready = True
     batch_axes = {"bp": 1}          # (M, batch, 1, 2, C): the batch is axis 1
 
     @classmethod
@@ -178,14 +176,14 @@ class KingModFilterbank(PackedFilterbank):
             st["pre"] = np.zeros((batch, 1, 2, n_in), dtype)
         return st
 
-    @classmethod
-    def process_tm(cls, coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         B, T, C = x.shape
-        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
-        x = cls._prefilter(coeffs, state, x)
+        k = stage.kern                     # the shared SOS cascade (PackedFilterbank)
+        x = stage._prefilter(coeffs, state, x)
         F = coeffs.n_filters
-        y = work_buffer(out, (B, T, F), x.dtype, like=x)
+        y = k.buffer(out, (B, T, F), x)
         bp = state["bp"]
         for m in range(coeffs.mfc.size):   # one compiled kernel call per modulation filter
-            k.sos_shared(c(coeffs.sos[m]), False, bp[m], x, y, m * C)
+            k.sos_shared(k.coef(coeffs.sos[m]), False, bp[m], x, y, m * C)
         return y

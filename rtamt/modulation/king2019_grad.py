@@ -15,7 +15,7 @@ from .modfb_grad import prefilter_adjoint, prefiltered
 @njit(**_JIT)
 def _king_span(sos, u, t0, t1, z, o, store):
     """King2019's band-passes (one DF-II transposed section each, the arithmetic of
-    :func:`rtamt.engine.kernels.sos_rows`) on one stream for ``t0 <= t < t1``: ``u``
+    :func:`rtamt.engine.sos.sos_rows`) on one stream for ``t0 <= t < t1``: ``u``
     (T, C) the bank's input, ``z`` (M, 2, C) the memories, advanced in place; with
     ``store``, filter ``j``'s output on channel ``c`` at ``t`` goes to
     ``o[t - t0, j, c]``."""
@@ -45,7 +45,7 @@ def king_bank_adjoint(sos, gy, mu, gx, want, u, st, gc):
     """Adjoint of the King, Varnet & Lorenzi (2019, JASA 145, 2277-2293) modulation
     filterbank, :class:`rtamt.modulation.king2019.KingModFilterbank`: ``M`` real
     2nd-order Butterworth band-passes (one DF-II transposed section each, run by
-    :func:`rtamt.engine.kernels.sos_shared`), every one applied to every channel, output
+    :func:`rtamt.engine.sos.sos_shared`), every one applied to every channel, output
     column ``f = m C + c``.
 
     Derivation.  One section, per channel, in state-space form with memories

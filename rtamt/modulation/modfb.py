@@ -49,16 +49,27 @@ NaN-padded layout (``M`` = most filters in any channel) used by AMT and by
 
 State: low-pass ``lp`` (batch, S, 2, C); pre-filter ``pre`` (batch, 1, 2, C);
 band-pass states ``bp`` (efilt: (batch, 2, Fb); butterworth: (batch, Fb, 2, 2)).
+
+Kernels: :func:`modfb_efilt` (low-passes and efilt band-passes in one call),
+:func:`cplx_biquad_bank` (the Butterworth band-passes) and the shared SOS cascade
+(:mod:`rtamt.engine.sos`: low-passes, pre-filter), numba here; their Triton twins are in
+:mod:`rtamt.modulation.modfb_triton` (and :mod:`rtamt.engine.sos_triton`).  The gradient
+rule and adjoints are in :mod:`rtamt.modulation.modfb_grad`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numba import njit
 from scipy import signal
 
-from ..engine import backend as _B
-from ..engine.stage import RtamtInputError, Stage, work_buffer
+from ..engine.backend import Kernels, kernel_method
+from ..engine.intrinsics import copy8, fma
+from ..engine.jit import JIT as _JIT
+from ..engine.sos import SOS, sos_rows
+from ..engine.stage import RtamtInputError, Stage
 
 PRESETS = {
     "amt0910": dict(max_mfc=1000.0, upper_limit_factor=0.25, att_factor=1.0, prefilter_hz=0.0),
@@ -280,11 +291,247 @@ def to_ragged(y, coeffs: ModFilterbankCoeffs) -> list:
     return out
 
 
+# The modulation bank runs the same step in a 4-sample and a 1-sample path; with automatic
+# FMA contraction LLVM may fuse a different product in each (operand order follows whether
+# a value comes from memory or a register), so that bank is compiled without it and its
+# step spells its fused multiply-adds out (:func:`rtamt.engine.intrinsics.fma`): the same
+# roundings in both paths, and the two paths agree to the bit.
+_JIT_EXACT = dict(_JIT, fastmath=False)
+_INL_EXACT = dict(_JIT_EXACT, inline="always")
+
+
+@njit(**_INL_EXACT)
+def _efilt_step(pr, pi, g, ar, ai, u):
+    """One sample of ``w <- p w + g u`` (complex pole ``p = pr + i pi``, real input ``u``);
+    returns the new (Re w, Im w).  The only place this recursion is written.
+
+    ``Re: fma(pr, ar, fma(-pi, ai, g u))``, ``Im: fma(pr, ai, pi ar)`` (explicit fused
+    multiply-adds: 3 instead of 5 rounded operations for ``Re``), in the dtype of the
+    arguments, which is the stream's: float32 streams run in float32 arithmetic (16 lanes
+    per AVX-512 register instead of float64 arithmetic with conversions of every value)."""
+    return fma(pr, ar, fma(-pi, ai, g * u)), fma(pr, ai, pi * ar)
+
+
+@njit(**_INL_EXACT)
+def _efilt_out(sc, wr, wi, magnitude):
+    """Filter output: ``sc |w|`` (Hilbert envelope) or ``sc Re w``, in the arguments' dtype."""
+    if magnitude:
+        return sc * np.sqrt(fma(wr, wr, wi * wi))
+    return sc * wr
+
+
+@njit(**_INL_EXACT)
+def _efilt_lanes4(pr, pi, g, sc, sr, si, u0, u1, u2, u3, y0, y1, y2, y3, magnitude):
+    """Four consecutive samples of every filter (lane): the state stays in registers
+    over the four samples.  All arguments are 1-D contiguous views starting at lane 0 (a
+    loop that starts elsewhere keeps numba's negative-index wrap-around and does not
+    vectorise); ``u*``/``y*`` are the input/output rows of the four samples."""
+    for f in range(pr.shape[0]):
+        p_r = pr[f]
+        p_i = pi[f]
+        gf = g[f]
+        s = sc[f]
+        ar, ai = _efilt_step(p_r, p_i, gf, sr[f], si[f], u0[f])
+        y0[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u1[f])
+        y1[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u2[f])
+        y2[f] = _efilt_out(s, ar, ai, magnitude)
+        ar, ai = _efilt_step(p_r, p_i, gf, ar, ai, u3[f])
+        y3[f] = _efilt_out(s, ar, ai, magnitude)
+        sr[f] = ar
+        si[f] = ai
+
+
+@njit(**_INL_EXACT)
+def _efilt_lanes1(pr, pi, g, sc, sr, si, u0, y0, magnitude):
+    """One sample of every filter (the < 4 samples left at the end of a block)."""
+    for f in range(pr.shape[0]):
+        ar, ai = _efilt_step(pr[f], pi[f], g[f], sr[f], si[f], u0[f])
+        y0[f] = _efilt_out(sc[f], ar, ai, magnitude)
+        sr[f] = ar
+        si[f] = ai
+
+
+@njit(**_JIT_EXACT)
+def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff):
+    """Bank of complex one-pole filters ('efilt': frequency-shifted 1st-order low-pass).
+
+    ``w[n] = g x_ch[n] + p w[n-1]`` with complex pole ``p`` (Dau et al. 1997a;
+    AMT 0.9.10 ``modfilterbank``); output ``scale * Re(w)`` for filters
+    ``f < nreal`` and ``scale * |w|`` for the others.
+
+    runs  : (R, 3) int  ``[first filter, first channel, length]``: filters
+            ``f0 .. f0+n-1`` read channels ``c0 .. c0+n-1`` (the bank is ordered by
+            modulation band, then channel, so a band is one run); rows in increasing
+            ``f0``, together covering filters ``0 .. F-1``.
+    nreal : int         filters 0..nreal-1 output the real part, the rest the magnitude.
+    coef  : (4, F)      rows: Re p, Im p, input gain g, output scale; same dtype as st, x.
+    st    : (B, 2, F)   states (real, imag), advanced in place.
+    x     : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
+
+    Samples are taken four at a time (each filter's state stays in registers over the
+    four; the lane loop over filters vectorises), the rest one at a time with the same
+    step function, so the result does not depend on where a block starts or ends.
+    The inputs are gathered by 8-wide vector copies (:func:`rtamt.engine.intrinsics.copy8`)
+    rather than element loops over the runs: numba cannot tell LLVM that source and
+    destination do not overlap, so an element loop is copied one value at a time.
+    """
+    B, T, C = x.shape
+    F = coef.shape[1]
+    # the inputs of four samples, gathered run by run; lane f at uf[j, 8 + f] (8 lanes of
+    # slack in front for the vector copies below)
+    uf = np.empty((4, F + 8), x.dtype)
+    xp = np.zeros(C + 16, x.dtype)  # one input row with 8 values of slack on both sides
+    for b in range(B):
+        efilt_rows(runs, nreal, coef, st[b], x[b], y[b], yoff, uf, xp)
+
+
+@njit(**_JIT_EXACT)
+def efilt_rows(runs, nreal, coef, st, x, y, yoff, uf, xp):
+    """:func:`cplx_onepole_bank` for one stream: ``st`` (2, F), ``x`` (T, C), ``y``
+    (T, Ftot); ``uf`` (4, F + 8) and ``xp`` (C + 16, zero) are scratch rows."""
+    T, C = x.shape
+    F = coef.shape[1]
+    a = nreal
+    R = runs.shape[0]
+    # every lane view is sliced once, outside the sample loop: slices taken per step with a
+    # run-time start (``pr[a:]``) left the step loops about twice as slow
+    prA = coef[0, :a]
+    piA = coef[1, :a]
+    gA = coef[2, :a]
+    scA = coef[3, :a]
+    prB = coef[0, a:]
+    piB = coef[1, a:]
+    gB = coef[2, a:]
+    scB = coef[3, a:]
+    srA = st[0, :a]
+    siA = st[1, :a]
+    srB = st[0, a:]
+    siB = st[1, a:]
+    u0A = uf[0, 8:8 + a]
+    u1A = uf[1, 8:8 + a]
+    u2A = uf[2, 8:8 + a]
+    u3A = uf[3, 8:8 + a]
+    u0B = uf[0, 8 + a:8 + F]
+    u1B = uf[1, 8 + a:8 + F]
+    u2B = uf[2, 8 + a:8 + F]
+    u3B = uf[3, 8 + a:8 + F]
+    ya = yoff + a
+    ye = yoff + F
+    t = 0
+    while t < T:
+        n = min(4, T - t)
+        for j in range(n):
+            xt = x[t + j]
+            uj = uf[j]
+            if C >= 8:
+                # 8-wide vector copies (`copy8`): the row into xp, then each run in
+                # chunks aligned to its end, last run first, so a chunk reaching in
+                # front of its run writes lanes of the run below, copied afterwards
+                for c in range(0, C - 8, 8):
+                    copy8(xt, c, xp, 8 + c)
+                copy8(xt, C - 8, xp, C)
+                for r in range(R - 1, -1, -1):
+                    m = runs[r, 2]
+                    es = 8 + runs[r, 1] + m
+                    ed = 8 + runs[r, 0] + m
+                    k = 8
+                    while k < m + 8:
+                        copy8(xp, es - k, uj, ed - k)
+                        k += 8
+            else:
+                for r in range(R):
+                    ud = uj[8 + runs[r, 0]:]
+                    xs = xt[runs[r, 1]:]
+                    for i in range(runs[r, 2]):
+                        ud[i] = xs[i]
+        if n == 4:
+            y0 = y[t]
+            y1 = y[t + 1]
+            y2 = y[t + 2]
+            y3 = y[t + 3]
+            _efilt_lanes4(prA, piA, gA, scA, srA, siA, u0A, u1A, u2A, u3A,
+                          y0[yoff:ya], y1[yoff:ya], y2[yoff:ya], y3[yoff:ya], False)
+            _efilt_lanes4(prB, piB, gB, scB, srB, siB, u0B, u1B, u2B, u3B,
+                          y0[ya:ye], y1[ya:ye], y2[ya:ye], y3[ya:ye], True)
+        else:
+            for j in range(n):
+                yj = y[t + j]
+                _efilt_lanes1(prA, piA, gA, scA, srA, siA, uf[j, 8:8 + a],
+                              yj[yoff:ya], False)
+                _efilt_lanes1(prB, piB, gB, scB, srB, siB, uf[j, 8 + a:8 + F],
+                              yj[ya:ye], True)
+        t += n
+
+
+@njit(**_JIT)
+def modfb_efilt(lp_sos, lp_zi, runs, nreal, coef, st, x, y):
+    """The Dau1997-lineage modulation bank in one call, stream by stream: the low-passes
+    (:func:`rtamt.engine.sos.sos_rows`, outputs ``0 .. C-1``) then the band-pass filters
+    (:func:`efilt_rows`, outputs ``C ..``) of a stream, so that its output rows
+    (2.2 KB per sample for 275 filters) are completed while they are still in cache
+    rather than written in two passes over the whole batch.  Same functions, same
+    arithmetic as :func:`rtamt.engine.sos.sos_shared` followed by :func:`cplx_onepole_bank`."""
+    B, T, C = x.shape
+    F = coef.shape[1]
+    uf = np.empty((4, F + 8), x.dtype)
+    xp = np.zeros(C + 16, x.dtype)
+    for b in range(B):
+        sos_rows(lp_sos, False, lp_zi[b], x[b], y[b], 0)
+        if F:
+            efilt_rows(runs, nreal, coef, st[b], x[b], y[b], C, uf, xp)
+
+
+@njit(**_JIT)
+def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
+    """Bank of complex-coefficient biquads (DF-II transposed) on real inputs.
+
+    Used for the frequency-shifted Butterworth modulation filters: a real low-pass
+    prototype ``H(z)`` moved to centre ``w0`` by ``H(z e^{-i w0})`` (frequency-shift
+    theorem), so ``Re`` is a band-pass and ``|.|`` its envelope.
+
+    ch     : (F,) int input channel per filter;  nreal as in :func:`cplx_onepole_bank`.
+    bcoef  : (F, 3, 2) numerator (real, imag);  acoef : (F, 3, 2) denominator, a0 == 1.
+    scale  : (F,)
+    st     : (B, F, 2, 2) states [z index, real/imag], advanced in place.
+    x      : (B, T, C);  y : (B, T, Ftot), filter f -> column ``yoff + f``.
+    """
+    B, T, C = x.shape
+    F = ch.shape[0]
+    for b in range(B):
+        for t in range(T):
+            xt = x[b, t]
+            for f in range(F):
+                v = xt[ch[f]]
+                z = st[b, f]
+                bc = bcoef[f]
+                ac = acoef[f]
+                o_r = bc[0, 0] * v + z[0, 0]
+                o_i = bc[0, 1] * v + z[0, 1]
+                z[0, 0] = bc[1, 0] * v - (ac[1, 0] * o_r - ac[1, 1] * o_i) + z[1, 0]
+                z[0, 1] = bc[1, 1] * v - (ac[1, 0] * o_i + ac[1, 1] * o_r) + z[1, 1]
+                z[1, 0] = bc[2, 0] * v - (ac[2, 0] * o_r - ac[2, 1] * o_i)
+                z[1, 1] = bc[2, 1] * v - (ac[2, 0] * o_i + ac[2, 1] * o_r)
+                if f < nreal:
+                    y[b, t, yoff + f] = scale[f] * o_r
+                else:
+                    y[b, t, yoff + f] = scale[f] * math.sqrt(o_r * o_r + o_i * o_i)
+
+
+def _triton():
+    """The Triton twins (:mod:`rtamt.modulation.modfb_triton`), imported on first
+    binding."""
+    from . import modfb_triton
+    return (modfb_triton.modfb_efilt, modfb_triton.cplx_biquad_bank)
+
+
 class PackedFilterbank(Stage):
     """Base of modulation filterbanks designed for one auditory centre frequency per input
     channel (``coeffs.fc``) with a packed output of ``coeffs.n_filters`` rows."""
 
     name = "modfb"
+    kernels = Kernels(uses=(SOS,))          # the pre-filter: the shared SOS cascade
 
     def _coeffs_for(self, n_in):
         if n_in != self.coeffs.fc.size:
@@ -297,14 +544,14 @@ class PackedFilterbank(Stage):
     def n_out(coeffs, n_in):
         return coeffs.n_filters
 
-    @staticmethod
-    def _prefilter(coeffs, state, x):
+    @kernel_method
+    def _prefilter(stage, coeffs, state, x):
         """The optional low-pass before the bank (``coeffs.pre_sos``, state ``pre``)."""
         if coeffs.pre_sos is None:
             return x
-        k, c = _B.dispatch(x)
-        u = work_buffer(None, x.shape, x.dtype, like=x)
-        k.sos_shared(c(coeffs.pre_sos), False, state["pre"], x, u, 0)
+        k = stage.kern
+        u = k.buffer(None, x.shape, x)
+        k.sos_shared(k.coef(coeffs.pre_sos), False, state["pre"], x, u, 0)
         return u
 
 
@@ -313,7 +560,7 @@ class ModFilterbank(PackedFilterbank):
 
     Params = ModFilterbankParams
     design = staticmethod(design)
-    triton_ready = True
+    kernels = Kernels(numba=(modfb_efilt, cplx_biquad_bank), triton=_triton, uses=(SOS,))
 
     @classmethod
     def grad_rule(cls):
@@ -333,19 +580,16 @@ class ModFilterbank(PackedFilterbank):
             st["bp"] = np.zeros((batch, Fb, 2, 2), dtype)
         return st
 
-    @classmethod
-    def process_tm(cls, coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         B, T, C = x.shape
-        k, c = _B.dispatch(x)      # numba on numpy arrays, Triton on torch tensors
-        if type(x) is np.ndarray:
-            if not x.flags.c_contiguous:  # the kernels copy rows as vectors
-                x = np.ascontiguousarray(x)
-        else:
-            x = x.contiguous()
-        x = cls._prefilter(coeffs, state, x)
-        y = work_buffer(out, (B, T, coeffs.n_filters), x.dtype, like=x)
+        k = stage.kern
+        c = k.coef
+        x = k.contiguous(x)            # the kernels copy rows as vectors
+        x = stage._prefilter(coeffs, state, x)
+        y = k.buffer(out, (B, T, coeffs.n_filters), x)
         if coeffs.filter_type == "efilt":
-            coef = coeffs.bp_coef if _B.is_float64(x) else coeffs.bp_coef32
+            coef = coeffs.bp_coef if k.is64(x) else coeffs.bp_coef32
             k.modfb_efilt(c(coeffs.lp_sos), state["lp"], c(coeffs.bp_runs), coeffs.bp_nreal,
                           c(coef), state["bp"], x, y)
             return y

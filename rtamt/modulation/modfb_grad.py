@@ -1,6 +1,6 @@
 """The gradient rule of :class:`rtamt.modulation.modfb.ModFilterbank` and the adjoints of
-its band-pass kernels (:func:`rtamt.engine.kernels.modfb_efilt`,
-:func:`rtamt.engine.kernels.cplx_biquad_bank`); the pre-filter of every
+its band-pass kernels (:func:`rtamt.modulation.modfb.modfb_efilt`,
+:func:`rtamt.modulation.modfb.cplx_biquad_bank`); the pre-filter of every
 :class:`~rtamt.modulation.modfb.PackedFilterbank` (:func:`prefiltered`,
 :func:`prefilter_adjoint`)."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 import numpy as np
 from numba import njit
 
-from ..engine import kernels
 from ..engine.grad import SEGMENT, StageGrad, lift
 from ..engine.jit import JIT as _JIT
+from ..engine.sos import sos_shared
 from ..engine.sos_grad import sos_adjoint
 from . import modfb
 
@@ -24,7 +24,7 @@ def prefiltered(coeffs, x, state):
     if coeffs.pre_sos is None:
         return x
     u = np.empty_like(x)
-    kernels.sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+    sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
     return u
 
 
@@ -55,7 +55,7 @@ def _efilt_span(p_r, p_i, g, u, t0, t1, ar, ai, wr, wi, store):
 @njit(**_JIT)
 def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
     """Adjoint of the complex one-pole modulation filters of
-    :func:`rtamt.engine.kernels.cplx_onepole_bank` (Dau et al. 1997a, JASA 102, 2892:
+    :func:`rtamt.modulation.modfb.cplx_onepole_bank` (Dau et al. 1997a, JASA 102, 2892:
     ``w[t] = p w[t-1] + g u[t]``, output ``sc Re w`` for filters ``f < nreal``, else
     ``sc |w|``).
 
@@ -137,7 +137,7 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
 
 @njit(**_JIT)
 def _biquad_span(bc, ac, u, t0, t1, z, orr, oi, store):
-    """The complex DF-II transposed biquad of :func:`rtamt.engine.kernels.cplx_biquad_bank`
+    """The complex DF-II transposed biquad of :func:`rtamt.modulation.modfb.cplx_biquad_bank`
     on real input ``u[t]``, ``t0 <= t < t1``, from memories ``z`` (2, 2) [index,
     re/im], advanced in place; with ``store``, the output ``o[t]`` goes to
     ``orr[t - t0]``, ``oi[t - t0]``."""
@@ -161,7 +161,7 @@ def _biquad_span(bc, ac, u, t0, t1, z, orr, oi, store):
 
 @njit(**_JIT)
 def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
-    """Adjoint of :func:`rtamt.engine.kernels.cplx_biquad_bank`, the frequency-shifted
+    """Adjoint of :func:`rtamt.modulation.modfb.cplx_biquad_bank`, the frequency-shifted
     Butterworth modulation filters (rtamt's ``filter_type='butterworth'``, an rtamt
     extension with no paper of its own, :mod:`rtamt.modulation.modfb`: a 2nd-order
     Butterworth low-pass moved to ``mfc`` by the frequency-shift theorem,

@@ -8,15 +8,20 @@
 ``knee = 10^((knee_db - spl_ref)/20)`` (knee in dB SPL, ``spl_ref`` = dB SPL of a
 digital RMS of 1).  ``exponent`` is a scalar or one value per channel.
 These stages have no state; they still follow the stage contract so they compose.
+
+Kernels: :func:`broken_stick` and :func:`power_compression` (numpy, here: no recursion to
+compile) and their Triton twins in :mod:`rtamt.nonlinear.compression_triton`; the gradient
+rules are in :mod:`rtamt.nonlinear.compression_grad`.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import backend as _B
-from ..engine.stage import RtamtInputError, Stage, work_buffer
+from ..engine.backend import Kernels, kernel_method
+from ..engine.stage import RtamtInputError, Stage
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,57 @@ def design(params: CompressionParams, n_in=None,
     return CompressionCoeffs(weights.knee, weights.exponent)
 
 
+_TABLES: dict = {}
+
+
+def _tables(coeffs, dt: np.dtype):
+    """``(exponent, knee^(1 - exponent), [knee])`` in dtype ``dt``, once per design and
+    dtype (kept while ``coeffs`` lives), so that every block hands the kernels the same
+    arrays (the Triton backend's coefficient cache keeps one device copy of each)."""
+    key = (id(coeffs), dt.str)
+    hit = _TABLES.get(key)
+    if hit is None or hit[0]() is not coeffs:
+        n = coeffs.exponent.astype(dt)
+        k = dt.type(coeffs.knee)
+        hit = _TABLES[key] = (weakref.ref(coeffs), n, np.asarray(k ** (1 - n)),
+                              np.array([k], dt))
+        weakref.finalize(coeffs, _TABLES.pop, key, None)
+    return hit[1:]
+
+
+def broken_stick(x, y, exponent, factor, knee):
+    """Broken-stick compression of time-major ``x`` (…, C): ``x`` where ``|x| <= k``,
+    else ``sign(x) |x|^n factor`` (``factor = k^(1-n)``); ``exponent``, ``factor``: (1,)
+    or (C,), ``knee``: (1,), all in ``x``'s dtype.  Returns a new array (``y`` is
+    ignored: numpy makes its own result)."""
+    k = knee[0]
+    ax = np.abs(x)
+    comp = np.sign(x) * ax ** exponent * factor
+    return np.where(ax > k, comp, x)
+
+
+def power_compression(x, y, exponent, knee):
+    """Power-law compression ``sign(x) |x/k|^n k`` of time-major ``x`` (arrays as in
+    :func:`broken_stick`; a new array is returned)."""
+    k = knee[0]
+    return np.sign(x) * np.abs(x / k) ** exponent * k
+
+
+def _triton():
+    """The Triton twins (:mod:`rtamt.nonlinear.compression_triton`), imported on first
+    binding."""
+    from . import compression_triton
+    return (compression_triton.broken_stick, compression_triton.power_compression)
+
+
+#: both compression laws, numpy and Triton
+COMPRESSION = Kernels(numba=(broken_stick, power_compression), triton=_triton)
+
+
 class _Compression(Stage):
     Params = CompressionParams
     design = staticmethod(design)
+    kernels = COMPRESSION
 
     def _coeffs_for(self, n_in):
         n = self.coeffs.exponent.size
@@ -73,74 +126,36 @@ class _Compression(Stage):
     def init_state(coeffs, batch, n_in, dtype):
         return {}
 
-
-_TABLES: dict = {}
-
-
-def _tables(coeffs, dt: np.dtype):
-    """``(exponent, knee^(1 - exponent), [knee])`` in dtype ``dt``, computed as the numpy
-    path computes them, once per design and dtype (kept with a reference to ``coeffs``),
-    so that the Triton path hands the backend's coefficient cache the same arrays every
-    block."""
-    key = (id(coeffs), dt.str)
-    hit = _TABLES.get(key)
-    if hit is None or hit[0] is not coeffs:
-        n = coeffs.exponent.astype(dt)
-        k = dt.type(coeffs.knee)
-        hit = _TABLES[key] = (coeffs, n, np.asarray(k ** (1 - n)), np.array([k], dt))
-    return hit[1:]
-
-
-def _triton(coeffs, x, broken: bool):
-    """The Triton backend's compression of time-major tensor ``x``
-    (:mod:`rtamt.nonlinear.compression_triton`)."""
-    n, f, k = _tables(coeffs, np.dtype(str(x.dtype).removeprefix("torch.")))
-    c = _B.coef_adapter(x)
-    kt = _B.triton_module("rtamt.nonlinear.compression_triton")
-    y = work_buffer(None, tuple(x.shape), None, like=x)
-    x = x.contiguous()
-    if broken:
-        return kt.broken_stick(x, y, c(n), c(f), c(k))
-    return kt.power_compression(x, y, c(n), c(k))
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
+        k = stage.kern
+        x = k.contiguous(x)
+        n, f, kn = _tables(coeffs, k.dtype(x))
+        c = k.coef
+        if stage.broken:
+            return k.broken_stick(x, None, c(n), c(f), c(kn))
+        return k.power_compression(x, None, c(n), c(kn))
 
 
 class BrokenStick(_Compression):
     """Broken-stick compression, ``(…, C, T)`` -> same shape."""
 
     name = "brokenstick"
-    triton_ready = True
+    broken = True
 
     @classmethod
     def grad_rule(cls):
         from .compression_grad import BrokenStickGrad
         return BrokenStickGrad
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
-        if type(x) is not np.ndarray:     # the Triton backend (rtamt.engine.backend)
-            return _triton(coeffs, x, True)
-        n = coeffs.exponent.astype(x.dtype)  # broadcasts over the channel (last) axis
-        k = x.dtype.type(coeffs.knee)
-        ax = np.abs(x)
-        comp = np.sign(x) * ax ** n * k ** (1 - n)
-        return np.where(ax > k, comp, x)
-
 
 class PowerCompression(_Compression):
     """Power-law compression, ``(…, C, T)`` -> same shape."""
 
     name = "power"
-    triton_ready = True
+    broken = False
 
     @classmethod
     def grad_rule(cls):
         from .compression_grad import PowerGrad
         return PowerGrad
-
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
-        if type(x) is not np.ndarray:
-            return _triton(coeffs, x, False)
-        n = coeffs.exponent.astype(x.dtype)
-        k = x.dtype.type(coeffs.knee)
-        return np.sign(x) * np.abs(x / k) ** n * k

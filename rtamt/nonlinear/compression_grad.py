@@ -37,7 +37,7 @@ class CompressionGrad(StageGrad):
         if th is None:
             return gx, None
         act = self.active(ax, k)
-        y = self.stage.process_tm(coeffs, {}, x)
+        y = type(self.stage).process_tm(coeffs, {}, x)      # numpy: the numba set
         with np.errstate(divide="ignore", invalid="ignore"):
             gyy = np.where(act, gy * y, 0.0)
             g_n = (gyy * np.log(np.where(act, ax, k) / k)).sum(axis=(0, 1))

@@ -2,7 +2,7 @@
 
 The CPU path of these stateless stages is plain numpy (no recursion to compile); this is the
 same formula once per element on torch tensors, for the Triton backend
-(:mod:`rtamt.engine.backend`):
+(declared with the numpy twins by :data:`rtamt.nonlinear.compression.COMPRESSION`):
 
 * broken stick (King et al. 2019, JASA 145, 2277): ``y = x`` for ``|x| <= knee``, else
   ``sign(x) |x|^n knee^(1-n)``;
@@ -19,6 +19,7 @@ Not checked on a GPU: that ``tl.log``/``tl.exp`` lower to libdevice's correctly-
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -55,6 +56,8 @@ def _compress_kernel(x_ptr, y_ptr, n_ptr, f_ptr, k_ptr, N, C, N_STRIDE,
 
 
 def _launch(x, y, n, f, knee, power):
+    if y is None:
+        y = torch.empty_like(x)
     assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape
     assert n.dtype == knee.dtype == x.dtype and knee.shape == (1,)
     N = x.numel()
@@ -69,8 +72,9 @@ def _launch(x, y, n, f, knee, power):
 
 def broken_stick(x, y, exponent, factor, knee):
     """Broken-stick compression of time-major ``x`` (…, C) into ``y`` (same shape, may be
-    ``x``).  ``exponent`` and ``factor = knee^(1-exponent)``: (1,) or (C,) tensors,
-    ``knee``: (1,) tensor (linear, model units), all in ``x``'s dtype on its device."""
+    ``x``; ``None``: a new tensor), returned.  ``exponent`` and ``factor =
+    knee^(1-exponent)``: (1,) or (C,) tensors, ``knee``: (1,) tensor (linear, model
+    units), all in ``x``'s dtype on its device."""
     return _launch(x, y, exponent, factor, knee, False)
 
 

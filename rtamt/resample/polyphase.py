@@ -76,9 +76,9 @@ import numba
 import numpy as np
 from scipy import signal
 
-from ..engine import backend as _B
+from ..engine.backend import Kernels, kernel_method
 from ..engine.jit import JIT as _JIT
-from ..engine.stage import RtamtInputError, Stage, work_buffer
+from ..engine.stage import RtamtInputError, Stage
 
 __all__ = ["ResamplerParams", "ResamplerCoeffs", "Resampler", "design", "output_length",
            "block_output_length", "group_delay", "gain_db", "PRESETS", "MAX_RATE"]
@@ -298,6 +298,13 @@ def polyphase_resample(taps, up, down, offset, hist, x, y):
     offset[0] = r + nout * down - T * up
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.resample.polyphase_triton`), imported on first
+    binding."""
+    from . import polyphase_triton
+    return (polyphase_triton.polyphase_resample,)
+
+
 class Resampler(Stage):
     """Streaming polyphase resampler: ``(T,)``, ``(C, T)`` or ``(batch, C, T)`` at ``fs_in``
     -> the same leading shape at ``fs_out = fs_in * up / down`` with
@@ -313,34 +320,28 @@ class Resampler(Stage):
 
     name = "resample"
     in_kind = "channels"
-    triton_ready = True
     Params = ResamplerParams
     design = staticmethod(design)
+    kernels = Kernels(numba=(polyphase_resample,), triton=_triton)
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         return {"hist": np.zeros((batch, coeffs.taps_per_phase - 1, n_in), dtype),
                 "offset": np.zeros(1, np.int64)}
 
-    @staticmethod
-    def process_tm(coeffs, state, x, out=None):
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
         """Advance ``state`` over ``x`` (B, T, C); return (B, T_out, C) in x's dtype.
-        ``out`` is used only if it has exactly that shape and dtype.  numpy ``x``: the
-        numba kernel; torch ``x`` (Triton backend, state on x's device):
-        :mod:`rtamt.resample.polyphase_triton`."""
+        ``out`` is used only if it has exactly that shape and dtype.  The kernel is
+        :func:`polyphase_resample`, or its Triton twin
+        (:mod:`rtamt.resample.polyphase_triton`) on the stage's bound kernels."""
         B, T, C = x.shape
         n = block_output_length(coeffs, state, T)
-        if type(x) is np.ndarray:
-            out = work_buffer(out, (B, n, C), x.dtype)
-            taps = coeffs.taps32 if x.dtype == np.float32 else coeffs.taps
-            polyphase_resample(taps, coeffs.up, coeffs.down, state["offset"], state["hist"],
-                               np.ascontiguousarray(x), out)
-            return out
-        # Triton backend: torch x, state on x's device (rtamt.resample.polyphase_triton)
-        out = work_buffer(out, (B, n, C), x.dtype, like=x)
-        taps = _B.coef_adapter(x)(coeffs.taps if _B.is_float64(x) else coeffs.taps32)
-        _B.triton_module("rtamt.resample.polyphase_triton").polyphase_resample(
-            taps, coeffs.up, coeffs.down, state["offset"], state["hist"], x.contiguous(), out)
+        k = stage.kern
+        out = k.buffer(out, (B, n, C), x)
+        taps = k.coef(coeffs.taps if k.is64(x) else coeffs.taps32)
+        k.polyphase_resample(taps, coeffs.up, coeffs.down, state["offset"], state["hist"],
+                             k.contiguous(x), out)
         return out
 
     # -- conveniences ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ dtype semantics (those of the numba kernel): the products and the sum are in the
 dtype (float32 streams use the float32 taps ``ResamplerCoeffs.taps32``); the positions
 are int64.
 
-Checked only with ``TRITON_INTERPRET=1`` on CPU tensors (no GPU here), where products
+CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, where products
 are never fused into FMAs.  Not checked on hardware: which multiply-adds the GPU compiler
 fuses (launched with ``enable_fp_fusion=True`` because numba compiles the kernel with
 ``fastmath={'contract'}`` and fuses ``acc + h x``; changes the last bits only), that the

@@ -1,9 +1,8 @@
-"""Triton kernel for the adaptation loops; mirrors :func:`rtamt.engine.kernels.adaptloop`.
+"""Triton twin of the adaptation-loop kernel, :func:`rtamt.adaptation.adaptloop.adaptloop`.
 
 Chain of K nonlinear adaptation loops (Püschel 1988; Dau, Püschel & Kohlrausch 1996a,
 JASA 99, 3615; Dau et al. 1997a) with the overshoot limiter of Münkner (1993) as in AMT
 ``adaptloop``; the design of the constants is :func:`rtamt.adaptation.adaptloop.design`.
-Re-exported by :mod:`rtamt.engine.kernels_triton`.
 
 One Triton lane per (stream, channel): a lane loads its K loop dividers and its
 per-channel constants once, runs the block's T samples in a loop inside the kernel,
@@ -23,7 +22,7 @@ it back with ``tl.where``.  The limiter is applied lane-wise with ``tl.where``; 
 exponential gets a 0 argument on the lanes that do not need it, so no overflow occurs
 in discarded lanes.
 
-Checked only with ``TRITON_INTERPRET=1`` on CPU tensors (no GPU here).  Not checked on
+CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors.  Not checked on
 hardware: that the float64 ``tl.exp`` lowers to libdevice ``exp`` (the interpreter uses
 numpy's), that float64 division is IEEE-rounded there, and what FMA contraction the GPU
 compiler applies to ``a s + b v`` (numba's ``fastmath={'contract'}`` may also contract
