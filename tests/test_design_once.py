@@ -5,7 +5,6 @@ import ast
 import dataclasses
 import importlib
 import pathlib
-import pkgutil
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ import torch
 from scipy import signal
 from torch.autograd import gradcheck
 
-import rtamt
 import rtamt.nn as rn
 from rtamt.adaptation import adaptloop
 from rtamt.engine.grad import StageGrad, lift
@@ -21,6 +19,8 @@ from rtamt.engine.stage import Stage
 from rtamt.filterbank import gammatone
 from rtamt.modulation import king2019, modfb
 from rtamt.nonlinear import compression
+
+from _helpers import rtamt_stage_classes
 
 FS = 8000
 NN = pathlib.Path(rn.__file__).parent
@@ -35,23 +35,6 @@ DIFFERENTIABLE = {"Gammatone", "IHCEnvelope", "AdaptLoop", "ModFilterbank",
 
 def _x(shape, seed=0, scale=0.02):
     return torch.from_numpy(np.random.default_rng(seed).standard_normal(shape) * scale)
-
-
-def _rtamt_stage_classes():
-    for m in pkgutil.walk_packages(rtamt.__path__, "rtamt."):
-        if m.name.startswith("rtamt.nn"):
-            continue
-        try:
-            importlib.import_module(m.name)
-        except ImportError:      # a module of an optional dependency (Triton, JACK)
-            continue
-    seen, todo = set(), [Stage]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                todo.append(sub)
-    return [c for c in seen if c.__module__.startswith("rtamt.")]
 
 
 def test_nn_has_no_registry_of_stages():
@@ -79,7 +62,7 @@ def test_every_rule_sits_beside_the_stage_that_declares_it():
     stage's own, or its base's: SharedSOSStage, FIRSignalStage); every other stage is
     forward-only."""
     found = set()
-    for cls in _rtamt_stage_classes():
+    for cls in rtamt_stage_classes():
         rule = cls.grad_rule()
         if rule is None:
             continue

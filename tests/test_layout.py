@@ -1,0 +1,218 @@
+"""A stage is one module (issue 30 item 1): the stage's module holds its Params, design and
+numba kernels and declares its kernels per backend (``kernels = Kernels(...)``), the Triton
+twins sit beside it in ``<module>_triton.py``, ``to()`` binds them once, and no stage code
+chooses a kernel from the array's type or imports a kernel module by name."""
+import ast
+import copy
+import os
+import pathlib
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import rtamt  # noqa: E402
+from rtamt.engine.backend import Kernels, NumbaKernels, TritonKernels  # noqa: E402
+
+from _helpers import rtamt_stage_classes  # noqa: E402
+
+ROOT = pathlib.Path(rtamt.__file__).parent
+
+#: code that still chooses by array type, by path prefix, and why (each must still hold
+#: such code: remove its entry when it is gone)
+ARRAY_TYPE_PENDING = {
+    "rtamt/loudness/": "loudness is not yet built from stages (issue 30 item 3)",
+    "rtamt/models/moore2016.py": "its frames on the device (issue 30 item 3)",
+    "rtamt/models/glasberg2002.py": "its frames on the device (issue 30 item 3)",
+    "rtamt/nn/": "the torch front end checks that its inputs are tensors (validation)",
+}
+#: kernel modules still imported by name, and why
+IMPORT_BY_NAME_PENDING = {
+    "rtamt/engine/backend.py": "triton_module(name) for rtamt.loudness (issue 30 item 3)",
+}
+#: helpers that test an array's type (their calls are array-type dispatch)
+TYPE_TESTS = {"dispatch", "is_tensor", "_is_tensor", "_is_torch", "is_float64"}
+
+
+def _sources():
+    for path in sorted(ROOT.rglob("*.py")):
+        yield path.relative_to(ROOT.parent).as_posix(), ast.parse(path.read_text())
+
+
+def _mentions(node, names) -> bool:
+    return any((isinstance(n, ast.Attribute) and n.attr in names)
+               or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(node))
+
+
+def _array_type_tests(tree) -> list:
+    """Lines that choose by an array's type: ``type(x) is [not] np.ndarray / Tensor``,
+    ``isinstance(x, torch.Tensor)``, calls of the type-testing helpers."""
+    hits = []
+    for n in ast.walk(tree):
+        if (isinstance(n, ast.Compare) and isinstance(n.left, ast.Call)
+                and isinstance(n.left.func, ast.Name) and n.left.func.id == "type"
+                and any(_mentions(c, {"ndarray", "Tensor"}) for c in n.comparators)):
+            hits.append(n.lineno)
+        elif isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(
+                f, ast.Attribute) else None
+            if name in TYPE_TESTS:
+                hits.append(n.lineno)
+            elif name == "isinstance" and len(n.args) == 2 and _mentions(n.args[1], {"Tensor"}):
+                hits.append(n.lineno)
+    return hits
+
+
+def _imports_by_name(tree) -> list:
+    hits = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "importlib"
+                                             for a in n.names):
+            hits.append(n.lineno)
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "importlib":
+            hits.append(n.lineno)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id == "__import__"):
+            hits.append(n.lineno)
+    return hits
+
+
+def _pending(path, table):
+    return next((p for p in table if path.startswith(p)), None)
+
+
+def _scan(finder, table, outside_engine):
+    bad, used = [], set()
+    for path, tree in _sources():
+        if outside_engine and path.startswith("rtamt/engine/"):
+            continue
+        lines = finder(tree)
+        if not lines:
+            continue
+        p = _pending(path, table)
+        if p is None:
+            bad.append(f"{path}:{lines}")
+        else:
+            used.add(p)
+    return bad, used
+
+
+def test_no_array_type_dispatch_outside_the_engine():
+    """Outside rtamt/engine/ no code tests whether an array is numpy or torch to choose
+    what to run (the stages run the kernels their ``to()`` bound)."""
+    bad, used = _scan(_array_type_tests, ARRAY_TYPE_PENDING, outside_engine=True)
+    assert not bad, "array-type dispatch outside rtamt/engine/: " + ", ".join(bad)
+    assert used == set(ARRAY_TYPE_PENDING), \
+        f"pending entries without such code any more: {set(ARRAY_TYPE_PENDING) - used}"
+
+
+def test_no_kernel_module_is_imported_by_name():
+    """No module of rtamt imports a module by name (importlib, __import__): a stage's
+    Triton twins are imported by a small function in the stage's own module."""
+    bad, used = _scan(_imports_by_name, IMPORT_BY_NAME_PENDING, outside_engine=False)
+    assert not bad, "imports by name: " + ", ".join(bad)
+    assert used == set(IMPORT_BY_NAME_PENDING), \
+        f"pending entries without such code any more: {set(IMPORT_BY_NAME_PENDING) - used}"
+
+
+def test_the_scan_finds_what_it_looks_for():
+    """The two scans recognise each form they look for (and pass plain code)."""
+    src = ("import numpy as np\nimport importlib\n"
+           "def f(x):\n"
+           "    if type(x) is np.ndarray: pass\n"
+           "    if type(x) is not torch.Tensor: pass\n"
+           "    k, c = _B.dispatch(x)\n"
+           "    if is_tensor(x) or isinstance(x, (torch.Tensor, list)): pass\n"
+           "    return __import__('a.b')\n"
+           "def g(x):\n"
+           "    return isinstance(x, np.ndarray) or type(x).__name__\n")
+    tree = ast.parse(src)
+    assert sorted(set(_array_type_tests(tree))) == [4, 5, 6, 7]
+    assert sorted(_imports_by_name(tree)) == [2, 8]
+
+
+def _declarer(cls):
+    return next(k for k in cls.__mro__ if "kernels" in k.__dict__)
+
+
+def _module_of(fn) -> str:
+    return getattr(fn, "py_func", fn).__module__
+
+
+def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module():
+    """Every stage that runs on the Triton backend declares a :class:`Kernels` set (its own
+    or its base's); the set's numba kernels and the function that imports its Triton
+    twins are defined in the declaring class's module (shared sets: in rtamt.engine), and
+    the twins come from that module's ``_triton`` sibling, one per numba kernel, by the
+    same name."""
+    pytest.importorskip("triton")
+    stages = [c for c in rtamt_stage_classes() if c.triton_ready]
+    names = {c.__name__ for c in stages}
+    assert {"Gammatone", "IHCEnvelope", "AdaptHighpass", "AdaptLoop", "ModFilterbank",
+            "KingModFilterbank", "HeadphoneFilter", "MiddleEarFilter", "OuterMiddleEarFilter",
+            "BrokenStick", "PowerCompression", "DRNL", "IHCPaulick2024",
+            "Resampler"} <= names, names
+    twins = set()
+    for cls in stages:
+        assert isinstance(cls.kernels, Kernels), cls
+        owner = _declarer(cls)
+        for part in cls.kernels.parts:
+            if not part.numba:
+                continue
+            home = owner.__module__ if part is owner.kernels else None
+            for name, fn in part.numba.items():
+                mod = _module_of(fn)
+                assert mod == (home or mod) and (home or mod.startswith("rtamt.engine.")), \
+                    (cls, name, mod)
+                assert part.triton.__module__ == mod, (cls, part.triton.__module__, mod)
+            got = {f.__name__: f.__module__ for f in part.triton()}
+            assert set(got) == set(part.numba), (cls, got, part.numba)
+            mod = _module_of(next(iter(part.numba.values())))
+            assert set(got.values()) == {mod + "_triton"}, (cls, got)
+            twins.add(mod + "_triton")
+    # and every Triton module of a stage package is a declared twin module
+    on_disk = {p.relative_to(ROOT.parent).with_suffix("").as_posix().replace("/", ".")
+               for p in ROOT.rglob("*_triton.py")}
+    assert on_disk - twins - {"rtamt.engine.triton_lanes"} <= {"rtamt.loudness.kernels_triton"}
+
+
+def test_to_binds_the_kernels_once_and_copies_share_them():
+    """``to()`` stores the bound kernel set on each stage (the Triton twins on the device);
+    back on numba the stage uses its class's numba set again; a deep copy of a stage (the
+    scheduler's probes, warm-up) shares the bound set."""
+    pytest.importorskip("triton")
+    m = rtamt.Dau1997(16000.0, fhigh=2000.0)
+    assert all(type(s).kern is s.kern and isinstance(s.kern, NumbaKernels) for s in m.stages)
+    m.to("cpu", backend="triton")
+    for s in m.stages:
+        assert isinstance(s.kern, TritonKernels) and "kern" in s.__dict__
+        assert str(s.kern.device) == "cpu"
+        assert set(s.kern.names) == set(type(s).kern.names)
+    c = copy.deepcopy(m)
+    assert all(a.kern is b.kern for a, b in zip(m.stages, c.stages))
+    m.to("cpu", backend="numba")
+    assert all(s.kern is type(s).kern and "kern" not in s.__dict__ for s in m.stages)
+
+
+def test_process_tm_runs_the_kernels_bound_to_the_stage():
+    """A stage object runs the kernels bound to it, whatever its input; the class (the pure
+    functional form) runs the class's numba kernels."""
+    from rtamt.filterbank.gammatone import Gammatone, GammatoneParams
+
+    calls = []
+    numba = Gammatone.kern
+
+    def recorded(*a):
+        calls.append(a[-1].shape)
+        return numba.gammatone4(*a)
+
+    g = Gammatone(GammatoneParams(fs=16000.0, flow=500.0, fhigh=2000.0))
+    ref = Gammatone(GammatoneParams(fs=16000.0, flow=500.0, fhigh=2000.0))
+    g.kern = NumbaKernels({"gammatone4": recorded})
+    x = np.random.default_rng(1).standard_normal(64)
+    assert np.array_equal(g(x), ref(x)) and calls == [(1, 64, g.coeffs.fc.size)]
+    st = Gammatone.init_state(g.coeffs, 1, 1, np.float64)
+    Gammatone.process(g.coeffs, st, x[None])
+    assert len(calls) == 1
