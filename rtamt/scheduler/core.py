@@ -332,6 +332,48 @@ class Scheduler:
         if dtype not in streaming.FLOATS:
             raise ValueError(f"dtype must be float32 or float64, got {dtype}")
         proc = self._build(model, fs, model_kwargs)
+        example, batchable, ident, dkey, proto = self._prepare(proc, dtype, channels, fs,
+                                                               measure)
+        cost = self._costs.measure(proto, example, dkey)
+        akey = self._admission.accelerator_cost(proc, proto, example, dkey, measure)
+        if budget_ms is None:
+            budget_s = (block / fs) if block else 0.020
+        else:
+            budget_s = float(budget_ms) / 1e3
+            if not budget_s > 0:
+                raise ValueError(f"budget_ms must be > 0, got {budget_ms!r}")
+        with self._cv:
+            if block is None:
+                block = self._admission.pick_block(dkey, cost, fs, budget_s, batchable)
+            block = int(block)
+            if block < 1:
+                raise ValueError(f"block must be >= 1, got {block}")
+            gkey = dkey + (block,)
+            if self.placement:
+                gkey = self._admission.place(proc, dkey, akey, block, fs, batchable,
+                                             budget_s)
+                cost = self._costs[gkey[:-1]]
+            self._names += 1
+            nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
+            s = Stream(self.link, proc, nm, fs, channels, block, budget_s, dtype, opts)
+            g = self._groups.get(gkey)
+            if g is None:
+                g = self._new_group(gkey, dkey, akey, proc, proto, ident, block, fs, dtype,
+                                    cost, batchable)
+            self._admission.admit(g, s, opts.admission, len(self.streams))
+            self._groups[gkey] = g
+            if g.batchable and all(v is not None for v in g.slots):
+                self._dispatch.quiesce(g)
+            g.add(s)
+            self._streams.append(s)
+        if self.freeze_gc and self.running:
+            gc.freeze()
+        return s
+
+    def _prepare(self, proc, dtype, channels: int, fs: float, measure: bool):
+        """The processor on the scheduler's backend with its state made: ``(example
+        input, batchable, design identity, design key, proto)``; ``proto`` is a pristine copy of the
+        processor when a new design's cost is to be measured (else None)."""
         if self.backend is not None and getattr(proc, "backend", "numba") != self.backend:
             to = getattr(proc, "to", None)
             if to is None:
@@ -359,48 +401,22 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - e.g. a user object holding locks
                 if batchable:
                     raise
-        cost = self._costs.measure(proto, example, dkey)
-        akey = self._admission.accelerator_cost(proc, proto, example, dkey, measure)
-        if budget_ms is None:
-            budget_s = (block / fs) if block else 0.020
-        else:
-            budget_s = float(budget_ms) / 1e3
-            if not budget_s > 0:
-                raise ValueError(f"budget_ms must be > 0, got {budget_ms!r}")
-        with self._cv:
-            if block is None:
-                block = self._admission.pick_block(dkey, cost, fs, budget_s, batchable)
-            block = int(block)
-            if block < 1:
-                raise ValueError(f"block must be >= 1, got {block}")
-            gkey = dkey + (block,)
-            if self.placement:
-                gkey = self._admission.place(proc, dkey, akey, block, fs, batchable,
-                                             budget_s)
-                cost = self._costs[gkey[:-1]]
-            self._names += 1
-            nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
-            s = Stream(self.link, proc, nm, fs, channels, block, budget_s, dtype, opts)
-            g = self._groups.get(gkey)
-            if g is None:
-                label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
-                if getattr(proc, "backend", "numba") == "triton":
-                    label += f"/triton:{proc.device}"
-                if batchable and (proto is None or gkey[:-1] != dkey):
-                    proto = copy.deepcopy(proc)          # the batched copies' template
-                g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch,
-                          getattr(proc, "device", None))
-                if self.placement:
-                    g.homes = (dkey, akey)
-            self._admission.admit(g, s, opts.admission, len(self.streams))
-            self._groups[gkey] = g
-            if g.batchable and all(v is not None for v in g.slots):
-                self._dispatch.quiesce(g)
-            g.add(s)
-            self._streams.append(s)
-        if self.freeze_gc and self.running:
-            gc.freeze()
-        return s
+        return example, batchable, ident, dkey, proto
+
+    def _new_group(self, gkey, dkey, akey, proc, proto, ident: dict, block: int, fs: float,
+                   dtype, cost, batchable: bool) -> Group:
+        """Under the lock: the group of a design's first stream of this block size (and
+        device); its batched copies are made from ``proto`` (or a copy of ``proc``)."""
+        label = f"{ident.get('name', type(proc).__name__)}@{fs:g}Hz/{block}/{dtype}"
+        if getattr(proc, "backend", "numba") == "triton":
+            label += f"/triton:{proc.device}"
+        if batchable and (proto is None or gkey[:-1] != dkey):
+            proto = copy.deepcopy(proc)          # the batched copies' template
+        g = Group(gkey, label, proto, block, fs, cost, batchable, self.max_batch,
+                  getattr(proc, "device", None))
+        if self.placement:
+            g.homes = (dkey, akey)
+        return g
 
     # ================================================================ placement (device='auto')
     def placement_of(self, s: Stream) -> Placement:
