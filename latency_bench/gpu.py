@@ -78,7 +78,7 @@ def sizes(tiny: bool) -> dict:
         return {"tiny": False, "models": MODELS, "dtypes": ["float32", "float64"],
                 "block": 256, "batches": [1, 64, 1024], "largest_from": 2048,
                 "largest_cap": 131072, "gpu_blocks": 12, "gpu_warm": 2, "cpu_min_s": 0.3,
-                "tests": ["tests/test_cuda.py", *sorted(
+                "tests": ["tests/test_cuda.py", "tests/test_toy_stage.py", *sorted(
                     str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_triton_*.py"))],
                 "tests_k": None, "capacity": CAPACITY, "trial_s": 2.0, "warm_s": 0.5,
                 "confirm_s": 30.0, "max_streams": 200000, "budget_ms": 10.0}
