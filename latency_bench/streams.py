@@ -275,7 +275,7 @@ def run_trial(args, n: int) -> dict:
         "threads": sched.threads,
         "max_batch": sched.max_batch,
         "realtime": rt,                              # workers' SCHED_FIFO (source: +1)
-        "history": streams[0]._hist.maxlen if streams[0]._keep else 0,
+        "history": int(streams[0].options.history),
         "latency_p50_us": 1e6 * float(np.percentile(lat, 50)) if n_meas else 0.0,
         "latency_p99_us": worst["latency_p99_us"],
         "latency_max_us": max(r["latency_max_us"] for r in per),
