@@ -28,6 +28,7 @@ from .io.atomic import write_text_atomic
 
 __all__ = ["Calibration", "CalibrationError", "REFERENCE_DB_RANGE", "SPL_REF_RANGE",
            "MODEL_SPL_REF_RANGE", "check_spl_ref", "default_path",
+           "InputCalibration", "INTERNAL_SPL_REF", "MAX_SPL", "spl_limit",
            "load", "save", "measure_tone",
            "resolve_spl_ref"]
 
@@ -43,6 +44,90 @@ MODEL_SPL_REF_RANGE = (-50.0, 200.0)
 #: accepted calibrator level, dB SPL: a tone that does not clip has an RMS below digital 1.0,
 #: so spl_ref >= reference_db, and spl_ref must be within :data:`SPL_REF_RANGE`
 REFERENCE_DB_RANGE = SPL_REF_RANGE
+
+
+#: dB SPL of an RMS of 1.0 in the models' internal units: every stage after a model's
+#: :class:`InputCalibration` works in these units (the AMT convention, ``dboffset`` 100, of
+#: the adaptation loops of Dau, Püschel & Kohlrausch 1996, JASA 99, 3615, and Dau et al.
+#: 1997a, JASA 102, 2892)
+INTERNAL_SPL_REF = 100.0
+#: default physical limit of a model's input, dB SPL (a sample whose magnitude, taken as an
+#: RMS at the model's ``spl_ref``, would exceed it is rejected); above any real sound (an
+#: RMS pressure of one atmosphere is 194 dB SPL)
+MAX_SPL = 200.0
+
+
+def spl_limit(max_spl: float, spl_ref: float) -> float:
+    """Largest accepted ``|sample|`` for ``max_spl`` dB SPL when RMS 1 = ``spl_ref`` dB SPL."""
+    return 10.0 ** ((float(max_spl) - float(spl_ref)) / 20.0)
+
+
+def _gain_amt(spl_ref: float) -> float:
+    """RMS 1 = ``spl_ref`` dB SPL -> RMS 1 = :data:`INTERNAL_SPL_REF` dB SPL."""
+    return 10.0 ** ((spl_ref - INTERNAL_SPL_REF) / 20.0)
+
+
+def _gain_pa(spl_ref: float) -> float:
+    """RMS 1 = ``spl_ref`` dB SPL -> sound pressure in Pa (0 dB SPL = 20 uPa)."""
+    return 20e-6 * 10.0 ** (spl_ref / 20.0)
+
+
+#: the internal units an :class:`InputCalibration` maps to -> its gain for a ``spl_ref``
+UNITS = {"amt": _gain_amt, "pa": _gain_pa}
+
+
+class InputCalibration:
+    """The first stage of a model: digital samples (RMS 1 = ``spl_ref`` dB SPL) times
+    :attr:`gain` into the model's internal units, with the input's physical limit.
+
+    ``unit``: ``'amt'`` (RMS 1 = :data:`INTERNAL_SPL_REF` = 100 dB SPL, gain
+    ``10^((spl_ref - 100)/20)``), or ``'pa'`` (sound pressure in Pa, gain
+    ``20e-6 * 10^(spl_ref/20)``).  The stages after it carry no ``spl_ref``: their designs
+    use the internal units.
+
+    Physical limit: a block with a sample beyond :attr:`limit` = ``10^((max_spl -
+    spl_ref)/20)`` (``max_spl`` dB SPL, default :data:`MAX_SPL`, settable; not part of the
+    design) is rejected by the model's input check like NaN, naming the block and channel.
+
+    :meth:`apply` multiplies a time-major block in the block's own dtype
+    (``float32(x) * float32(gain)`` for float32 input), returning a new array; a gain of 1
+    returns the block itself.  ``who`` names the model in the error for a bad ``spl_ref``
+    (see :func:`check_spl_ref`).
+    """
+
+    name = "calibration"
+
+    def __init__(self, spl_ref: float = INTERNAL_SPL_REF, *, who: str = "model",
+                 unit: str = "amt", max_spl: float = MAX_SPL):
+        self.spl_ref = check_spl_ref(spl_ref, who)
+        if unit not in UNITS:
+            raise ValueError(f"{who}: calibration unit must be one of {sorted(UNITS)}, "
+                             f"got {unit!r}")
+        self.unit = unit
+        self.gain = UNITS[unit](self.spl_ref)
+        self.max_spl = max_spl
+
+    def __repr__(self):
+        return (f"InputCalibration(spl_ref={self.spl_ref:g}, unit={self.unit!r}, "
+                f"max_spl={self.max_spl:g})")
+
+    @property
+    def limit(self) -> float:
+        """Largest accepted ``|sample|`` of the input: ``10^((max_spl - spl_ref)/20)``."""
+        return spl_limit(self.max_spl, self.spl_ref)
+
+    def limit_text(self) -> str:
+        """What the limit is, for the message of a rejected block."""
+        return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
+
+    def apply(self, x, on_device: bool = False):
+        """``x`` (a validated block, numpy or a device tensor) in internal units: a new
+        array ``x * gain`` in ``x``'s dtype (``x`` is never written), or ``x`` itself when
+        the gain is 1."""
+        g = self.gain
+        if g == 1.0:
+            return x
+        return x * g if on_device else x * x.dtype.type(g)
 
 
 class CalibrationError(ValueError):

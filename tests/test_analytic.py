@@ -350,10 +350,15 @@ def test_broken_stick_formula():
 
 
 def test_broken_stick_knee_db_and_spl_ref():
+    """The knee is at knee_db dB SPL of the internal units (RMS 1 = 100 dB SPL): behind a
+    calibration stage with spl_ref 94, a digital sample compresses from 50 dB SPL on."""
+    from rtamt.calibration import InputCalibration
+
     k = _knee(50.0, 94.0)
-    st = BrokenStick(knee_db=50.0, spl_ref=94.0, exponent=0.5)
+    cal = InputCalibration(94.0)
+    st = BrokenStick(knee_db=50.0, exponent=0.5)
     xs = np.array([0.5 * k, 0.99 * k, 4 * k, 100 * k])
-    y = st(xs)
+    y = st(cal.apply(xs)) / cal.gain
     np.testing.assert_allclose(y, [0.5 * k, 0.99 * k, 2 * k, 10 * k], rtol=1e-12)
 
 

@@ -332,18 +332,25 @@ def test_spl_ref_range_ends_are_accepted(name):
         assert m.spl_ref == v and np.isfinite(m.input_limit)
 
 
-def test_unusable_spl_ref_is_refused_by_the_stages_that_take_one():
+def test_unusable_spl_ref_is_refused_by_the_calibration_stage():
+    """The calibration stage at the head of every modulation model is the one place that
+    takes an ``spl_ref`` (issue 30 item 5); the stages after it refuse one."""
     from rtamt.adaptation import AdaptLoopParams
-    from rtamt.nonlinear import BrokenStick, PowerCompression
+    from rtamt.calibration import InputCalibration
     from rtamt.nonlinear.compression import CompressionParams
 
     with pytest.raises(ValueError, match=r"^AdaptLoop: spl_ref=nan is not a finite level"):
-        AdaptLoop(AdaptLoopParams(fs=FS, spl_ref=float("nan")))
+        InputCalibration(float("nan"), who="AdaptLoop")
     with pytest.raises(ValueError, match=r"^BrokenStick: spl_ref=1000000000.0"):
-        BrokenStick(CompressionParams(spl_ref=1e9))
+        InputCalibration(1e9, who="BrokenStick")
     with pytest.raises(ValueError, match=r"^PowerCompression: spl_ref=-inf"):
-        PowerCompression(CompressionParams(spl_ref=float("-inf")))
-    assert AdaptLoop(fs=FS, spl_ref=94.0).params.spl_ref == 94.0
+        InputCalibration(float("-inf"), who="PowerCompression")
+    cal = InputCalibration(94.0)
+    assert cal.spl_ref == 94.0 and cal.gain == 10.0 ** ((94.0 - 100.0) / 20.0)
+    with pytest.raises(TypeError, match="spl_ref"):
+        AdaptLoopParams(fs=FS, spl_ref=94.0)
+    with pytest.raises(TypeError, match="spl_ref"):
+        CompressionParams(spl_ref=94.0)
 
 
 def test_model_spl_ref_range_is_the_cli_range():

@@ -216,3 +216,59 @@ def test_process_tm_runs_the_kernels_bound_to_the_stage():
     st = Gammatone.init_state(g.coeffs, 1, 1, np.float64)
     Gammatone.process(g.coeffs, st, x[None])
     assert len(calls) == 1
+
+
+def test_no_stage_params_carry_spl_ref():
+    """Calibration has one home (issue 30 item 5): no stage's ``Params`` has an ``spl_ref``
+    field; the stages work in the internal units the models' calibration stage scales to."""
+    import dataclasses
+
+    stages = rtamt_stage_classes()
+    assert {"AdaptLoop", "BrokenStick", "PowerCompression"} <= {c.__name__ for c in stages}
+    carry = [c.__qualname__ for c in stages
+             if dataclasses.is_dataclass(c.Params)
+             and "spl_ref" in {f.name for f in dataclasses.fields(c.Params)}]
+    assert carry == []
+
+
+MODULATION_MODELS = ("dau1997", "osses2021", "king2019", "paulick2024")
+
+
+@pytest.mark.parametrize("name", MODULATION_MODELS)
+def test_every_modulation_model_is_headed_by_its_calibration_stage(name):
+    """Every modulation model is a chain headed by an InputCalibration: its ``spl_ref``,
+    ``input_gain``, ``input_limit`` and ``max_spl`` are the calibration's, the stages after
+    it are designed the same for every ``spl_ref``, and the model's output is its stages'
+    output for ``x`` times the calibration's gain in ``x``'s dtype (the same model with a
+    unit-gain calibration)."""
+    from rtamt.calibration import InputCalibration
+
+    fs = 44100.0 if name == "paulick2024" else 16000.0
+    cls = rtamt.MODELS[name]
+    m, m100 = cls(fs, spl_ref=94.0), cls(fs, spl_ref=100.0)
+    cal = m.calibration
+    assert isinstance(cal, InputCalibration) and cal.spl_ref == m.spl_ref == 94.0
+    assert m.input_gain == cal.gain and m.input_limit == cal.limit
+    m.max_spl = 150.0
+    assert cal.max_spl == 150.0 and m.input_limit == 10.0 ** ((150.0 - 94.0) / 20.0)
+    assert [s.design_identity()["fingerprint"] for s in m.stages] == \
+        [s.design_identity()["fingerprint"] for s in m100.stages]
+    for dt in (np.float32, np.float64):
+        x = (np.random.default_rng(1).standard_normal(600) * 0.1).astype(dt)
+        a, b = cls(fs, spl_ref=94.0), cls(fs, spl_ref=94.0)
+        b.calibration = InputCalibration(100.0)             # gain 1: the stages alone
+        assert b.input_gain == 1.0
+        np.testing.assert_array_equal(a(x), b(x * dt(a.input_gain)))
+    assert cls(fs, spl_ref=94.0).calibration.gain == pytest.approx(
+        20e-6 * 10 ** (94 / 20) if name == "paulick2024" else 10 ** (-6 / 20), rel=1e-15)
+
+
+def test_stages_that_lost_spl_ref_keep_their_design_fingerprint():
+    """AdaptLoop and the compression stages feed ``spl_ref = 100`` (the value every model
+    used) to their design fingerprint as before, so snapshots made before issue 30 item 5
+    still load (fingerprints of the earlier code on this machine)."""
+    from rtamt.adaptation import AdaptLoop
+    from rtamt.nonlinear import BrokenStick
+
+    assert AdaptLoop(fs=48000.0).design_identity()["fingerprint"] == "48df517e29e85634"
+    assert BrokenStick().design_identity()["fingerprint"] == "e5d27c0313e94ae9"

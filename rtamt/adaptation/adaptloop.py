@@ -5,7 +5,8 @@ own output (Püschel 1988; Dau, Püschel & Kohlrausch 1996a, JASA 99, 3615; Dau 
 al. 1997a), with the overshoot limiter of Münkner (1993) as implemented in AMT
 0.9.10 ``adaptloop``.  Per sample, channel c:
 
-* ``v = max(x, m_c)`` (minimum level ``m = 10^((minspl - spl_ref)/20)``);
+* ``v = max(x, m_c)`` (minimum level ``m = 10^((minspl - 100)/20)``: the input is in the
+  models' internal units, RMS 1 = 100 dB SPL, see :mod:`rtamt.calibration`);
 * for k = 1..K: ``v = v / s_k``; if ``limit > 1`` and ``v > 1``:
   ``v = 2 M_k / (1 + exp(-2 (v - 1) / M_k)) - (M_k - 1)`` with
   ``M_k = (1 - s_k(0)^2) * limit - 1``; then ``s_k = a_k s_k + (1 - a_k) v``,
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels, kernel_method
 from ..engine.fastexp import exp_f64_short
 from ..engine.jit import JIT as _JIT
@@ -56,14 +58,15 @@ PRESETS = {
 @dataclass(frozen=True)
 class AdaptLoopParams:
     """fs (Hz); preset; tau (s) and limit override it; minspl (dB SPL, scalar or
-    per-channel tuple); spl_ref = dB SPL of a digital RMS of 1 (AMT: 100)."""
+    per-channel tuple).  The input is in the internal units (RMS 1 =
+    :data:`~rtamt.calibration.INTERNAL_SPL_REF` = 100 dB SPL): a model's calibration stage
+    scales its input to them."""
 
     fs: float
     preset: str = "dau1997"
     tau: tuple | None = None
     limit: float | None = None
     minspl: float | tuple = 0.0
-    spl_ref: float = 100.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def design(params: AdaptLoopParams, n_in: int | None = None,
     if n_in is not None and minspl.size not in (1, n_in):
         raise ValueError(f"minspl has {minspl.size} values for {n_in} channels")
     C = n_in if n_in is not None else minspl.size
-    minlvl = np.broadcast_to(10.0 ** ((minspl - params.spl_ref) / 20.0), (C,)).copy()
+    minlvl = np.broadcast_to(10.0 ** ((minspl - INTERNAL_SPL_REF) / 20.0), (C,)).copy()
     Kn = tau.size
     a = loop_lowpass(tau, params.fs)
     b = 1.0 - a
@@ -246,6 +249,7 @@ class AdaptLoop(Stage):
 
     name = "adaptloop"
     Params = AdaptLoopParams
+    former_params = {"spl_ref": 100.0}    # see rtamt.calibration.InputCalibration
     design = staticmethod(design)
     kernels = Kernels(numba=(adaptloop,), triton=_triton)
 

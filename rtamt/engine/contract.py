@@ -46,12 +46,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..calibration import MAX_SPL, spl_limit
 from . import kernels as K
 
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
            "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
-           "Registered", "SplLimit", "spl_limit", "check_time_last", "COLUMN_ROWS"]
+           "Registered", "SplLimit", "spl_limit", "MAX_SPL", "with_former_fields",
+           "check_time_last", "COLUMN_ROWS"]
 
 SCHEMA = "rtamt.state"
 STATE_VERSION = 1
@@ -363,19 +365,11 @@ def check_state_arrays(who: str, arrays, ref: dict) -> dict:
     return out
 
 
-#: default physical limit of a model's input, dB SPL (a sample whose magnitude, taken as an
-#: RMS at the model's ``spl_ref``, would exceed it is rejected); above any real sound
-MAX_SPL = 200.0
-
-
-def spl_limit(max_spl: float, spl_ref: float) -> float:
-    """Largest accepted ``|sample|`` for ``max_spl`` dB SPL when RMS 1 = ``spl_ref`` dB SPL."""
-    return 10.0 ** ((float(max_spl) - float(spl_ref)) / 20.0)
-
-
 class SplLimit:
-    """Mixin of the models: input beyond ``max_spl`` dB SPL (default :data:`MAX_SPL`,
-    settable per instance) at the model's ``spl_ref`` is rejected like NaN."""
+    """Mixin of the models that are not stage chains yet (the loudness models): input
+    beyond ``max_spl`` dB SPL (default :data:`rtamt.calibration.MAX_SPL`, settable per
+    instance) at the model's ``spl_ref`` is rejected like NaN.  The modulation models hold
+    this limit in their :class:`rtamt.calibration.InputCalibration` stage."""
 
     max_spl = MAX_SPL
 
@@ -387,6 +381,17 @@ class SplLimit:
     def _limit_text(self) -> str:
         """What the limit is, for the message of a rejected block."""
         return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
+
+
+def with_former_fields(params, **former):
+    """``params`` as a dataclass of the same name with the fields ``former`` (name ->
+    the value every design used) appended after its own: what a stage whose ``Params``
+    lost those fields feeds to :func:`fingerprint`, so that its design fingerprint, and
+    the snapshots made before, stay as they were."""
+    own = [(f.name, object) for f in dataclasses.fields(params)]
+    cls = dataclasses.make_dataclass(type(params).__name__,
+                                     own + [(k, object) for k in former])
+    return cls(**{k: getattr(params, k) for k, _ in own}, **former)
 
 
 def stream_meta(batch, lead, dtype, **extra) -> dict:

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import check_spl_ref
 from . import backend as _B
 from . import contract as _C
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
@@ -188,6 +187,10 @@ class Stage(Registered):
     triton_ready = False
     backend = "numba"
     device = None
+    #: fields the stage's ``Params`` had before, with the value every design used
+    #: (``{'spl_ref': 100.0}`` for the stages that lost it to the models' calibration
+    #: stage): fed to the design fingerprint so that it and earlier snapshots stay valid
+    former_params: dict = {}
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -246,8 +249,6 @@ class Stage(Registered):
             params = self.Params(**kwargs)
         elif kwargs:
             params = dataclasses.replace(params, **kwargs)
-        if getattr(params, "spl_ref", None) is not None:    # a level-dependent stage
-            check_spl_ref(params.spl_ref, type(self).__name__)
         self.params = params
         self.coeffs = self._coeffs0 = self.design(params)
         self._state: dict | None = None
@@ -466,7 +467,10 @@ class Stage(Registered):
         c = self.coeffs if coeffs is None else coeffs
         memo = self.__dict__.get("_fp_memo")         # (coeffs, fingerprint) of the last call
         if memo is None or memo[0] is not c:
-            memo = self._fp_memo = (c, _C.fingerprint(self.params, c))
+            p = self.params
+            if self.former_params:
+                p = _C.with_former_fields(p, **self.former_params)
+            memo = self._fp_memo = (c, _C.fingerprint(p, c))
         ident = {"name": self.name}
         fs = getattr(self.params, "fs", None)
         if fs is not None:
@@ -548,19 +552,23 @@ class Chain(_C.Composite):
     ``{stage name: output}`` for every stage (time-last).  Validation happens once
     at the chain's input; between stages the arrays stay time-major.
 
-    ``input_gain`` (set by a model from its ``spl_ref``) multiplies every input block
-    before the first stage, in the block's dtype: the model's own calibration.
+    ``calibration`` (optional, a :class:`rtamt.calibration.InputCalibration`: a model's
+    first stage) checks every input block against the physical limit
+    (:attr:`input_limit`) and multiplies it by :attr:`input_gain` into the internal units
+    of the stages after it, in the block's dtype.  Without one the gain is 1 and there is
+    no limit beyond finiteness.
     The state is the stages' states (``children``), stacked and split stage by stage.
     """
 
     name = "chain"
-    input_gain = 1.0
-    input_limit = math.inf
+    calibration = None
     batchable = True
     #: attributes that identify a model's design besides its stages (checked on load)
     identity_fields: tuple = ()
 
-    def __init__(self, stages: list[Stage]):
+    def __init__(self, stages: list[Stage], calibration=None):
+        if calibration is not None:
+            self.calibration = calibration
         if not stages or stages[0].in_kind != "signal":
             raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
         self.stages = list(stages)
@@ -584,9 +592,22 @@ class Chain(_C.Composite):
         """Names of the outputs of :meth:`process_all` (one per stage, in order)."""
         return tuple(self.output_names)
 
+    @property
+    def input_gain(self) -> float:
+        """Factor from input samples to the stages' internal units (the calibration's)."""
+        cal = self.calibration
+        return 1.0 if cal is None else cal.gain
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|`` of the input (the calibration's physical limit)."""
+        cal = self.calibration
+        return math.inf if cal is None else cal.limit
+
     def _limit_text(self) -> str:
         """What :attr:`input_limit` is (for the error message of a rejected block)."""
-        return ""
+        cal = self.calibration
+        return "" if cal is None else cal.limit_text()
 
     def output_info(self) -> dict:
         """``{output name: {'rate': Hz, 'channels': C'}}`` for one mono input stream, in
@@ -641,9 +662,9 @@ class Chain(_C.Composite):
         xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
         if self.backend == "triton":       # validated on the host; processed on the device
             xt, back = _device_block(xt, self.device), _identity
-        g = self.input_gain
-        if g != 1.0:     # a new array: the caller's block is never written
-            xt = xt * g if self.backend == "triton" else xt * xt.dtype.type(g)
+        cal = self.calibration
+        if cal is not None:     # a new array: the caller's block is never written
+            xt = cal.apply(xt, on_device=self.backend == "triton")
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
             self._init_states(lead, arr.dtype)

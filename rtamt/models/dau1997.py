@@ -33,7 +33,7 @@ from __future__ import annotations
 import warnings
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import check_spl_ref
+from ..calibration import InputCalibration
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
@@ -66,13 +66,12 @@ class Dau1997(ModulationModel):
             raise ValueError(f"unknown Dau1997 config {config!r}; choose from {sorted(CONFIGS)}")
         self.fs = float(fs)
         self.config = config
-        self.spl_ref = check_spl_ref(spl_ref, "Dau1997")
+        cal = InputCalibration(spl_ref, who="Dau1997")
         gt = Gammatone(GammatoneParams(fs=self.fs, flow=flow, fhigh=fhigh, spacing=spacing,
                                        basef=basef, fc=None if fc is None else tuple(fc)))
         ih = IHCEnvelope(IHCEnvelopeParams(fs=self.fs, **(ihc or {})))
-        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, spl_ref=100.0,
-                                       **(adapt or {"preset": "dau1997"})))
+        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, **(adapt or {"preset": "dau1997"})))
         mkw = dict(CONFIGS[config]["modfb"])
         mkw.update(modfb or {})
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc), **mkw))
-        super().__init__([gt, ih, ad, mf], backend=backend, device=device)
+        super().__init__([gt, ih, ad, mf], cal, backend=backend, device=device)

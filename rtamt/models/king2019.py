@@ -35,7 +35,7 @@ Deviations from the seed's documented behaviour (torch_amt ``King2019``):
 from __future__ import annotations
 
 from ..adaptation.highpass import AdaptHighpass, AdaptHighpassParams
-from ..calibration import check_spl_ref
+from ..calibration import InputCalibration
 from ..filterbank import Gammatone, GammatoneParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
@@ -65,15 +65,15 @@ class King2019(ModulationModel):
             raise ValueError(f"unknown King2019 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = check_spl_ref(spl_ref, "King2019")
+        cal = InputCalibration(spl_ref, who="King2019")
         if basef is not None and fc is None:
             e = float(erb_number(basef))
             flow, fhigh = float(erb_to_hz(e - 2.0)), float(erb_to_hz(e + 2.0))
         gt = Gammatone(GammatoneParams(fs=self.fs, flow=flow, fhigh=fhigh, spacing=1.0,
                                        basef=basef, fc=None if fc is None else tuple(fc)))
-        # the chain's input gain maps spl_ref to the 100 dB convention (ModulationModel), so
-        # the stages see RMS 1 = 100 dB SPL and the knee is placed for that
-        cp = CompressionParams(knee_db=knee_db, exponent=exponent, spl_ref=100.0)
+        # the calibration stage maps spl_ref to the internal units (RMS 1 = 100 dB SPL), in
+        # which the compression stage places its knee
+        cp = CompressionParams(knee_db=knee_db, exponent=exponent)
         if compression == "brokenstick":
             comp = BrokenStick(cp)
         elif compression == "power":
@@ -86,4 +86,4 @@ class King2019(ModulationModel):
         mf = KingModFilterbank(KingModFilterbankParams(
             fs=self.fs, fc=tuple(gt.coeffs.fc), mflow=mflow, mfhigh=mfhigh, qfactor=qfactor,
             nmod=nmod, lp150=lp150))
-        super().__init__([gt, comp, ih, ad, mf], backend=backend, device=device)
+        super().__init__([gt, comp, ih, ad, mf], cal, backend=backend, device=device)

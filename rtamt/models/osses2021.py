@@ -35,7 +35,7 @@ Deviations from the seed's documented behaviour (torch_amt ``Osses2021``):
 from __future__ import annotations
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import check_spl_ref
+from ..calibration import InputCalibration
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
@@ -61,7 +61,7 @@ class Osses2021(ModulationModel):
             raise ValueError(f"unknown Osses2021 config {config!r}; choose from {sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = check_spl_ref(spl_ref, "Osses2021")
+        cal = InputCalibration(spl_ref, who="Osses2021")
         hp = HeadphoneFilter(HeadphoneParams(fs=self.fs, **(headphone or {})))
         me = MiddleEarFilter(MiddleEarParams(fs=self.fs, **({"preset": "jepsen2008"} |
                                                              (middleear or {}))))
@@ -70,8 +70,7 @@ class Osses2021(ModulationModel):
                                        fc=None if fc is None else tuple(fc)))
         ih = IHCEnvelope(IHCEnvelopeParams(fs=self.fs, **({"preset": "breebaart2001"} |
                                                            (ihc or {}))))
-        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, spl_ref=100.0,
-                                       **({"preset": "osses2021"} | (adapt or {}))))
+        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, **({"preset": "osses2021"} | (adapt or {}))))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc),
                                                **({"preset": "jepsen2008"} | (modfb or {}))))
-        super().__init__([hp, me, gt, ih, ad, mf], backend=backend, device=device)
+        super().__init__([hp, me, gt, ih, ad, mf], cal, backend=backend, device=device)

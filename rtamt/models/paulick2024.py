@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import check_spl_ref
+from ..calibration import InputCalibration
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
 from ..filterbank.drnl import DRNL, DRNLParams
 from ..filterbank.erb import erb_number, erb_to_hz
@@ -121,7 +121,7 @@ class Paulick2024(ModulationModel):
                              f"{sorted(CONFIGS)}")
         self.config = config
         self.fs = float(fs)
-        self.spl_ref = check_spl_ref(spl_ref, "Paulick2024")
+        cal = InputCalibration(spl_ref, who="Paulick2024", unit="pa")
         hp = HeadphoneFilter(HeadphoneParams(fs=self.fs))
         me = MiddleEarFilter(MiddleEarParams(fs=self.fs, preset="lopezpoveda2001",
                                              normalize=False))
@@ -131,19 +131,13 @@ class Paulick2024(ModulationModel):
         fc = dr.coeffs.fc
         ih = IHCPaulick2024(IHCPaulick2024Params(fs=self.fs, **(ihc or {})))
         minspl = tuple(100.0 + 20.0 * np.log10(minlvl_for(fc)))
-        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, preset="paulick2024", minspl=minspl,
-                                       spl_ref=100.0))
+        ad = AdaptLoop(AdaptLoopParams(fs=self.fs, preset="paulick2024", minspl=minspl))
         self.resample_factor = _resample_factor(self.fs, resample_factor)
         self.fs_mod = self.fs / self.resample_factor
         rs = Resampler(ResamplerParams(fs_in=self.fs, up=1, down=self.resample_factor))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs_mod, fc=tuple(fc),
                                                **({"preset": "paulick2024"} | (modfb or {}))))
-        super().__init__([hp, me, dr, ih, ad, rs, mf], backend=backend, device=device)
-
-    def _calibration_gain(self) -> float:
-        """Digital samples (RMS 1 = ``spl_ref`` dB SPL) -> sound pressure in Pa (the DRNL's
-        input unit): ``20e-6 * 10^(spl_ref/20)`` Pa per digital unit."""
-        return 20e-6 * 10.0 ** (self.spl_ref / 20.0)
+        super().__init__([hp, me, dr, ih, ad, rs, mf], cal, backend=backend, device=device)
 
 
 def _resample_factor(fs: float, factor) -> int:

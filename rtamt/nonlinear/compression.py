@@ -5,8 +5,9 @@
   ``y = sign(x) |x|^n knee^(1-n)`` (continuous at the knee).
 * Power: ``y = sign(x) |x / knee|^n knee``.
 
-``knee = 10^((knee_db - spl_ref)/20)`` (knee in dB SPL, ``spl_ref`` = dB SPL of a
-digital RMS of 1).  ``exponent`` is a scalar or one value per channel.
+``knee = 10^((knee_db - 100)/20)`` (knee in dB SPL; the input is in the models' internal
+units, RMS 1 = 100 dB SPL, see :mod:`rtamt.calibration`).  ``exponent`` is a scalar or
+one value per channel.
 These stages have no state; they still follow the stage contract so they compose.
 
 Kernels: :func:`broken_stick` and :func:`power_compression` (numpy, here: no recursion to
@@ -20,17 +21,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels, kernel_method
 from ..engine.stage import RtamtInputError, Stage
 
 
 @dataclass(frozen=True)
 class CompressionParams:
-    """knee_db (dB SPL), exponent (scalar or per-channel tuple), spl_ref (dB SPL)."""
+    """knee_db (dB SPL of the internal units, RMS 1 = 100 dB SPL), exponent (scalar or
+    per-channel tuple)."""
 
     knee_db: float = 30.0
     exponent: float | tuple = 0.3
-    spl_ref: float = 100.0
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def design(params: CompressionParams, n_in=None,
     if e.ndim != 1 or np.any(e <= 0):
         raise ValueError(f"exponent must be > 0 (scalar or per channel), got {params.exponent}")
     if weights is None:
-        weights = CompressionWeights(10.0 ** ((params.knee_db - params.spl_ref) / 20.0), e)
+        weights = CompressionWeights(10.0 ** ((params.knee_db - INTERNAL_SPL_REF) / 20.0), e)
     elif np.shape(weights.exponent) != e.shape:
         raise ValueError(f"weights.exponent has shape {np.shape(weights.exponent)}, the "
                          f"params give {e.shape}")
@@ -113,6 +115,7 @@ COMPRESSION = Kernels(numba=(broken_stick, power_compression), triton=_triton)
 
 class _Compression(Stage):
     Params = CompressionParams
+    former_params = {"spl_ref": 100.0}    # see rtamt.calibration.InputCalibration
     design = staticmethod(design)
     kernels = COMPRESSION
 

@@ -12,8 +12,8 @@ class CompressionGrad(StageGrad):
     """Both laws are ``y = sign(x) |x|^n k^(1-n)`` where they compress (broken stick, as
     in King, Varnet & Lorenzi 2019, JASA 145, 2277-2293: ``|x| > k``, else ``y = x``;
     power law: everywhere), so there ``dy/dk = (1 - n) y / k`` and ``dy/dn = y log(|x| /
-    k)``.  ``x``, ``y`` and the knee ``k`` are in the model's linear units (an RMS of 1
-    is ``spl_ref`` dB SPL); ``n`` is dimensionless.
+    k)``.  ``x``, ``y`` and the knee ``k`` are in the models' internal units (an RMS of 1
+    is 100 dB SPL); ``n`` is dimensionless.
 
     Learnable: ``th = [log(k / k0), log(n / n0) (one per exponent)]``, the
     :class:`~rtamt.nonlinear.compression.CompressionWeights`: the knee and the
