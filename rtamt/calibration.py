@@ -169,8 +169,8 @@ def _check_spl_ref(v, where: str) -> None:
 def check_spl_ref(value, who: str) -> float:
     """``value`` as a float if it is a usable ``spl_ref`` (dB SPL of a digital RMS of 1.0):
     a real number within :data:`MODEL_SPL_REF_RANGE`.  Else a ``ValueError`` naming ``who``
-    (the model or stage), the parameter and the value.  Every model and every stage whose
-    parameters hold an ``spl_ref`` calls it in its constructor."""
+    (the model or stage), the parameter and the value.  :class:`InputCalibration` and the
+    loudness models call it in their constructors."""
     lo, hi = MODEL_SPL_REF_RANGE
     try:
         v = float(value)
