@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "stream-blocks (default 0: none; drops never pass)")
     g.add_argument("--max-streams", type=int_range(1, 1_000_000), default=None,
                    help="largest N --find-capacity tries (default 256)")
+    g.add_argument("--trace", default=None, metavar="FILE",
+                   help="write every processing call (start, end, deadline, batch, worker), "
+                        "every source push and every call of a bare-model probe thread to "
+                        "FILE (CSV; --find-capacity: one file per trial, FILE's stem + "
+                        "'.trialNN'), and attribute each late call to its cause")
     g.add_argument("--threads-scaling", action="store_true",
                    help="throughput (not paced): N streams x --seconds of audio queued, "
                         "timed to the last result, on 1 worker thread and on --threads; "
@@ -166,7 +171,7 @@ def _model_names():
     return MODELS
 
 
-STREAM_ONLY = ("budget_ms", "source", "max_streams", "realtime", "max_miss_rate")
+STREAM_ONLY = ("budget_ms", "source", "max_streams", "realtime", "max_miss_rate", "trace")
 
 
 def _defaults(p, args) -> bool:
@@ -183,6 +188,12 @@ def _defaults(p, args) -> bool:
         return False
     if args.find_capacity and args.threads_scaling:
         p.error("argument --threads-scaling: not allowed with --find-capacity")
+    if args.trace is not None and args.threads_scaling:
+        p.error("argument --trace: not allowed with --threads-scaling (nothing is paced)")
+    if args.trace is not None:
+        d = os.path.dirname(os.path.abspath(args.trace))
+        if not os.path.isdir(d) or not os.access(d, os.W_OK):
+            p.error(f"argument --trace: cannot write into {d}")
     if args.signal != "noise":
         p.error("argument --signal: only noise with --streams (every stream gets its own)")
     args.block = 256 if args.block is None else args.block
@@ -227,7 +238,7 @@ def _main_streams(args) -> int:
     elif args.find_capacity:
         res = dict(head, **ms.find_capacity(args, log))
     else:
-        res = dict(head, **ms.run_trial(args, args.streams), capacity=None)
+        res = dict(head, **ms.run_trial(args, args.streams, args.trace), capacity=None)
     if args.json:
         print(json.dumps(res))
     elif not args.threads_scaling:

@@ -159,8 +159,119 @@ def _pcts(a: np.ndarray) -> tuple[float, float, float]:
     return float(p50), float(p99), float(a.max())
 
 
+class _BareProbe(threading.Thread):
+    """A bare model (one stream, no scheduler) called once per block period on its own
+    thread, in the same process: each call's start and end.  A call much slower than the
+    probe's median marks a moment when the whole process stalled (a memory-reclaim burst,
+    another task on the core), whatever the scheduler did."""
+
+    def __init__(self, args, t0: float, period: float, n_blocks: int):
+        super().__init__(name="bench-bare-probe", daemon=True)
+        from rtamt.models import MODELS
+
+        kw = {} if args.config is None else {"config": args.config}
+        self.model = MODELS[args.model](args.fs, **kw)
+        shape = (args.channels, args.block) if args.channels > 1 else (args.block,)
+        self.x = np.ascontiguousarray(_noise(args.block, args.channels, seed=99).T.reshape(
+            shape), dtype=args.dtype)
+        self.model(self.x)                       # compiled and warm before the trial
+        self.t0, self.period, self.n = t0, period, n_blocks
+        self.calls = np.zeros((n_blocks, 2))
+        self.error: BaseException | None = None
+
+    def run(self):
+        from rtamt.engine.denormal import ensure_ftz
+        ensure_ftz()
+        m, x, c = self.model, self.x, self.calls
+        try:
+            for k in range(self.n):
+                d = self.t0 + (k + 0.5) * self.period - _perf()
+                if d > 0:
+                    time.sleep(d)
+                a = _perf()
+                m(x)
+                c[k] = a, _perf()
+        except BaseException as e:  # noqa: BLE001 - reported by the trial
+            self.error = e
+
+
+#: a probe call this many times its median, and at least STALL_MIN_S longer, is a stall
+STALL_FACTOR = 3.0
+STALL_MIN_S = 1e-3
+#: a push at least this late (s) is a late source
+LATE_PUSH_S = 1e-3
+
+
+def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarray,
+                         period: float) -> dict:
+    """Why each late call (published after its deadline) was late, the first cause that applies:
+
+    * ``stall``: a bare-probe call overlapping it took over ``STALL_FACTOR`` × the
+      probe's median (and ``STALL_MIN_S`` more): the process as a whole was held up;
+    * ``late_source``: a push within one period before the call started was at least
+      ``LATE_PUSH_S`` late (the input itself arrived late);
+    * ``slow_call``: the call took over ``STALL_FACTOR`` × the median of calls of its batch
+      size;
+    * ``queued``: it started after its deadline less that median (it waited behind other
+      calls);
+    * ``other``.
+
+    ``calls``: :data:`rtamt.scheduler.trace.RECORD` rows; ``pushes`` (P, 2) scheduled
+    and actual push times; ``probe`` (Q, 2) start and end of the probe's calls (s)."""
+    late = calls[calls["published"] > calls["deadline"]]
+    out = {"calls": int(calls.size), "late_calls": int(late.size), "stall": 0,
+           "late_source": 0, "slow_call": 0, "queued": 0, "other": 0}
+    if not late.size:
+        return out
+    dur = calls["end"] - calls["start"]
+    med = {int(b): float(np.median(dur[calls["batch"] == b])) for b in np.unique(late["batch"])}
+    pd = probe[:, 1] - probe[:, 0] if probe.size else np.zeros(0)
+    stalls = probe[pd > np.maximum(STALL_FACTOR * np.median(pd), np.median(pd) + STALL_MIN_S)] \
+        if pd.size else np.zeros((0, 2))
+    lp = pushes[pushes[:, 1] - pushes[:, 0] >= LATE_PUSH_S] if pushes.size else pushes
+    for c in late:
+        m = med[int(c["batch"])]
+        if stalls.size and np.any((stalls[:, 0] < c["published"])
+                                  & (stalls[:, 1] > c["start"])):
+            out["stall"] += 1
+        elif lp.size and np.any((lp[:, 1] <= c["start"]) & (lp[:, 1] > c["start"] - period)):
+            out["late_source"] += 1
+        elif c["published"] - c["start"] > STALL_FACTOR * m:
+            out["slow_call"] += 1
+        elif c["start"] > c["deadline"] - m:
+            out["queued"] += 1
+        else:
+            out["other"] += 1
+    return out
+
+
+def write_trace(path: str, calls: np.ndarray, labels: list, pushes: np.ndarray,
+                probe: np.ndarray, origin: float) -> None:
+    """One CSV of every event (times in s after ``origin``): ``kind`` ``call`` (start,
+    end of processing, publication, deadline, batch, group label, worker), ``push``
+    (scheduled, actual) and ``probe`` (start, end of a bare-model call)."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["kind", "start_s", "end_s", "published_s", "deadline_s", "batch", "group",
+                    "worker", "late"])
+        for c in calls:
+            w.writerow(["call", f"{c['start'] - origin:.6f}", f"{c['end'] - origin:.6f}",
+                        f"{c['published'] - origin:.6f}", f"{c['deadline'] - origin:.6f}",
+                        int(c["batch"]),
+                        labels[c["group"]] if c["group"] < len(labels) else c["group"],
+                        int(c["worker"]), int(c["published"] > c["deadline"])])
+        for a, b in pushes:
+            w.writerow(["push", f"{a - origin:.6f}", f"{b - origin:.6f}", "", "", "", "", "",
+                        int(b - a >= LATE_PUSH_S)])
+        for a, b in probe:
+            w.writerow(["probe", f"{a - origin:.6f}", f"{b - origin:.6f}", "", "", 1, "", "",
+                        ""])
+
+
 # ---------------------------------------------------------------------------- paced run
-def run_trial(args, n: int) -> dict:
+def run_trial(args, n: int, trace_path: str | None = None) -> dict:
     """``n`` paced streams (see the module docstring); returns the report dict."""
     from rtamt.scheduler import Scheduler
 
@@ -174,7 +285,11 @@ def run_trial(args, n: int) -> dict:
     buf = _noise(loop, n * ch, seed=n)
     budget = args.budget_ms / 1e3
 
-    sched = Scheduler(threads=args.threads, max_batch=args.batch,
+    trace = None
+    if trace_path is not None:
+        from rtamt.scheduler import CallTrace
+        trace = CallTrace(capacity=max(1024, 2 * n * n_blocks))
+    sched = Scheduler(threads=args.threads, max_batch=args.batch, trace=trace,
                       realtime=getattr(args, "realtime", None), **_placement(args))
     rt = sched.realtime_info()
     src_rt = min(rt["priority"] + 1, 99) if rt["workers"] else None
@@ -200,7 +315,8 @@ def run_trial(args, n: int) -> dict:
             srcs = [_Source(_pusher([s], ch), buf[:, c * ch:(c + 1) * ch], B, period, n_blocks,
                             t0 + c * period / n, f"bench-source-{c}", src_rt)
                     for c, s in enumerate(streams)]
-        for src in srcs:
+        probe_thread = None if trace is None else _BareProbe(args, t0, period, n_blocks)
+        for src in srcs + ([] if probe_thread is None else [probe_thread]):
             src.start()
         t_warm = t0 + k_warm * period
         time.sleep(max(t_warm - _perf(), 0.0))
@@ -208,6 +324,8 @@ def run_trial(args, n: int) -> dict:
         for src in srcs:
             src.join()
         w1, c1 = _perf(), time.process_time()
+        if probe_thread is not None:
+            probe_thread.join()
         closed = True
         try:
             sched.close("drain", timeout=max(10.0, 2.0 * args.seconds))
@@ -219,6 +337,22 @@ def run_trial(args, n: int) -> dict:
             sched.close("discard", timeout=10.0)
     errors = [f"{src.name}: {src.error!r}" for src in srcs if src.error is not None]
     errors += list(sched.errors)
+    traced = None
+    if trace is not None:
+        if probe_thread.error is not None:
+            errors.append(f"bare probe: {probe_thread.error!r}")
+        calls = trace.records()
+        calls = calls[calls["start"] >= t_warm]
+        pushes = np.concatenate([np.stack([t0 + (np.arange(k_warm, n_blocks) + 1) * period
+                                           + (c * period / n if args.source != "fanout"
+                                              else 0.0)] * 2, axis=1)
+                                 + np.stack([np.zeros(n_blocks - k_warm), src.late[k_warm:]],
+                                            axis=1)
+                                 for c, src in enumerate(srcs)])
+        probe_calls = probe_thread.calls[k_warm:]
+        write_trace(trace_path, calls, trace.group_labels, pushes, probe_calls, t_warm)
+        traced = dict(attribute_late_calls(calls, pushes, probe_calls, period),
+                      file=trace_path, overwritten=trace.overwritten)
     if not closed:
         errors.append("the streams did not drain within the close timeout")
 
@@ -292,6 +426,7 @@ def run_trial(args, n: int) -> dict:
         "warmup_misses": int((wlat > budget).sum()),
         "errors": errors,
         "probe": next((r for r in per if r["name"].endswith("-probe")), None),
+        "trace": traced,
         "per_stream": per,
     }
 
@@ -312,8 +447,11 @@ def find_capacity(args, log=print) -> dict:
     results: dict[int, dict] = {}
     trials = []
 
+    tpath = getattr(args, "trace", None)
+
     def ok(n: int) -> bool:
-        r = run_trial(args, n)
+        r = run_trial(args, n, None if tpath is None else
+                      "{0}.trial{2:02d}{1}".format(*os.path.splitext(tpath), len(trials) + 1))
         r.update(fs=args.fs, block=args.block)
         results[n] = r
         good = passed(r, getattr(args, "max_miss_rate", 0.0) or 0.0)
@@ -357,7 +495,23 @@ def find_capacity(args, log=print) -> dict:
     rep["max_miss_rate"] = getattr(args, "max_miss_rate", 0.0) or 0.0
     rep["capacity_limited_by_max"] = good == cap
     rep["trials"] = trials
+    rep.update(ideal_capacity(args, rep["threads"]))
+    rep["capacity_fraction"] = good / rep["ideal"] if rep["ideal"] else None
+    log(f"ideal {rep['ideal']:.1f} streams ({rep['threads']} workers / "
+        f"{rep['bare_core_s_per_stream_s']:.4f} core-s per stream-s of the bare batched "
+        f"model, batch {args.batch}); capacity {good} = {rep['capacity_fraction']:.2f} of ideal")
     return rep
+
+
+def ideal_capacity(args, threads: int, seconds: float = 2.0) -> dict:
+    """The streams ``threads`` cores could run if they did nothing but the bare batched
+    model: ``threads`` ÷ its cost per stream (core-seconds per stream-second), measured
+    now on one thread with batches of ``args.batch`` streams (:func:`_model_rate`)."""
+    k = max(4, int(round(seconds * args.fs / args.block)))
+    _model_rate(args, 1, args.batch, max(2, k // 8))          # compiled, caches warm
+    r = _model_rate(args, 1, args.batch, k)
+    cost = r["cpu_util"] * args.fs / (args.block * r["blocks_per_s"])
+    return {"ideal": threads / cost if cost > 0 else 0.0, "bare_core_s_per_stream_s": cost}
 
 
 # ---------------------------------------------------------------------------- throughput
@@ -549,11 +703,19 @@ def print_report(r: dict, file=sys.stdout) -> None:
       f"first {r['warmup_first_call_s']:.2f} s: kernel load and cost model)")
     for e in r["errors"]:
         w(f"error: {e}")
+    tr = r.get("trace")
+    if tr:
+        w(f"trace {tr['file']}: {tr['calls']} calls, {tr['late_calls']} late: stall "
+          f"{tr['stall']}, late source {tr['late_source']}, slow call {tr['slow_call']}, "
+          f"queued {tr['queued']}, other {tr['other']}"
+          + (f" ({tr['overwritten']} calls overwritten)" if tr["overwritten"] else ""))
     if r.get("capacity") is not None:
         w(f"capacity: {r['capacity']} streams"
           + (" (the --max-streams cap)" if r.get("capacity_limited_by_max") else "")
           + (f" (misses up to {r['max_miss_rate']:g} of the blocks allowed)"
-             if r.get("max_miss_rate") else " (0 misses)"))
+             if r.get("max_miss_rate") else " (0 misses)")
+          + (f"; ideal {r['ideal']:.1f} (bare batched model, {r['threads']} workers): "
+             f"{r['capacity_fraction']:.2f} of ideal" if r.get("ideal") else ""))
 
 
 # ---------------------------------------------------------------------------- intake cost

@@ -113,6 +113,9 @@ class Scheduler:
                        When the
                        OS refuses (no ``CAP_SYS_NICE`` / ``RLIMIT_RTPRIO``) the workers run
                        at normal priority; ``stats()['_realtime']`` says which.
+    trace            : a :class:`~rtamt.scheduler.trace.CallTrace` that records every
+                       call's start, end, earliest deadline, batch size, group and worker
+                       (preallocated, no lock; default None: no record).
     gil_switch_ms    : while running, Python's thread switch interval
                        (``sys.setswitchinterval``) is lowered to this (default 0.5 ms;
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
@@ -134,7 +137,7 @@ class Scheduler:
                  gil_switch_ms: float | None = 0.5,
                  realtime: int | None = DEFAULT_PRIORITY,
                  backend: str | None = None, device=None, accelerator=None,
-                 freeze_gc: bool = True, start: bool = True):
+                 freeze_gc: bool = True, trace=None, start: bool = True):
         self.threads = int(threads or os.cpu_count() or 1)
         if self.threads < 1 or max_batch < 1 or not 0 < max_load <= 1.0:
             raise ValueError("threads and max_batch must be >= 1 and 0 < max_load <= 1")
@@ -175,7 +178,8 @@ class Scheduler:
         # the units (module docstring), sharing the groups, the streams and one lock
         self._costs = CostTable(self.max_batch)
         self._dispatch = Dispatcher(self._groups, self._streams, self.max_queue_delay,
-                                    self.realtime, self.realtime_status, self._report)
+                                    self.realtime, self.realtime_status, self._report,
+                                    trace)
         self._cv = self._dispatch.cv
         self._admission = Admission(self._groups, self._costs, self.threads, self.max_load,
                                     self.max_batch, self.accelerator)
@@ -193,6 +197,11 @@ class Scheduler:
     @property
     def running(self) -> bool:
         return self._dispatch.running
+
+    @property
+    def trace(self):
+        """The :class:`~rtamt.scheduler.trace.CallTrace` given to the constructor, or None."""
+        return self._dispatch.trace
 
     @property
     def closed(self) -> bool:

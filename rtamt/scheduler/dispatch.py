@@ -53,7 +53,7 @@ class Dispatcher:
     blocks holds wait on it for calls to come back)."""
 
     def __init__(self, groups: dict, streams: list, max_queue_delay: float, realtime,
-                 realtime_status: dict, report):
+                 realtime_status: dict, report, trace=None):
         self.cv = threading.Condition(threading.Lock())
         self.groups = groups
         self.streams = streams
@@ -68,6 +68,8 @@ class Dispatcher:
         self._stopping = False
         self._idle = 0
         self._t_watch = 0.0
+        #: a :class:`rtamt.scheduler.trace.CallTrace` every call is recorded in, or None
+        self.trace = trace
 
     # ================================================================ lifecycle
     @property
@@ -83,7 +85,10 @@ class Dispatcher:
         """Start ``threads`` workers; wait (at most 1 s) until each reported its
         SCHED_FIFO request."""
         self._stopping = False
-        th = [threading.Thread(target=self._worker, name=f"rtamt-worker-{i}", daemon=True)
+        if self.trace is not None:
+            self.trace.bind(threads)
+        th = [threading.Thread(target=self._worker, args=(i,), name=f"rtamt-worker-{i}",
+                               daemon=True)
               for i in range(threads)]
         self._threads = th
         for t in th:
@@ -165,6 +170,8 @@ class Dispatcher:
             s.busy = True
             s.ready = False
         g.inflight += 1
+        if self.trace is not None:
+            g.trace_index = self.trace.group_index(g.key, g.label)
         return (g, job), wake
 
     def _service(self, now: float) -> None:
@@ -201,7 +208,7 @@ class Dispatcher:
         else:
             s.intake(now)
 
-    def _worker(self) -> None:
+    def _worker(self, wid: int) -> None:
         """A worker: take in new input, pick the earliest-deadline call, run it; when there
         is nothing to run, sleep on the doorbell that every push (and every worker that
         leaves work behind) rings."""
@@ -224,14 +231,17 @@ class Dispatcher:
                 with cv:
                     self._idle -= 1
                 continue
-            self._run(*job)
+            self._run(*job, wid)
 
     def _more_work(self, now: float) -> bool:
         """Under the lock: is any stream's block ready and not taken?"""
         return any(s.ready and not s.busy for g in self.groups.values() for s in g.members)
 
-    def _run(self, g, job: list) -> None:
-        """Run one call (outside the lock), publish, then hand the streams back."""
+    def _run(self, g, job: list, wid: int = 0) -> None:
+        """Run one call (outside the lock), publish, then hand the streams back (and
+        record the call in :attr:`trace`, if any)."""
+        tr = self.trace
+        dl = min(s.deadline for s in job) if tr is not None else 0.0
         t0 = _perf()
         err = None
         try:
@@ -261,6 +271,8 @@ class Dispatcher:
             for s in job:
                 s.reject_block(err, msg, stop or s.on_error == "stop")
         now = _perf()
+        if tr is not None:
+            tr.record(wid, t0, t1, now, dl, n, g.trace_index)
         with self.cv:
             g.inflight -= 1
             for s in job:

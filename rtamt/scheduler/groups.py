@@ -54,6 +54,9 @@ class Group:
     """Streams of one design (see the module docstring): a slot store of their states,
     a pool of batched copies of the processor, and a cost model."""
 
+    #: the group's index in the scheduler's call trace (set when a call is picked)
+    trace_index = 0
+
     def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
                  batchable: bool, max_batch: int, device=None):
         self.key = key

@@ -1,0 +1,146 @@
+"""The scheduler's call trace (``Scheduler(trace=CallTrace())``) and latency_bench's
+``--trace FILE``, its bare-model probe and its attribution of late calls, and the ideal
+capacity that ``--find-capacity`` prints beside the capacity."""
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from latency_bench.streams import attribute_late_calls
+from rtamt.scheduler import CallTrace, Scheduler
+from rtamt.scheduler.trace import RECORD
+
+FS, B = 48000, 256
+
+
+def _run(trace, streams=3, blocks=12, threads=2, budget_ms=50.0):
+    x = (np.random.default_rng(0).standard_normal(B * blocks) * 0.01).astype(np.float64)
+    with Scheduler(threads=threads, trace=trace, realtime=None) as s:
+        hs = [s.open("dau1997", FS, B, budget_ms=budget_ms, dtype="float64")
+              for _ in range(streams)]
+        for h in hs:
+            h.push(x)
+        for h in hs:
+            assert h.wait_idle(timeout=120)
+        blocks_done = sum(h.stats().blocks for h in hs)
+    return blocks_done
+
+
+def test_every_call_is_recorded_once():
+    tr = CallTrace()
+    done = _run(tr)
+    r = tr.records()
+    assert done == 3 * 12
+    assert len(tr) == r.size and tr.overwritten == 0
+    assert int(r["batch"].sum()) == done              # every stream-block in one call
+    assert np.all(r["start"] <= r["end"]) and np.all(r["end"] <= r["published"])
+    assert np.all(np.diff(r["start"]) >= 0)           # ordered by start
+    assert set(r["worker"]) <= {0, 1} and set(r["group"]) == {0}
+    assert tr.group_labels == ["dau1997@48000Hz/256/float64"]
+    # all input was pushed before the calls: the deadlines are capture + budget, and the
+    # blocks were captured (pushed) before each call started
+    assert np.all(r["deadline"] - 0.05 <= r["start"])
+
+
+def test_a_full_trace_keeps_the_newest_calls():
+    tr = CallTrace(capacity=3)
+    _run(tr, streams=1, blocks=10, threads=1)
+    r = tr.records()
+    assert len(tr) == 3 and tr.overwritten == 7
+    assert r.dtype == RECORD and np.all(np.diff(r["start"]) > 0)
+    assert tr.records().size == 3
+
+
+def test_capacity_must_be_positive():
+    with pytest.raises(ValueError, match="capacity"):
+        CallTrace(0)
+
+
+def test_without_a_trace_nothing_is_recorded():
+    with Scheduler(threads=1, realtime=None) as s:
+        assert s.trace is None
+    tr = CallTrace()
+    with Scheduler(threads=1, trace=tr, realtime=None) as s:
+        assert s.trace is tr
+
+
+def _calls(rows):
+    a = np.zeros(len(rows), RECORD)
+    for i, (start, pub, deadline, batch) in enumerate(rows):
+        a[i] = (start, pub, pub, deadline, batch, 0, 0)
+    return a
+
+
+def test_each_late_call_gets_its_cause():
+    period = 0.005
+    # on-time calls of batch 2 take 1 ms (the median); five late ones, one per cause
+    ok = [(t, t + 0.001, t + 0.01, 2) for t in np.arange(0.0, 0.2, period)]
+    late = [(1.000, 1.010, 1.005, 2),    # a probe call overlapping it stalled
+            (2.000, 2.002, 2.0015, 2),   # its input was pushed 3 ms late just before
+            (3.000, 3.008, 3.005, 2),    # 8x the median: a slow call
+            (4.000, 4.001, 4.0005, 2),   # 1 ms call that started after deadline - 1 ms
+            (5.000, 5.0012, 5.0011, 2)]  # none of these
+    calls = _calls(ok + late)
+    pushes = np.array([[t, t + 1e-5] for t in np.arange(0.0, 6.0, period)]
+                      + [[1.996, 1.999]])
+    probe = np.array([[t, t + 0.0005] for t in np.arange(0.0, 6.0, period)]
+                     + [[1.002, 1.009]])
+    r = attribute_late_calls(calls, pushes, probe, period)
+    assert r == {"calls": len(ok) + 5, "late_calls": 5, "stall": 1, "late_source": 1,
+                 "slow_call": 1, "queued": 1, "other": 1}
+    # without late calls every count is 0
+    r = attribute_late_calls(_calls(ok), pushes, probe, period)
+    assert r["late_calls"] == 0 and r["stall"] == 0
+
+
+def test_bench_trace_file(tmp_path):
+    path = tmp_path / "t.csv"
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--streams", "2", "--seconds",
+                        "0.4", "--warmup-seconds", "0.2", "--trace", str(path), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    res = json.loads(r.stdout)
+    tr = res["trace"]
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    kinds = [row["kind"] for row in rows]
+    k = round(0.4 * FS / B)
+    assert kinds.count("push") == k                 # one FanOut source, measured window
+    assert kinds.count("probe") == k                # the bare probe, once per period
+    assert kinds.count("call") == tr["calls"] > 0
+    calls = [row for row in rows if row["kind"] == "call"]
+    assert sum(int(c["batch"]) for c in calls) >= res["n_blocks"] - 2 * 2
+    assert tr["late_calls"] == sum(int(c["late"]) for c in calls)
+    assert tr["late_calls"] == sum(tr[c] for c in ("stall", "late_source", "slow_call",
+                                                   "queued", "other"))
+    assert all(float(c["start_s"]) <= float(c["end_s"]) <= float(c["published_s"])
+               for c in calls)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--threads-scaling", "--trace", "x.csv"], "not allowed with --threads-scaling"),
+    (["--streams", "2", "--trace", "/nonexistent/dir/x.csv"], "cannot write into"),
+    (["--trace", "x.csv"], "needs --streams"),
+])
+def test_bench_trace_usage_errors(args, msg):
+    r = subprocess.run([sys.executable, "-m", "latency_bench", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_find_capacity_prints_the_ideal(tmp_path):
+    path = tmp_path / "cap.csv"
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--find-capacity",
+                        "--max-streams", "1", "--seconds", "0.3", "--warmup-seconds", "0.1",
+                        "--trace", str(path), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    res = json.loads(r.stdout)
+    assert res["ideal"] > 0 and res["bare_core_s_per_stream_s"] > 0
+    assert res["ideal"] == pytest.approx(res["threads"] / res["bare_core_s_per_stream_s"])
+    assert res["capacity_fraction"] == pytest.approx(res["capacity"] / res["ideal"])
+    assert (tmp_path / "cap.trial01.csv").exists()
+    assert "of ideal" in r.stderr
