@@ -8,10 +8,11 @@ or a crash in one step still leaves the others' results), and writes ``DIR/gpu.j
     GPU name, compute capability, memory, driver, CUDA, torch, triton, numba, numpy and
     Python versions, CPU, date, git commit.
 ``tests``
-    pytest on ``tests/test_cuda.py`` and every ``tests/test_triton_*.py`` with
-    ``RTAMT_TEST_DEVICE=cuda`` and ``TRITON_INTERPRET=0``: each Triton kernel compiled for
-    the GPU and checked on CUDA tensors against its numba twin (tests/_triton.py).  Results
-    go to ``DIR/junit.xml`` and, one line per test as it ends, ``DIR/tests.jsonl``.
+    pytest ``-m "cuda or triton"`` (the markers of tests/conftest.py, wherever the tests
+    live under tests/) with ``RTAMT_TEST_DEVICE=cuda`` and ``TRITON_INTERPRET=0``: each
+    Triton kernel compiled for the GPU and checked on CUDA tensors against its numba twin
+    (tests/support/_triton.py).  Results go to ``DIR/junit.xml`` and, one line per test as
+    it ends, ``DIR/tests.jsonl``.
 ``cpu_timing`` (beside ``tests``, on one pinned CPU core)
     every model with the numba kernels, one thread, 256-sample blocks, float32 and float64,
     batch 1, 64 and 1024: seconds per block.
@@ -72,21 +73,35 @@ FORBIDDEN = ("sounddevice", "PySide6", "pyqtgraph", "lhotse", "dask")
 """Packages the GPU path must not import (absent on the GPU machine)."""
 
 
+DEVICE_MARKERS = "cuda or triton"
+"""The tests the ``tests`` step runs: the markers set in tests/conftest.py."""
+
+
+def device_test_files() -> list[str]:
+    """The test files under tests/ that can hold a ``cuda`` or ``triton`` test, wherever they
+    live: those that import the Triton test helpers (``_triton``) or name either marker.
+    Reading the text instead of importing every test module keeps the step from importing
+    tests that need packages the GPU machine lacks (lhotse, Qt, sounddevice); ``-m``
+    (:data:`DEVICE_MARKERS`) then picks the marked tests from these files."""
+    needles = ("from _triton import", "import _triton", "mark.triton", "mark.cuda")
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if any(n in p.read_text(encoding="utf-8") for n in needles))
+
+
 def sizes(tiny: bool) -> dict:
     """What each step runs: the full check, or tiny sizes for the interpreter."""
     if not tiny:
         return {"tiny": False, "models": MODELS, "dtypes": ["float32", "float64"],
                 "block": 256, "batches": [1, 64, 1024], "largest_from": 2048,
                 "largest_cap": 131072, "gpu_blocks": 12, "gpu_warm": 2, "cpu_min_s": 0.3,
-                "tests": ["tests/test_cuda.py", "tests/test_toy_stage.py", *sorted(
-                    str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_triton_*.py"))],
-                "tests_k": None, "capacity": CAPACITY, "trial_s": 2.0, "warm_s": 0.5,
+                "tests": device_test_files(), "tests_m": DEVICE_MARKERS, "tests_k": None,
+                "capacity": CAPACITY, "trial_s": 2.0, "warm_s": 0.5,
                 "confirm_s": 30.0, "max_streams": 200000, "budget_ms": 10.0}
     return {"tiny": True, "models": [("dau1997", 16000.0, 1, {"flow": 1000.0, "fhigh": 1300.0}),
                                      ("glasberg2002", 32000.0, 1, {})],
             "dtypes": ["float32", "float64"], "block": 32, "batches": [1, 2],
             "largest_from": 4, "largest_cap": 4, "gpu_blocks": 2, "gpu_warm": 1,
-            "cpu_min_s": 0.0, "tests": ["tests/test_cuda.py", "tests/test_triton_models.py"],
+            "cpu_min_s": 0.0, "tests": device_test_files(), "tests_m": DEVICE_MARKERS,
             "tests_k": "exact_under_any_partition or snapshot_crosses",
             "capacity": [("king2019", 16000.0, 1, "float32", 2)], "trial_s": 0.008,
             "warm_s": 0.0, "confirm_s": 0.008, "max_streams": 2, "budget_ms": 100000.0,
@@ -474,7 +489,7 @@ def _child_env(cfg: dict, out: Path) -> dict:
 def _pytest_argv(cfg: dict, out: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
             "-p", "no:pytestqt", "-p", "latency_bench.pytest_record",
-            f"--junitxml={out / 'junit.xml'}", *cfg["tests"]]
+            f"--junitxml={out / 'junit.xml'}", "-m", cfg["tests_m"], *cfg["tests"]]
     if cfg["tests_k"]:
         argv += ["-k", cfg["tests_k"]]
     return argv
@@ -556,7 +571,7 @@ def markdown(res: dict) -> str:
     t = res["tests"]
     where = ("in Triton's interpreter on CPU tensors" if cfg.get("device") == "cpu" else
              "compiled Triton kernels on CUDA tensors")
-    L += ["", f"**Tests** ({where}, and tests/test_cuda.py): "
+    L += ["", f"**Tests** (`-m \"{cfg.get('tests_m')}\"`, {where}): "
           + (", ".join(f"{n} {k}" for k, n in sorted(t["counts"].items())) or "none ran")]
     for r in t["failures"][:15]:
         L.append(f"- FAILED `{r['nodeid']}`: {r.get('message', '')[:300]}")

@@ -1,4 +1,4 @@
-"""A toy stage added by following docs/architecture.md (tests/toy/onepole.py: Params,
+"""A toy stage added by following docs/architecture.md (tests/support/toy/onepole.py: Params,
 Weights, design, numba kernel, Triton twin, gradient rule; a few dozen lines) gets from the
 framework what the real stages have, checked as for them: block-size invariance (block
 size 1, random partitions, float32 and float64), states that stack and split by stream,
@@ -47,6 +47,7 @@ def test_states_stack_split_and_snapshot():
     assert np.array_equal(a(nxt), batch(np.stack([nxt, nxt]))[0])
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_triton_path_matches_numba_and_is_partition_exact(dtype):
     pytest.importorskip("triton")

@@ -1,7 +1,8 @@
 """The plumbing of ``python -m latency_bench.gpu`` (issue 28), so that the prepared GPU check
 cannot rot between GPU runs: without CUDA it is one line and exit 2; ``--device cpu`` runs
 every step with tiny sizes in Triton's interpreter and writes gpu.json / gpu.md with every
-section filled; a step that hangs is killed at its limit and the other steps still report."""
+section filled; a step that hangs is killed at its limit and the other steps still report; the
+tests step finds every test marked ``cuda`` or ``triton`` wherever it lives under tests/."""
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args, timeout=900):
@@ -87,3 +88,29 @@ def test_rtamt_apps_is_linked_when_it_is_not_installed(tmp_path, monkeypatch):
     assert link.resolve() == ROOT / "apps"
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), str(tmp_path / "pyshim")]
     assert env["TRITON_INTERPRET"] == "0" and env["RTAMT_TEST_DEVICE"] == "cuda"
+
+
+def _collected(*args):
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {line for line in r.stdout.splitlines() if "::" in line}
+
+
+def test_the_tests_step_finds_every_marked_test_wherever_it_lives():
+    """The step reads the test files' text (``device_test_files``) instead of importing every
+    test module, then selects by marker: every test that pytest marks ``cuda`` or ``triton``
+    anywhere under tests/ is in those files, and every test of a module that imports the
+    Triton test helpers is marked."""
+    from latency_bench import gpu
+    files = gpu.device_test_files()
+    marked = _collected("-m", gpu.DEVICE_MARKERS, "tests")
+    assert {t.split("::")[0] for t in marked} <= set(files)
+    assert marked == _collected("-m", gpu.DEVICE_MARKERS, *files)
+    helper_users = [f for f in files if any(line.startswith("from _triton import") for line in
+                                            (ROOT / f).read_text().splitlines())]
+    assert len(helper_users) >= 8
+    assert _collected(*helper_users) <= marked
+    # a test marked by hand (the toy stage imports the helpers inside its Triton test)
+    assert any("toy_stage.py::test_triton_path" in t for t in marked)

@@ -2,9 +2,10 @@
 
 ``RTAMT_TEST_DEVICE`` (default ``cpu``) names the torch device of every tensor the
 Triton tests make.  On ``cpu`` the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``,
-set by conftest.py; CI); ``python -m latency_bench.gpu`` runs the same tests with
+set by tests/conftest.py; CI); ``python -m latency_bench.gpu`` runs the same tests with
 ``RTAMT_TEST_DEVICE=cuda`` and ``TRITON_INTERPRET=0``, so every kernel is compiled for the
-GPU and checked there against its numba twin."""
+GPU and checked there against its numba twin.  tests/conftest.py marks every test of a
+module that imports from here ``triton`` (what that command selects)."""
 from __future__ import annotations
 
 import os

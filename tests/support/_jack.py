@@ -368,8 +368,8 @@ class _Watchdog:
             if self._left.is_set():
                 return
             self.fired = True
-        msg = (f"\n*** tests/_jack.py jack_server: block still running after {self.seconds} s; "
-               f"killing jackd (pid {self.proc.pid}) ***\n")
+        msg = (f"\n*** tests/support/_jack.py jack_server: block still running after "
+               f"{self.seconds} s; killing jackd (pid {self.proc.pid}) ***\n")
         path = os.path.join(tempfile.gettempdir(), f"rtamt-jack-watchdog-{os.getpid()}.txt")
         with contextlib.suppress(Exception):
             with open(path, "w") as f:
