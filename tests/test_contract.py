@@ -55,6 +55,7 @@ def _every_streaming_object():
     objs.extend(MODELS["king2019"](48000.0, compression="power").stages)
     objs.append(OuterMiddleEarFilter(fs=48000.0))
     objs.append(LoudnessMeter(fs=48000.0, channels=2))
+    objs.extend(objs[-1].stages)           # K-weighting, gating blocks, true peak
     objs.append(Chain(MODELS["dau1997"](48000.0).stages[:2]))
     objs.append(Parallel({"dau": MODELS["dau1997"](48000.0),
                           "meter": LoudnessMeter(fs=48000.0)}))

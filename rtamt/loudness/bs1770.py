@@ -1,68 +1,51 @@
-"""Streaming programme-loudness meter after ITU-R BS.1770-4 and EBU R128 (Tech 3341).
+"""Streaming programme-loudness meter after ITU-R BS.1770-4 and EBU R128: momentary,
+short-term and integrated loudness (EBU Tech 3341), loudness range (EBU Tech 3342) and
+maximum true peak (BS.1770-4 Annex 2).
 
-The meter is a stateful block processor: its state (K-weighting filter memories, the
-current 100 ms sub-block, the last 3 s of sub-block energies and the energies of
-all 400 ms gating blocks so far) carries across blocks, so any partition of a
-stream into blocks -- down to single samples -- gives bit-identical results to one
-call on the whole stream.
+The meter is built from three stages, each a module with its ``Params``, design and numba
+kernel (the stage contract of ``docs/architecture.md``):
 
-Sources and formulas
---------------------
-* **K-weighting** (ITU-R BS.1770-4, Annex 1, Tables 1 and 2): two biquads in
-  cascade, a high-shelf "pre-filter" (head acoustics, about +4 dB above 2 kHz) and
-  the "RLB" high-pass (revised low-frequency B-curve).  The Recommendation publishes
-  the coefficients for 48 kHz only; :func:`k_weighting_sos` designs them for any
-  sample rate from analog prototypes by the bilinear transform, prewarped at the
-  prototype's corner frequency ``f0`` (``K = tan(pi f0 / fs)``).  With the normalised
-  Laplace variable ``p = s / (2 pi f0)``:
+* :class:`rtamt.loudness.kweighting.KWeighting` -- the K-weighting filter (BS.1770-4
+  Annex 1, Tables 1 and 2; designed for any rate from the analog prototypes);
+* :class:`rtamt.loudness.gating.GatingBlocks` -- the 100 ms step clock and the power of
+  the 400 ms (momentary) and 3 s (short-term) windows, channels weighted by ``G_i``
+  (BS.1770-4 eqs. (1)-(2), Table 3);
+* :class:`rtamt.loudness.truepeak.TruePeak` -- 4x over-sampled true peak and sample peak
+  per channel (BS.1770-4 Annex 2).
 
-  - pre-filter (high shelf)  ``H1(p) = (Vh p^2 + Vb p / Q + 1) / (p^2 + p / Q + 1)``
-  - RLB (high-pass)          ``H2(p) = g p^2 / (p^2 + p / Q + 1)``
+The meter keeps the gated statistics: the integrated loudness (BS.1770-4 eqs. (3)-(7):
+400 ms gating blocks every 100 ms, absolute gate -70 LUFS, relative gate -10 LU, strict)
+and the loudness range (Tech 3342: the short-term values every ``lra_hop`` steps of
+100 ms, absolute gate -70 LUFS, relative gate -20 LU, 95th minus 10th percentile), either
+in fixed-size histograms of 0.01 LU bins (``mode='histogram'``, the default: the state
+has the same size after a day as after a minute) or as the exact list of values
+(``mode='exact'``: grows by 10 values a second; see :mod:`rtamt.loudness.gating` for the
+histogram's resolution).
 
-  The prototype parameters (module constants ``SHELF_*`` and ``RLB_*``) were obtained
-  by inverting the bilinear transform of the published 48 kHz coefficients exactly
-  (``K^2 = D(1)/D(-1)``, ``K/Q = 2 (1 - a2) / D(-1)``, ``Vh = N(-1)/D(-1)``,
-  ``Vb = (b0 - b2) / (1 - a2)``, ``g = 1 + K/Q + K^2`` where ``N``/``D`` are the numerator
-  and denominator polynomials in ``z``), so the design reproduces Tables 1 and 2 at
-  48 kHz to rounding (|error| < 1e-12) and keeps the same analog response at other
-  rates.  (The published pre-filter satisfies ``N(1) = D(1)``: unit gain at DC.)
-* **Loudness of a block** (BS.1770-4, Annex 1, eqs. (1)-(2)): with ``y_i`` the
-  K-weighted channel ``i`` and ``z_i`` its mean square over the block,
-  ``L_K = -0.691 + 10 log10( sum_i G_i z_i )``  [LUFS (= LKFS)].
-  Channel weights ``G_i`` (Table 3): 1.0 for L, R, C; 1.41 (+1.5 dB) for Ls, Rs;
-  the LFE channel is not measured (give it weight 0).
-* **Gated (integrated) loudness** (BS.1770-4, Annex 1, eqs. (3)-(7), and Annex 2 for
-  its rationale): gating blocks of ``T_g = 400 ms`` overlapping by 75 % (a new block
-  every 100 ms); absolute gate ``Gamma_a = -70 LUFS``; relative gate ``Gamma_r`` =
-  loudness of the mean energy of the blocks above ``Gamma_a``, minus 10 LU; the
-  integrated loudness is ``-0.691 + 10 log10`` of the mean of ``sum_i G_i z_ij`` over
-  the blocks ``j`` whose loudness exceeds both gates.  A block exactly at a gate is
-  rejected (the gates are strict inequalities, ``l_j > Gamma``).
-* **Momentary / short-term loudness** (EBU Tech 3341 v4, section 2.2; EBU R128):
-  ungated loudness over a sliding rectangular window of 400 ms (momentary, "M") and
-  3 s (short-term, "S"), both updated every 100 ms here.  The loudness range (LRA,
-  EBU Tech 3342) is not computed by this module.
+Channels (BS.1770-4 Table 3; EBU Tech 3341 section 2.10): L, R, C weigh 1.0, the
+surround channels Ls, Rs 1.41 (+1.5 dB), the LFE channel is excluded (weight 0).  The
+layout is given by ``layout`` (``'mono'``, ``'stereo'``, ``'5.0'``, ``'5.1'`` or a tuple of
+channel names) or, without one, follows from the channel count: 1 mono, 2 stereo,
+5 = L R C Ls Rs, 6 = L R C LFE Ls Rs (the WAV / SMPTE order); other counts weigh 1.0 per
+channel.  ``weights`` overrides the layout's weights.
 
 Time grid and conventions
 -------------------------
 The stream is cut into 100 ms sub-blocks; sub-block ``k`` (1-based) ends at sample
-``e_k = floor(k fs / 10)`` (exactly ``k * fs / 10`` at the usual rates; computed in
-exact rational arithmetic, so rates such as 11025 Hz work too).  When sub-block
-``k`` completes, one *step* is emitted at stream time ``t_k = e_k / fs`` seconds:
+``e_k = floor(k fs / 10)``.  When sub-block ``k`` completes, one *step* is emitted at
+stream time ``t_k = e_k / fs`` seconds: momentary ``M_k`` = loudness of samples
+``[e_{k-4}, e_k)`` (``k >= 4``), short-term ``S_k`` = of ``[e_{k-30}, e_k)`` (``k >= 30``);
+gating block ``j = k - 3`` is the momentary window, so the integrated loudness and the
+loudness range change only at steps.
 
-* momentary ``M_k``  = loudness of samples ``[e_{k-4}, e_k)``, defined for ``k >= 4``;
-* short-term ``S_k`` = loudness of samples ``[e_{k-30}, e_k)``, defined for ``k >= 30``;
-* gating block ``j = k - 3`` is the momentary window, so the integrated loudness
-  changes only at steps.
+Samples before the stream start are absent, not silence: a window is reported once it
+is full.  **Not yet defined** is ``None`` in scalar fields and ``NaN`` in step arrays;
+the loudness of **digital silence** is ``-inf`` LUFS (also the integrated value while no
+gating block passes the absolute gate); the loudness range is 0 LU while no short-term
+value passes its gates.  :func:`lufs_or_none` maps ``-inf``/``NaN`` to ``None`` for JSON.
 
-Samples before the stream start are treated as absent, not as silence: a window is
-reported only once it is full.  **Not yet defined** is reported as ``None`` in
-scalar fields and as ``NaN`` in step arrays; the loudness of **digital silence** is
-``-inf`` LUFS (also the integrated value while no gating block passes the absolute
-gate).  :func:`lufs_or_none` maps ``-inf``/``NaN`` to ``None`` for JSON.
-
-Filtering runs in float64 for float32 and float64 input alike (the input dtype
-affects only the values handed in, not the arithmetic).
+Filtering runs in float64 for float32 and float64 input alike, and any partition of a
+stream into blocks (down to single samples) gives the bits of one call.
 """
 from __future__ import annotations
 
@@ -73,43 +56,56 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy.signal import sosfilt
 
 from ..engine import contract as _C
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
+from . import gating as _G
+from .gating import (
+    ABSOLUTE_GATE_LUFS,
+    LOUDNESS_OFFSET_DB,
+    N_BINS,
+    N_MOMENTARY,
+    N_SHORT_TERM,
+    RELATIVE_GATE_LU,
+    GatingBlocks,
+    GatingParams,
+)
+from .kweighting import (
+    BS1770_48K_PREFILTER,
+    BS1770_48K_RLB,
+    RLB_F0_HZ,
+    RLB_GAIN,
+    RLB_Q,
+    SHELF_F0_HZ,
+    SHELF_Q,
+    SHELF_VB,
+    SHELF_VH,
+    KWeighting,
+    KWeightingParams,
+    k_weighting_sos,
+)
+from .truepeak import TruePeak, TruePeakParams, dbtp
 
 __all__ = [
     "Params", "Coeffs", "LoudnessMeter", "LoudnessResult", "LoudnessInputError",
-    "design", "k_weighting_sos", "default_weights", "lufs_or_none", "loudness_of_energy",
-    "BS1770_48K_PREFILTER", "BS1770_48K_RLB",
-    "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU",
+    "design", "k_weighting_sos", "default_weights", "layout_weights", "lufs_or_none",
+    "loudness_of_energy", "BS1770_48K_PREFILTER", "BS1770_48K_RLB",
+    "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LAYOUTS", "CHANNEL_WEIGHTS",
+    # re-exported for the users of the former single-module meter
+    "RLB_F0_HZ", "RLB_GAIN", "RLB_Q", "SHELF_F0_HZ", "SHELF_Q", "SHELF_VB", "SHELF_VH",
+    "N_MOMENTARY", "N_SHORT_TERM", "LOUDNESS_OFFSET_DB",
 ]
 
-# ---------------------------------------------------------------- constants
-#: BS.1770-4 Annex 1, Table 1: pre-filter (high shelf) at 48 kHz, (b, a).
-BS1770_48K_PREFILTER = ((1.53512485958697, -2.69169618940638, 1.19839281085285),
-                        (1.0, -1.69065929318241, 0.73248077421585))
-#: BS.1770-4 Annex 1, Table 2: RLB high-pass at 48 kHz, (b, a).
-BS1770_48K_RLB = ((1.0, -2.0, 1.0),
-                  (1.0, -1.99004745483398, 0.99007225036621))
-
-# Analog prototypes, from the exact inverse bilinear transform of the tables above.
-SHELF_F0_HZ = 1681.9744509555323    #: pre-filter corner frequency (Hz)
-SHELF_Q = 0.7071752369554194        #: pre-filter quality factor
-SHELF_VH = 1.5848647011308554       #: pre-filter high-frequency gain (linear, +4.0 dB)
-SHELF_VB = 1.2587209302325613       #: pre-filter band (s-term) gain (linear)
-RLB_F0_HZ = 38.13547087611305       #: RLB corner frequency (Hz)
-RLB_Q = 0.5003270373250421          #: RLB quality factor
-RLB_GAIN = 1.0049948987146884       #: RLB pass-band gain (linear; published b = [1, -2, 1])
-
-LOUDNESS_OFFSET_DB = -0.691         #: BS.1770-4 eq. (2) constant (dB)
-ABSOLUTE_GATE_LUFS = -70.0          #: BS.1770-4 eq. (5), Gamma_a (LUFS)
-RELATIVE_GATE_LU = -10.0            #: BS.1770-4 eq. (6), Gamma_r offset (LU)
 SURROUND_WEIGHT = 1.41              #: BS.1770-4 Table 3, G for Ls / Rs
-
-N_MOMENTARY = 4                     #: 400 ms = 4 sub-blocks (EBU Tech 3341; BS.1770 T_g)
-N_SHORT_TERM = 30                   #: 3 s = 30 sub-blocks (EBU Tech 3341)
+#: BS.1770-4 Table 3 weights by channel name (LFE excluded: Tech 3341 section 2.10)
+CHANNEL_WEIGHTS = {"L": 1.0, "R": 1.0, "C": 1.0, "M": 1.0, "Ls": SURROUND_WEIGHT,
+                   "Rs": SURROUND_WEIGHT, "LFE": 0.0}
+#: named layouts, channel names in stream order (WAV / SMPTE order for 5.1)
+LAYOUTS = {"mono": ("M",), "stereo": ("L", "R"), "5.0": ("L", "R", "C", "Ls", "Rs"),
+           "5.1": ("L", "R", "C", "LFE", "Ls", "Rs")}
+_DEFAULT_LAYOUT = {1: "mono", 2: "stereo", 5: "5.0", 6: "5.1"}
+MODES = ("histogram", "exact")
 
 _NAME = "bs1770"
 
@@ -123,136 +119,115 @@ class LoudnessInputError(RtamtInputError):
 
 
 # ---------------------------------------------------------------- design
-def default_weights(channels: int) -> tuple[float, ...]:
-    """BS.1770-4 Table 3 channel weights ``G_i``.
+def layout_weights(layout) -> tuple[float, ...]:
+    """BS.1770-4 Table 3 weights of a layout name (:data:`LAYOUTS`) or a tuple of channel
+    names (:data:`CHANNEL_WEIGHTS`)."""
+    names = LAYOUTS.get(layout) if isinstance(layout, str) else layout
+    if names is None:
+        raise ValueError(f"{_NAME}: unknown layout {layout!r}; choose from "
+                         f"{sorted(LAYOUTS)} or give a tuple of channel names "
+                         f"{sorted(CHANNEL_WEIGHTS)}")
+    bad = [n for n in names if n not in CHANNEL_WEIGHTS]
+    if bad:
+        raise ValueError(f"{_NAME}: unknown channel name(s) {bad} in layout {layout!r}; "
+                         f"known: {sorted(CHANNEL_WEIGHTS)}")
+    return tuple(CHANNEL_WEIGHTS[n] for n in names)
 
-    A 5-channel layout is taken as L, R, C, Ls, Rs -> ``(1, 1, 1, 1.41, 1.41)``; any
-    other channel count gets 1.0 everywhere (pass ``weights`` explicitly for other
-    layouts, e.g. 0.0 for an LFE channel, which BS.1770 excludes).
-    """
-    if channels == 5:
-        return (1.0, 1.0, 1.0, SURROUND_WEIGHT, SURROUND_WEIGHT)
-    return (1.0,) * channels
+
+def default_weights(channels: int) -> tuple[float, ...]:
+    """BS.1770-4 Table 3 channel weights ``G_i`` for the default layout of ``channels``
+    channels (1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs; else 1.0 each)."""
+    lay = _DEFAULT_LAYOUT.get(channels)
+    return layout_weights(lay) if lay else (1.0,) * channels
 
 
 @dataclasses.dataclass(frozen=True)
 class Params:
     """What a user sets.
 
-    fs: sample rate (Hz), > 2 * 1682 Hz (above the shelf's corner frequency).
+    fs: sample rate (Hz), > 2 * 1682 Hz, whose 100 ms grid repeats within 4096 steps
+        (any integer rate).
     channels: number of input channels ``C`` (blocks are ``(C, T)``; ``(T,)`` if ``C == 1``).
-    weights: BS.1770 channel weights ``G_i`` (length ``C``, >= 0); ``None`` ->
-        :func:`default_weights`.
+    weights: BS.1770 channel weights ``G_i`` (length ``C``, >= 0); ``None``: the layout's.
+    layout: ``'mono'``, ``'stereo'``, ``'5.0'``, ``'5.1'`` or a tuple of channel names
+        (``L R C Ls Rs LFE M``); ``None``: the default of the channel count.
+    mode: ``'histogram'`` (fixed-size state) or ``'exact'`` (every gating block kept).
+    lra_hop: short-term values for the loudness range every ``lra_hop`` steps of 100 ms
+        (Tech 3342 asks for at least 10 Hz, ``lra_hop=1``; libebur128 uses 1 s, 10).
     """
 
     fs: float = 48000.0
     channels: int = 2
     weights: tuple[float, ...] | None = None
+    layout: Any = None
+    mode: str = "histogram"
+    lra_hop: int = 1
 
     def __post_init__(self):
-        fs = float(self.fs)
-        if not math.isfinite(fs) or fs <= 2.0 * SHELF_F0_HZ:
-            raise ValueError(f"{_NAME}: fs must be a finite rate above {2 * SHELF_F0_HZ:.0f} Hz, "
-                             f"got {self.fs!r}")
+        KWeightingParams(self.fs)          # the rate check
+        _G.sub_block_lengths(float(self.fs))
+        object.__setattr__(self, "fs", float(self.fs))
         if int(self.channels) != self.channels or self.channels < 1:
             raise ValueError(f"{_NAME}: channels must be a positive integer, got {self.channels!r}")
-        object.__setattr__(self, "fs", fs)
         object.__setattr__(self, "channels", int(self.channels))
-        w = default_weights(self.channels) if self.weights is None else \
-            tuple(float(v) for v in self.weights)
+        lay = self.layout
+        if lay is not None:
+            lay = lay if isinstance(lay, str) else tuple(lay)
+            object.__setattr__(self, "layout", lay)
+            n = len(layout_weights(lay))
+            if n != self.channels:
+                raise ValueError(f"{_NAME}: layout {lay!r} has {n} channels, the meter "
+                                 f"measures {self.channels}")
+        if self.weights is not None:
+            w = tuple(float(v) for v in self.weights)
+        elif lay is not None:
+            w = layout_weights(lay)
+        else:
+            w = default_weights(self.channels)
         if len(w) != self.channels:
             raise ValueError(f"{_NAME}: {len(w)} weights for {self.channels} channels")
         if not all(math.isfinite(v) and v >= 0.0 for v in w):
             raise ValueError(f"{_NAME}: weights must be finite and >= 0, got {w}")
         object.__setattr__(self, "weights", w)
+        if self.mode not in MODES:
+            raise ValueError(f"{_NAME}: mode must be one of {MODES}, got {self.mode!r}")
+        if int(self.lra_hop) != self.lra_hop or not 1 <= self.lra_hop <= 10:
+            raise ValueError(f"{_NAME}: lra_hop must be an integer 1..10 (steps of 100 ms), "
+                             f"got {self.lra_hop!r}")
+        object.__setattr__(self, "lra_hop", int(self.lra_hop))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Coeffs:
     """Designed once from :class:`Params` by :func:`design`; never changes.
 
-    sos: ``(2, 6)`` float64 K-weighting second-order sections (pre-filter, RLB) in
-        :func:`scipy.signal.sosfilt` layout ``[b0, b1, b2, 1, a1, a2]``.
-    weights: ``(C,)`` float64 channel weights ``G_i``.
-    fs: sample rate (Hz); fs_exact: the same as an exact fraction (sub-block edges).
-    max_sub: longest 100 ms sub-block in samples (``ceil(fs / 10)``).
-    sub_lens: lengths of one period of the sub-block pattern (``fs / 10`` samples each
-        when that is an integer; e.g. 1102, 1103 alternating at 11025 Hz), or ``None``
-        when the period is too long to tabulate.
+    sos: ``(2, 6)`` K-weighting sections; weights: ``(C,)`` float64 ``G_i``;
+    sub_lens: ``(P,)`` int64 lengths of one period of the 100 ms sub-blocks.
     """
 
     sos: np.ndarray
     weights: np.ndarray
     fs: float
-    fs_exact: Fraction
     channels: int
-    max_sub: int
-    sub_lens: tuple[int, ...] | None
+    sub_lens: np.ndarray
 
     def edge(self, k: int) -> int:
         """Sample index where 100 ms sub-block ``k`` ends: ``floor(k fs / 10)``."""
-        return math.floor(self.fs_exact * k / 10)
-
-    def sub_len(self, k: int) -> int:
-        """Length in samples of sub-block ``k + 1`` (the one after ``k`` completed ones)."""
-        if self.sub_lens is not None:
-            return self.sub_lens[k % len(self.sub_lens)]
-        return self.edge(k + 1) - self.edge(k)
-
-
-def _bilinear_biquad(num_p, den_p, f0: float, fs: float) -> np.ndarray:
-    """Bilinear transform, prewarped at ``f0``, of ``N(p) / D(p)`` with ``p = s / (2 pi f0)``.
-
-    ``num_p`` / ``den_p`` are ``(c2, c1, c0)`` for ``c2 p^2 + c1 p + c0``.  Substituting
-    ``p = (1/K) (1 - z^-1) / (1 + z^-1)``, ``K = tan(pi f0 / fs)``, and multiplying by
-    ``K^2 (1 + z^-1)^2`` gives the coefficients of ``z^0, z^-1, z^-2``:
-    ``c2 + c1 K + c0 K^2``, ``2 (c0 K^2 - c2)``, ``c2 - c1 K + c0 K^2``.
-    Returns one normalised sos row ``[b0, b1, b2, 1, a1, a2]``.
-    """
-    K = math.tan(math.pi * f0 / fs)
-
-    def z_poly(c):
-        c2, c1, c0 = c
-        return np.array([c2 + c1 * K + c0 * K * K, 2.0 * (c0 * K * K - c2),
-                         c2 - c1 * K + c0 * K * K])
-
-    b, a = z_poly(num_p), z_poly(den_p)
-    return np.concatenate([b / a[0], a / a[0]])
-
-
-def k_weighting_sos(fs: float) -> np.ndarray:
-    """K-weighting filter (BS.1770-4 Annex 1) for sample rate ``fs`` (Hz) as ``(2, 6)`` sos.
-
-    Row 0 is the pre-filter (high shelf), row 1 the RLB high-pass, both from their
-    analog prototypes (module docstring) by the prewarped bilinear transform.  At
-    48 kHz the rows equal the published Tables 1 and 2.
-    """
-    fs = float(fs)
-    shelf = _bilinear_biquad((SHELF_VH, SHELF_VB / SHELF_Q, 1.0), (1.0, 1.0 / SHELF_Q, 1.0),
-                             SHELF_F0_HZ, fs)
-    rlb = _bilinear_biquad((RLB_GAIN, 0.0, 0.0), (1.0, 1.0 / RLB_Q, 1.0), RLB_F0_HZ, fs)
-    return np.stack([shelf, rlb])
+        return math.floor(Fraction(self.fs) * k / 10)
 
 
 def design(params: Params) -> Coeffs:
-    """Pure design step: :class:`Params` -> :class:`Coeffs` (K-weighting sos, weights, grid)."""
-    fs_exact = Fraction(params.fs)
-    period = (fs_exact / 10).denominator  # edge(k + period) = edge(k) + period * fs / 10
-    lens = None
-    if period <= 4096:
-        lens = tuple(math.floor(fs_exact * (k + 1) / 10) - math.floor(fs_exact * k / 10)
-                     for k in range(period))
+    """Pure design step: :class:`Params` -> :class:`Coeffs`."""
     return Coeffs(sos=k_weighting_sos(params.fs),
-                  weights=np.asarray(params.weights, dtype=np.float64),
-                  fs=params.fs, fs_exact=fs_exact, channels=params.channels,
-                  max_sub=math.ceil(fs_exact / 10), sub_lens=lens)
+                  weights=np.asarray(params.weights, dtype=np.float64), fs=params.fs,
+                  channels=params.channels, sub_lens=_G.sub_block_lengths(params.fs))
 
 
 # ---------------------------------------------------------------- helpers
 def loudness_of_energy(e):
     """``-0.691 + 10 log10(e)`` (LUFS) for the weighted mean square ``e = sum_i G_i z_i``
     (BS.1770-4 eq. (2)); ``e == 0`` -> ``-inf``.  Scalars give a float, arrays an array."""
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         out = LOUDNESS_OFFSET_DB + 10.0 * np.log10(np.asarray(e, dtype=np.float64))
     return float(out) if np.ndim(out) == 0 else out
 
@@ -276,7 +251,8 @@ def _scalar(v: float) -> float | None:
 
 @dataclasses.dataclass
 class LoudnessResult:
-    """What one call of :class:`LoudnessMeter` returns (all loudness values in LUFS).
+    """What one call of :class:`LoudnessMeter` returns (loudness in LUFS, range in LU,
+    peaks in dB TP / dBFS).
 
     momentary / short_term: the latest 400 ms / 3 s window loudness (state after
         this block's last completed 100 ms step; ``None`` until the first full window).
@@ -287,6 +263,11 @@ class LoudnessResult:
     step_momentary / step_short_term: ``(K,)`` float64 loudness at those steps
         (``NaN`` where the window is not yet full, ``-inf`` for silence).
     samples: total samples consumed by the stream (per channel), this block included.
+    loudness_range: LRA (LU, EBU Tech 3342) of the stream so far (``None`` before the
+        first short-term value).
+    true_peak / sample_peak: maximum over channels since the stream began (dB TP /
+        dBFS; ``-inf`` for silence); ``true_peak_channels`` / ``sample_peak_channels``:
+        ``(C,)`` float64 per channel.
     """
 
     momentary: float | None
@@ -296,6 +277,11 @@ class LoudnessResult:
     step_momentary: np.ndarray
     step_short_term: np.ndarray
     samples: int
+    loudness_range: float | None = None
+    true_peak: float | None = None
+    sample_peak: float | None = None
+    true_peak_channels: np.ndarray | None = None
+    sample_peak_channels: np.ndarray | None = None
 
     def to_json(self) -> dict:
         """A JSON-serialisable dict (``-inf`` / ``NaN`` -> ``None``)."""
@@ -303,6 +289,13 @@ class LoudnessResult:
             "momentary": lufs_or_none(self.momentary),
             "short_term": lufs_or_none(self.short_term),
             "integrated": lufs_or_none(self.integrated),
+            "loudness_range": lufs_or_none(self.loudness_range),
+            "true_peak": lufs_or_none(self.true_peak),
+            "sample_peak": lufs_or_none(self.sample_peak),
+            "true_peak_channels": lufs_or_none(self.true_peak_channels)
+            if self.true_peak_channels is not None else None,
+            "sample_peak_channels": lufs_or_none(self.sample_peak_channels)
+            if self.sample_peak_channels is not None else None,
             "step_time": [float(t) for t in self.step_time],
             "step_momentary": lufs_or_none(self.step_momentary),
             "step_short_term": lufs_or_none(self.step_short_term),
@@ -311,28 +304,31 @@ class LoudnessResult:
 
 
 # ---------------------------------------------------------------- the meter
-class LoudnessMeter(Registered):
-    """Streaming BS.1770-4 / EBU R128 loudness meter.
+_SCALARS = ("samples", "block", "momentary", "short_term", "integrated", "loudness_range")
 
-    ``LoudnessMeter(fs=48000, channels=2, weights=None)`` or ``LoudnessMeter(Params(...))``.
+
+class LoudnessMeter(Registered):
+    """Streaming BS.1770-4 / EBU R128 loudness meter (M, S, I, LRA, true peak).
+
+    ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram')``
+    or ``LoudnessMeter(Params(...))``.
 
     ``meter(block)`` takes a float32/float64 numpy block of shape ``(channels, T)``
     (or ``(T,)`` when ``channels == 1``), ``T >= 1``, finite values in full-scale units
     (a full-scale sine has peak amplitude 1.0), and returns a :class:`LoudnessResult`.
     Invalid blocks raise :class:`LoudnessInputError` (a ``ValueError``) and leave the
     state untouched.  ``reset()`` forgets the stream; ``state_dict()`` /
-    ``load_state_dict()`` snapshot and restore it (deep copies; bit-exact continuation).
+    ``load_state_dict()`` snapshot and restore it (deep copies; bit-exact continuation;
+    snapshots of the former single-module meter load too).
 
-    State (``state_dict()["state"]``):
-
-    * ``zi``      ``(2, C, 2)`` sosfilt memories of the two K-weighting sections;
-    * ``buf``     ``(C, max_sub)`` K-weighted samples of the current, incomplete
-      100 ms sub-block (its first ``fill`` columns); its energy is summed only when the
-      sub-block completes, so the sum is independent of block boundaries;
-    * ``ring_e``  ``(30,)`` weighted sums of squares ``sum_i G_i sum_t y_i^2`` of the
-      last 30 sub-blocks (oldest first), ``ring_n`` ``(30,)`` their lengths in samples;
-    * ``gate_e``  ``(J,)`` weighted mean squares of all 400 ms gating blocks so far;
-    * counters ``fill``, ``n_sub`` (completed sub-blocks), ``samples``, ``block``.
+    State (``state_dict()``): ``children`` holds the three stages' states (``kweighting``:
+    ``zi``; ``gating``: the current sub-block's channel sums, the last 30 sub-block powers;
+    ``truepeak``: the last 11 samples and the peaks), ``arrays`` the meter's: counters
+    ``samples``, ``block``, the latest ``momentary``, ``short_term``, ``integrated``,
+    ``loudness_range``, and the gated statistics -- histogram mode: ``gate_n`` /
+    ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts (int64) and power sums
+    (float64) per 0.01 LU bin; exact mode: ``gate_e`` and ``lra_e``, every gating-block
+    and short-term power so far.
     """
 
     name = _NAME
@@ -344,6 +340,10 @@ class LoudnessMeter(Registered):
             params = dataclasses.replace(params, **kwargs)
         self.params = params
         self.coeffs = design(params)
+        self.kweighting = KWeighting(KWeightingParams(params.fs))
+        self.gating = GatingBlocks(GatingParams(params.fs, params.weights))
+        self.truepeak = TruePeak(TruePeakParams(params.fs))
+        self.stages = (self.kweighting, self.gating, self.truepeak)
         self.reset()
 
     def __repr__(self):
@@ -351,85 +351,109 @@ class LoudnessMeter(Registered):
 
     # -- state ------------------------------------------------------------------------
     def _initial_state(self) -> dict:
-        C = self.coeffs.channels
-        return {
-            "zi": np.zeros((2, C, 2)),
-            "buf": np.zeros((C, self.coeffs.max_sub)),
-            "fill": 0,
-            "ring_e": np.zeros(N_SHORT_TERM),
-            "ring_n": np.zeros(N_SHORT_TERM, dtype=np.int64),
-            "n_sub": 0,
-            "samples": 0,
-            "block": 0,
-            "momentary": math.nan,
-            "short_term": math.nan,
-            "integrated": math.nan,
-        }
+        s = {"samples": 0, "block": 0, "momentary": math.nan, "short_term": math.nan,
+             "integrated": math.nan, "loudness_range": math.nan}
+        if self.params.mode == "histogram":
+            s.update(gate_n=np.zeros(N_BINS, np.int64), gate_e=np.zeros(N_BINS),
+                     lra_n=np.zeros(N_BINS, np.int64), lra_e=np.zeros(N_BINS))
+        return s
 
     def reset(self) -> None:
         """Forget the stream: the next block is the first one (empty history, filters at rest)."""
         self._s = self._initial_state()
-        self._gate = np.zeros(64)  # capacity buffer behind state["gate_e"]
-        self._n_gate = 0
+        C = self.coeffs.channels
+        lead = (1, C)
+        for st in self.stages:
+            st.reset()
+            st._ensure_state(lead, C, np.float64)
+        self._lists = {"gate_e": _Growing(), "lra_e": _Growing()}   # exact mode
+        self._work = [None, None]
 
     # -- the streaming contract ---------------------------------------------------------
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
     input_limit = math.inf
-    outputs = ("momentary", "short_term", "integrated")
+    outputs = ("momentary", "short_term", "integrated", "loudness_range", "true_peak")
 
     def process_all(self, x) -> dict:
-        """``{'momentary', 'short_term', 'integrated'}`` (LUFS or ``None``) after the block."""
+        """``{'momentary', 'short_term', 'integrated', 'loudness_range', 'true_peak'}``
+        (LUFS / LU / dB TP, or ``None``) after the block."""
         r = self(x)
         return {"momentary": r.momentary, "short_term": r.short_term,
-                "integrated": r.integrated}
+                "integrated": r.integrated, "loudness_range": r.loudness_range,
+                "true_peak": r.true_peak}
 
     def output_info(self) -> dict:
-        """Loudness values (LUFS) updated every 100 ms sub-block (EBU Tech 3341)."""
+        """Values updated every 100 ms sub-block (EBU Tech 3341); the true peak every block."""
         return {k: {"rate": 10.0, "channels": None} for k in self.outputs}
 
     def design_identity(self) -> dict:
-        """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and K-weighting design)."""
+        """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and the stages' designs)."""
         fp = self.__dict__.get("_fp")
         if fp is None:
             fp = self._fp = _C.fingerprint(self.params, self.coeffs)
         return {"name": self.name, "fs": float(self.params.fs),
                 "channels": int(self.coeffs.channels), "fingerprint": fp}
 
-    def state_dict(self) -> dict:
-        """Deep copy of the meter's state in the contract's schema; ``arrays`` holds the
-        state listed in the class docstring (counters as 0-d values)."""
+    def _arrays(self) -> dict:
         s = dict(self._s)
-        s["gate_e"] = self._gate[:self._n_gate]
+        if self.params.mode == "exact":
+            s.update({k: g.view() for k, g in self._lists.items()})
+        return copy.deepcopy(s)
+
+    def state_dict(self) -> dict:
+        """Deep copy of the meter's state in the contract's schema (class docstring)."""
         return _C.header(self, self._s["block"],
                          _C.stream_meta(None, [self.coeffs.channels], np.float64),
-                         arrays=copy.deepcopy(s))
+                         arrays=self._arrays(),
+                         children={st.name: st.state_dict() for st in self.stages})
 
     def load_state_dict(self, sd: dict) -> None:
-        """Restore a snapshot from :meth:`state_dict` (checked before anything changes)."""
+        """Restore a snapshot from :meth:`state_dict` (checked before anything changes);
+        a snapshot of the former single-module meter (arrays ``zi``, ``buf``, ``gate_e``,
+        ...) is converted."""
+        arrays = sd.get("arrays") if isinstance(sd, dict) else None
         try:
-            _C.check_identity(self.name, sd, self)
+            if isinstance(arrays, dict) and "buf" in arrays:
+                sd = _from_v1(self, sd)
+            else:
+                _C.check_identity(self.name, sd, self)
         except RtamtInputError as e:
             raise LoudnessInputError(str(e)) from None
-        ref = self._initial_state()
         st = sd.get("arrays")
-        if not isinstance(st, dict) or set(st) != set(ref) | {"gate_e"}:
+        ref = self._initial_state()
+        want = set(ref) | ({"gate_e", "lra_e"} if self.params.mode == "exact" else set())
+        if not isinstance(st, dict) or set(st) != want:
             raise LoudnessInputError(
                 f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} != "
-                f"{sorted(set(ref) | {'gate_e'})}")
+                f"{sorted(want)} (mode {self.params.mode!r})")
         for k, v in ref.items():
             a = np.asarray(st[k])
             if isinstance(v, np.ndarray) and (a.shape != v.shape or a.dtype != v.dtype):
                 raise LoudnessInputError(
                     f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, "
                     f"expected {v.shape} {v.dtype}")
-            if k in ("zi", "buf", "ring_e") and not np.isfinite(a).all():
+        for k in ("gate_e", "lra_e"):
+            if k in st and not np.isfinite(np.asarray(st[k], dtype=np.float64)).all():
                 raise LoudnessInputError(f"{self.name}: state array {k!r} holds a non-finite "
                                          "value; refused")
-        gate = np.array(st["gate_e"], dtype=np.float64, copy=True).ravel()
-        self._s = copy.deepcopy({k: v for k, v in st.items() if k != "gate_e"})
-        self._n_gate = gate.size
-        self._gate = np.zeros(max(64, 2 * gate.size))
-        self._gate[:gate.size] = gate
+        ch = sd.get("children")
+        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
+            raise LoudnessInputError(f"{self.name}: the state's stages "
+                                     f"{sorted(ch) if isinstance(ch, dict) else ch} differ "
+                                     f"from {[s.name for s in self.stages]}")
+        backup = [s.state_dict() for s in self.stages]
+        try:
+            for s in self.stages:
+                s.load_state_dict(ch[s.name])
+        except RtamtInputError as e:
+            for s, b in zip(self.stages, backup):
+                s.load_state_dict(b)
+            raise LoudnessInputError(str(e)) from None
+        self._s = copy.deepcopy({k: v for k, v in st.items()
+                                 if k in ref})
+        self._lists = {k: _Growing(np.asarray(st[k], dtype=np.float64))
+                       if k in st and self.params.mode == "exact" else _Growing()
+                       for k in ("gate_e", "lra_e")}
 
     @classmethod
     def stack_state_dicts(cls, states):
@@ -466,6 +490,31 @@ class LoudnessMeter(Registered):
         """Gated integrated loudness so far (LUFS); ``None`` before the first gating block."""
         return _scalar(self._s["integrated"])
 
+    @property
+    def loudness_range(self) -> float | None:
+        """Loudness range so far (LU, EBU Tech 3342); ``None`` before 3 s have been heard."""
+        return _scalar(self._s["loudness_range"])
+
+    @property
+    def true_peak_channels(self) -> np.ndarray:
+        """``(C,)`` maximum true peak per channel so far (dB TP)."""
+        return dbtp(self.truepeak.state["true_peak"][0])
+
+    @property
+    def sample_peak_channels(self) -> np.ndarray:
+        """``(C,)`` maximum sample peak per channel so far (dBFS)."""
+        return dbtp(self.truepeak.state["sample_peak"][0])
+
+    @property
+    def true_peak(self) -> float:
+        """Maximum true peak over the channels so far (dB TP, BS.1770-4 Annex 2)."""
+        return dbtp(float(self.truepeak.state["true_peak"].max()))
+
+    @property
+    def sample_peak(self) -> float:
+        """Maximum sample peak over the channels so far (dBFS)."""
+        return dbtp(float(self.truepeak.state["sample_peak"].max()))
+
     # -- validation ---------------------------------------------------------------------
     def _check(self, x: Any) -> np.ndarray:
         """Return the block as a ``(C, T)`` array, or raise before anything changes."""
@@ -494,71 +543,146 @@ class LoudnessMeter(Registered):
         """Measure one block; returns a :class:`LoudnessResult` (see class docstring)."""
         x = self._check(x)
         ensure_ftz()
-        c, s = self.coeffs, self._s
-        y, zf = sosfilt(c.sos, x.astype(np.float64, copy=False), axis=-1, zi=s["zi"])
-        T = y.shape[1]
-        buf, fill, n_sub = s["buf"], s["fill"], s["n_sub"]
-        ring_e, ring_n = s["ring_e"], s["ring_n"]
-        times, mom, sht = [], [], []
-        pos = 0
-        while pos < T:
-            length = c.sub_len(n_sub)
-            take = min(length - fill, T - pos)
-            buf[:, fill:fill + take] = y[:, pos:pos + take]
-            fill += take
-            pos += take
-            if fill < length:
-                break
-            # sub-block n_sub + 1 complete: its weighted sum of squares (BS.1770 eq. (1)-(2))
-            sub = buf[:, :length]
-            e_sub = float(np.sum(c.weights * np.sum(sub * sub, axis=1)))
-            ring_e[:-1] = ring_e[1:]
-            ring_n[:-1] = ring_n[1:]
-            ring_e[-1] = e_sub
-            ring_n[-1] = length
-            fill = 0
-            n_sub += 1
-            m = st = math.nan
-            if n_sub >= N_MOMENTARY:
-                e_m = float(np.sum(ring_e[-N_MOMENTARY:])) / int(np.sum(ring_n[-N_MOMENTARY:]))
-                m = loudness_of_energy(e_m)
-                self._push_gate(e_m)
-            if n_sub >= N_SHORT_TERM:
-                st = loudness_of_energy(float(np.sum(ring_e)) / int(np.sum(ring_n)))
-            times.append(c.edge(n_sub) / c.fs)
-            mom.append(m)
-            sht.append(st)
-        s["zi"] = zf
-        s["fill"] = fill
-        s["n_sub"] = n_sub
-        s["samples"] += T
+        s, p = self._s, self.params
+        xt = np.ascontiguousarray(x.T)[None]                     # (1, T, C) time-major
+        kw, gt, tp = self.stages
+        y = self._work[0] = kw.process_tm(kw.coeffs, kw._state, xt, self._work[0])
+        steps = gt.process_tm(gt.coeffs, gt._state, y, self._work[1])
+        self._work[1] = steps
+        tp.process_tm(tp.coeffs, tp._state, xt)
+        for st in self.stages:
+            st._block += 1
+        n = int(gt._state["count"][0])
+        rows = steps[0, :n]
+        k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
+        if n:
+            self._gate(e_m, e_s, k)
+        s["samples"] += x.shape[1]
         s["block"] += 1
-        if mom:
-            s["momentary"], s["short_term"] = mom[-1], sht[-1]
-            if not math.isnan(mom[-1]):
-                s["integrated"] = self._gated()
+        mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
+        if n:
+            s["momentary"], s["short_term"] = float(mom[-1]), float(sht[-1])
+        fs = Fraction(p.fs)
+        times = np.array([math.floor(fs * int(i) / 10) for i in k], dtype=np.float64) / p.fs \
+            if n else np.zeros(0)
+        tpc, spc = self.true_peak_channels, self.sample_peak_channels
         return LoudnessResult(
             momentary=_scalar(s["momentary"]), short_term=_scalar(s["short_term"]),
-            integrated=_scalar(s["integrated"]),
-            step_time=np.asarray(times, dtype=np.float64),
-            step_momentary=np.asarray(mom, dtype=np.float64),
-            step_short_term=np.asarray(sht, dtype=np.float64),
-            samples=s["samples"])
+            integrated=_scalar(s["integrated"]), step_time=times,
+            step_momentary=np.asarray(mom, dtype=np.float64).reshape(-1),
+            step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
+            samples=s["samples"], loudness_range=_scalar(s["loudness_range"]),
+            true_peak=float(tpc.max()), sample_peak=float(spc.max()),
+            true_peak_channels=tpc, sample_peak_channels=spc)
 
-    def _push_gate(self, e: float) -> None:
-        if self._n_gate == self._gate.size:
-            grown = np.zeros(2 * self._gate.size)
-            grown[:self._n_gate] = self._gate
-            self._gate = grown
-        self._gate[self._n_gate] = e
-        self._n_gate += 1
+    def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray) -> None:
+        """Add this block's gating blocks and short-term values to the statistics and
+        update the integrated loudness and loudness range."""
+        s, hop = self._s, self.params.lra_hop
+        ok_m = ~np.isnan(e_m)
+        lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
+        if self.params.mode == "histogram":
+            for e in e_m[ok_m]:
+                _G.hist_add(s["gate_n"], s["gate_e"], float(e), True)
+            for e in e_s[lra_pick]:
+                _G.hist_add(s["lra_n"], s["lra_e"], float(e), False)
+            if ok_m.any():
+                s["integrated"] = loudness_of_energy(_G.hist_integrated(s["gate_n"],
+                                                                        s["gate_e"]))
+            if (~np.isnan(e_s)).any():
+                s["loudness_range"] = _G.hist_lra(s["lra_n"], s["lra_e"])
+        else:
+            self._lists["gate_e"].extend(e_m[ok_m])
+            self._lists["lra_e"].extend(e_s[lra_pick])
+            if ok_m.any():
+                s["integrated"] = loudness_of_energy(
+                    _G.exact_integrated(self._lists["gate_e"].view()))
+            if (~np.isnan(e_s)).any():
+                s["loudness_range"] = _G.exact_lra(self._lists["lra_e"].view())
 
-    def _gated(self) -> float:
-        """Integrated loudness over all gating blocks so far (BS.1770-4 eqs. (3)-(7))."""
-        e = self._gate[:self._n_gate]
-        lk = loudness_of_energy(e)
-        above_abs = lk > ABSOLUTE_GATE_LUFS
-        if not above_abs.any():
-            return -math.inf
-        gamma_r = loudness_of_energy(float(np.mean(e[above_abs]))) + RELATIVE_GATE_LU
-        return loudness_of_energy(float(np.mean(e[above_abs & (lk > gamma_r)])))
+
+class _Growing:
+    """A float64 list with amortised appends (the exact mode's values)."""
+
+    def __init__(self, values=None):
+        v = np.zeros(0) if values is None else np.asarray(values, np.float64).ravel()
+        self._a = np.zeros(max(64, 2 * v.size))
+        self._a[:v.size] = v
+        self._n = v.size
+
+    def extend(self, v) -> None:
+        v = np.asarray(v, np.float64)
+        if self._n + v.size > self._a.size:
+            grown = np.zeros(2 * (self._n + v.size))
+            grown[:self._n] = self._a[:self._n]
+            self._a = grown
+        self._a[self._n:self._n + v.size] = v
+        self._n += v.size
+
+    def view(self) -> np.ndarray:
+        return self._a[:self._n]
+
+
+# ---------------------------------------------------------------- former snapshots
+def _v1_fingerprint(params: Params) -> str:
+    """The design fingerprint the single-module meter (state arrays ``zi``, ``buf``,
+    ``gate_e``) gave ``params``' rate, channels and weights."""
+    fs = Fraction(params.fs)
+    period = (fs / 10).denominator
+    lens = tuple(math.floor(fs * (k + 1) / 10) - math.floor(fs * k / 10)
+                 for k in range(period)) if period <= 4096 else None
+    old_p = dataclasses.make_dataclass("Params", [("fs", object), ("channels", object),
+                                                  ("weights", object)])
+    old_c = dataclasses.make_dataclass("Coeffs", [(n, object) for n in (
+        "sos", "weights", "fs", "fs_exact", "channels", "max_sub", "sub_lens")])
+    return _C.fingerprint(
+        old_p(params.fs, params.channels, params.weights),
+        old_c(k_weighting_sos(params.fs), np.asarray(params.weights, np.float64), params.fs,
+              fs, params.channels, math.ceil(fs / 10), lens))
+
+
+def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
+    """A snapshot of the single-module meter as this meter's snapshot (the filter memories,
+    the open sub-block's channel sums, the last 30 sub-blocks and every gating block;
+    the loudness range starts empty: that meter kept no short-term history beyond 3 s)."""
+    _C.check_state_header(meter.name, sd)
+    p = meter.params
+    theirs = sd.get("design") or {}
+    if sd.get("kind") != type(meter).__name__ or theirs.get("fingerprint") != _v1_fingerprint(p):
+        raise RtamtInputError(
+            f"{meter.name}: the state was made by a meter with other parameters (sample rate "
+            f"{theirs.get('fs')!r}, channels {theirs.get('channels')!r}; this meter: "
+            f"{p.fs!r}, {p.channels!r}, weights {p.weights})")
+    a = sd["arrays"]
+    C = p.channels
+    zi, buf = np.asarray(a["zi"], np.float64), np.asarray(a["buf"], np.float64)
+    if zi.shape != (2, C, 2) or buf.ndim != 2 or buf.shape[0] != C:
+        raise RtamtInputError(f"{meter.name}: malformed former snapshot (zi {zi.shape}, "
+                              f"buf {buf.shape}) for {C} channels")
+    fill, n_sub = int(a["fill"]), int(a["n_sub"])
+    acc = np.zeros((1, C))
+    for t in range(fill):                       # the kernel's order of summation
+        acc[0] += buf[:, t] * buf[:, t]
+    ring_e, ring_n = np.zeros((1, N_SHORT_TERM)), np.zeros((1, N_SHORT_TERM), np.int64)
+    old_e, old_n = np.asarray(a["ring_e"], np.float64), np.asarray(a["ring_n"], np.int64)
+    for j in range(N_SHORT_TERM):               # old ring: newest last
+        slot = (n_sub - 1 - j) % N_SHORT_TERM
+        ring_e[0, slot], ring_n[0, slot] = old_e[-1 - j], old_n[-1 - j]
+    fresh = LoudnessMeter(p)
+    block = int(a["block"])
+    kw, gt, tp = fresh.stages
+    kw._state["zi"] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
+    gt._state.update(acc=acc, fill=np.array([fill]), n_sub=np.array([n_sub]), ring_e=ring_e,
+                     ring_n=ring_n)
+    for st in fresh.stages:
+        st._block = block
+    gate = np.asarray(a["gate_e"], np.float64).ravel()
+    s = fresh._s
+    s.update(samples=int(a["samples"]), block=block, momentary=float(a["momentary"]),
+             short_term=float(a["short_term"]), integrated=float(a["integrated"]))
+    if p.mode == "histogram":
+        for e in gate:
+            _G.hist_add(s["gate_n"], s["gate_e"], float(e), True)
+    else:
+        fresh._lists["gate_e"].extend(gate)
+    return fresh.state_dict()

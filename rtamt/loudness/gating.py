@@ -1,0 +1,340 @@
+"""Block powers of the BS.1770 / EBU R128 meter: the 100 ms step clock and the momentary
+(400 ms) and short-term (3 s) window powers, as a stage; and the gated statistics
+(integrated loudness, loudness range) from fixed-size histograms or from the exact list.
+
+Sources
+-------
+* **Loudness of a block** (ITU-R BS.1770-4, Annex 1, eqs. (1)-(2)): with ``y_i`` the
+  K-weighted channel ``i`` and ``z_i`` its mean square over the block,
+  ``L_K = -0.691 + 10 log10(sum_i G_i z_i)`` [LUFS].
+* **Gating blocks** (BS.1770-4 Annex 1, eqs. (3)-(7)): ``T_g = 400 ms`` blocks overlapping
+  by 75 % (one every 100 ms); absolute gate ``Gamma_a = -70 LUFS``; relative gate the
+  loudness of the mean power of the blocks above ``Gamma_a`` minus 10 LU; the gates are
+  strict (``l_j > Gamma``).
+* **Momentary / short-term loudness** (EBU Tech 3341, section 2.2): ungated loudness of
+  a sliding rectangular window of 400 ms ("M") and 3 s ("S"), here at every 100 ms step.
+* **Loudness range** (EBU Tech 3342, section 3.1 and its MATLAB reference, section 5):
+  short-term loudness values at least every 100 ms (10 Hz); absolute gate ``>= -70
+  LUFS``; relative gate ``>=`` the loudness of their mean power minus 20 LU; LRA is the
+  95th minus the 10th percentile, the percentile ``p`` being the sorted value of rank
+  ``round((n - 1) p)`` (0-based; MATLAB's ``round``, halves away from zero).
+
+The step clock
+--------------
+The stream is cut into 100 ms sub-blocks; sub-block ``k`` (1-based) ends at sample
+``e_k = floor(k fs / 10)`` (the lengths repeat with a period of at most
+:data:`MAX_PERIOD` sub-blocks, tabulated in the design).  When sub-block ``k`` completes
+the stage emits one step: the weighted mean square of samples ``[e_{k-4}, e_k)``
+(momentary, for ``k >= 4``) and ``[e_{k-30}, e_k)`` (short-term, for ``k >= 30``).
+
+Histograms
+----------
+A histogram holds, per loudness bin of width :data:`BIN_LU` (0.01 LU) from -70 LUFS to
++30 LUFS (:data:`N_BINS` bins; louder values count in the top bin), the number of values
+and the sum of their powers: a fixed size for any programme length.  From it
+
+* the integrated loudness is exact except for the blocks in the one bin that holds the
+  relative gate, of which the fraction above the gate (in loudness, assumed uniform in
+  the bin) is counted: the error is bounded by those blocks' share, at most a 0.01 LU
+  wide slice of the distribution;
+* the LRA percentiles are the mean power of the bin holding the rank (exact when the
+  bin's values are equal, e.g. steady tones; else within the 0.01 LU bin); the relative
+  gate counts the bin holding it when the bin's centre passes it.
+
+The exact mode keeps every value instead (a list that grows by 10 values per second).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from numba import njit
+
+from ..engine.backend import Kernels, kernel_method
+from ..engine.jit import JIT
+from ..engine.stage import Stage
+
+__all__ = ["GatingParams", "GatingCoeffs", "GatingBlocks", "sub_block_lengths",
+           "LOUDNESS_OFFSET_DB", "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LRA_GATE_LU",
+           "N_MOMENTARY", "N_SHORT_TERM", "BIN_LU", "N_BINS", "BIN_BOUNDS",
+           "hist_add", "hist_integrated", "hist_lra", "exact_integrated", "exact_lra"]
+
+LOUDNESS_OFFSET_DB = -0.691         #: BS.1770-4 eq. (2) constant (dB)
+ABSOLUTE_GATE_LUFS = -70.0          #: BS.1770-4 eq. (5) and Tech 3342, Gamma_a (LUFS)
+RELATIVE_GATE_LU = -10.0            #: BS.1770-4 eq. (6), Gamma_r offset (LU)
+LRA_GATE_LU = -20.0                 #: EBU Tech 3342 section 3.1, relative gate (LU)
+LRA_LOW, LRA_HIGH = 0.10, 0.95      #: EBU Tech 3342 section 3.1, percentiles
+N_MOMENTARY = 4                     #: 400 ms = 4 sub-blocks (Tech 3341; BS.1770 T_g)
+N_SHORT_TERM = 30                   #: 3 s = 30 sub-blocks (Tech 3341)
+MAX_PERIOD = 4096                   #: longest tabulated period of the sub-block lengths
+BIN_LU = 0.01                       #: histogram bin width (LU)
+HIST_TOP_LUFS = 30.0                #: upper edge of the histogram (LUFS)
+N_BINS = int(round((HIST_TOP_LUFS - ABSOLUTE_GATE_LUFS) / BIN_LU))   #: 10000 bins
+#: bin edges as powers: bin ``i`` holds ``BIN_BOUNDS[i] <= e < BIN_BOUNDS[i + 1]``
+BIN_BOUNDS = 10.0 ** ((ABSOLUTE_GATE_LUFS + BIN_LU * np.arange(N_BINS + 1)
+                       - LOUDNESS_OFFSET_DB) / 10.0)
+
+
+def sub_block_lengths(fs: float) -> np.ndarray:
+    """Lengths (samples) of one period of the 100 ms sub-blocks, ``floor((k + 1) fs / 10)
+    - floor(k fs / 10)``, as int64; raises ``ValueError`` when the period is longer than
+    :data:`MAX_PERIOD` sub-blocks (a rate that is not a multiple of 10 / 4096 Hz)."""
+    from fractions import Fraction
+
+    f = Fraction(fs)
+    period = (f / 10).denominator
+    if period > MAX_PERIOD:
+        raise ValueError(f"bs1770: the 100 ms step clock of fs={fs!r} Hz repeats only after "
+                         f"{period} steps (> {MAX_PERIOD}); use a rate that is a multiple of "
+                         "10/4096 Hz (e.g. an integer rate)")
+    k = np.arange(period + 1)
+    edges = np.array([math.floor(f * int(i) / 10) for i in k], dtype=np.int64)
+    return np.diff(edges)
+
+
+@dataclasses.dataclass(frozen=True)
+class GatingParams:
+    """fs: sample rate (Hz); weights: BS.1770 channel weights ``G_i`` (one per input
+    channel, >= 0; ``None``: 1.0 each)."""
+
+    fs: float = 48000.0
+    weights: tuple[float, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GatingCoeffs:
+    """weights ``(C,)`` float64; sub_lens ``(P,)`` int64 sub-block lengths (one period);
+    min_len: the shortest of them."""
+
+    weights: np.ndarray
+    sub_lens: np.ndarray
+    min_len: int
+
+
+def design(params: GatingParams, n_in=None, weights=None) -> GatingCoeffs:
+    n = (1 if params.weights is None else len(params.weights)) if n_in is None else int(n_in)
+    w = (1.0,) * n if params.weights is None else params.weights
+    if len(w) != n:
+        raise ValueError(f"bs1770: {len(w)} channel weights for {n} channels")
+    lens = sub_block_lengths(params.fs)
+    return GatingCoeffs(weights=np.asarray(w, np.float64), sub_lens=lens,
+                        min_len=int(lens.min()))
+
+
+@njit(**JIT)
+def block_powers(weights, sub_lens, acc, fill, n_sub, ring_e, ring_n, y, out, count):
+    """Advance the step clock over K-weighted ``y`` ``(B, T, C)`` float64.
+
+    Per stream ``b``: ``acc[b, c]`` sums ``y^2`` of channel ``c`` over the current
+    sub-block (``fill[b]`` samples so far, ``n_sub[b]`` sub-blocks completed); a completed
+    sub-block's weighted sum ``sum_c G_c acc_c`` goes to the ring ``ring_e[b, n_sub % 30]``
+    (its length to ``ring_n``).  Each completed step writes a row ``(k, e_M, e_S)`` to
+    ``out[b, count[b]]`` (window power, NaN while the window is not full)."""
+    B, T, C = y.shape
+    P = sub_lens.shape[0]
+    for b in range(B):
+        cnt = 0
+        for t in range(T):
+            for c in range(C):
+                v = y[b, t, c]
+                acc[b, c] += v * v
+            fill[b] += 1
+            k = n_sub[b]
+            if fill[b] == sub_lens[k % P]:
+                e = 0.0
+                for c in range(C):
+                    e += weights[c] * acc[b, c]
+                    acc[b, c] = 0.0
+                ring_e[b, k % N_SHORT_TERM] = e
+                ring_n[b, k % N_SHORT_TERM] = fill[b]
+                fill[b] = 0
+                k += 1
+                n_sub[b] = k
+                em = np.nan
+                es = np.nan
+                if k >= N_MOMENTARY:
+                    se = 0.0
+                    sn = 0
+                    for j in range(k - N_MOMENTARY, k):
+                        se += ring_e[b, j % N_SHORT_TERM]
+                        sn += ring_n[b, j % N_SHORT_TERM]
+                    em = se / sn
+                if k >= N_SHORT_TERM:
+                    se = 0.0
+                    sn = 0
+                    for j in range(k - N_SHORT_TERM, k):
+                        se += ring_e[b, j % N_SHORT_TERM]
+                        sn += ring_n[b, j % N_SHORT_TERM]
+                    es = se / sn
+                out[b, cnt, 0] = k
+                out[b, cnt, 1] = em
+                out[b, cnt, 2] = es
+                cnt += 1
+        count[b] = cnt
+        for r in range(cnt, out.shape[1]):
+            out[b, r, 0] = -1.0
+            out[b, r, 1] = np.nan
+            out[b, r, 2] = np.nan
+
+
+class GatingBlocks(Stage):
+    """The 100 ms step clock with the momentary and short-term window powers (see the
+    module docstring).  Time-major K-weighted ``(B, T, C)`` float64 in; out
+    ``(B, K, 3)`` float64 rows ``(k, e_M, e_S)`` for the ``K = T // min_len + 1`` possible
+    steps of the block (rows after a stream's last step: ``k = -1``, NaN powers).
+
+    State: ``acc`` ``(B, C)`` float64, ``fill`` / ``n_sub`` ``(B,)`` int64, ``ring_e``
+    ``(B, 30)`` float64 and ``ring_n`` ``(B, 30)`` int64 (the last 30 sub-blocks), and
+    ``count`` ``(B,)`` int64 (steps written by the last block)."""
+
+    name = "gating"
+    in_kind = "channels"
+    Params = GatingParams
+    design = staticmethod(design)
+    kernels = Kernels(numba=(block_powers,))
+
+    def _coeffs_for(self, n_in):
+        return self.design(self.params, n_in)
+
+    @staticmethod
+    def init_state(coeffs, batch, n_in, dtype):
+        return {"acc": np.zeros((batch, n_in)), "fill": np.zeros(batch, np.int64),
+                "n_sub": np.zeros(batch, np.int64), "ring_e": np.zeros((batch, N_SHORT_TERM)),
+                "ring_n": np.zeros((batch, N_SHORT_TERM), np.int64),
+                "count": np.zeros(batch, np.int64)}
+
+    @staticmethod
+    def n_out(coeffs, n_in):
+        return 3
+
+    @kernel_method
+    def process_tm(stage, coeffs, state, x, out=None):
+        B, T, _ = x.shape
+        shape = (B, T // coeffs.min_len + 1, 3)
+        y = out if (out is not None and out.shape == shape and out.dtype == np.float64) \
+            else np.empty(shape, np.float64)
+        stage.kern.block_powers(coeffs.weights, coeffs.sub_lens, state["acc"], state["fill"],
+                                state["n_sub"], state["ring_e"], state["ring_n"], x, y,
+                                state["count"])
+        return y
+
+
+# ---------------------------------------------------------------- gated statistics
+@njit(**JIT)
+def _bin_of(e):
+    """Histogram bin of power ``e >= BIN_BOUNDS[0]`` (the top bin for louder values)."""
+    i = np.searchsorted(BIN_BOUNDS, e, side="right") - 1
+    return min(i, N_BINS - 1)
+
+
+@njit(**JIT)
+def hist_add(counts, sums, e, strict):
+    """Count power ``e`` in the histogram ``(counts, sums)`` if it passes the absolute
+    gate (``e > BIN_BOUNDS[0]`` when ``strict``, BS.1770; ``>=`` otherwise, Tech 3342)."""
+    if e > BIN_BOUNDS[0] or (not strict and e == BIN_BOUNDS[0]):
+        i = _bin_of(e)
+        counts[i] += 1
+        sums[i] += e
+
+
+@njit(**JIT)
+def hist_integrated(counts, sums):
+    """Gated mean power of the histogram (BS.1770-4 eqs. (3)-(7)); 0.0 when no block
+    passes the absolute gate."""
+    n = 0
+    tot = 0.0
+    for i in range(N_BINS):
+        n += counts[i]
+        tot += sums[i]
+    if n == 0:
+        return 0.0
+    er = tot / n * 10.0 ** (RELATIVE_GATE_LU / 10.0)
+    if er < BIN_BOUNDS[0]:
+        j = -1
+    else:
+        j = _bin_of(er)
+    cn = 0.0
+    ce = 0.0
+    for i in range(j + 1, N_BINS):
+        cn += counts[i]
+        ce += sums[i]
+    if j >= 0 and counts[j] > 0:
+        lo, hi = BIN_BOUNDS[j], BIN_BOUNDS[j + 1]
+        if j == N_BINS - 1:
+            frac = 1.0 if sums[j] / counts[j] > er else 0.0
+        else:
+            frac = math.log(hi / er) / math.log(hi / lo)
+        cn += frac * counts[j]
+        ce += frac * sums[j]
+    return ce / cn if cn > 0 else 0.0
+
+
+@njit(**JIT)
+def _rank(n, p):
+    """0-based rank of percentile ``p`` of ``n`` sorted values: ``round((n - 1) p)`` with
+    halves away from zero (EBU Tech 3342, section 5)."""
+    return int(math.floor((n - 1) * p + 0.5))
+
+
+@njit(**JIT)
+def hist_lra(counts, sums):
+    """Loudness range (LU) of a histogram of short-term powers (EBU Tech 3342); 0.0
+    when no value passes the gates."""
+    n = 0
+    tot = 0.0
+    for i in range(N_BINS):
+        n += counts[i]
+        tot += sums[i]
+    if n == 0:
+        return 0.0
+    gate = 10.0 * math.log10(tot / n) + LRA_GATE_LU          # relative gate (power dB)
+    first = N_BINS
+    for i in range(N_BINS):
+        centre = 10.0 * math.log10(math.sqrt(BIN_BOUNDS[i] * BIN_BOUNDS[i + 1]))
+        if centre >= gate:
+            first = i
+            break
+    m = 0
+    for i in range(first, N_BINS):
+        m += counts[i]
+    if m == 0:
+        return 0.0
+    lo_r, hi_r = _rank(m, LRA_LOW), _rank(m, LRA_HIGH)
+    lo = hi = 0.0
+    seen = 0
+    for i in range(first, N_BINS):
+        c = counts[i]
+        if c == 0:
+            continue
+        if seen <= lo_r < seen + c:
+            lo = sums[i] / c
+        if seen <= hi_r < seen + c:
+            hi = sums[i] / c
+            break
+        seen += c
+    return 10.0 * math.log10(hi / lo)
+
+
+def exact_integrated(e: np.ndarray) -> float:
+    """Gated mean power of the gating-block powers ``e`` (BS.1770-4 eqs. (3)-(7), strict
+    gates); 0.0 when none passes the absolute gate."""
+    e = e[e > BIN_BOUNDS[0]]
+    if e.size == 0:
+        return 0.0
+    er = float(np.mean(e)) * 10.0 ** (RELATIVE_GATE_LU / 10.0)
+    kept = e[e > er]
+    return float(np.mean(kept)) if kept.size else 0.0
+
+
+def exact_lra(e: np.ndarray) -> float:
+    """Loudness range (LU) of the short-term powers ``e`` (EBU Tech 3342: gates ``>=``,
+    percentiles of rank ``round((n - 1) p)``); 0.0 when none passes the gates."""
+    e = e[e >= BIN_BOUNDS[0]]
+    if e.size == 0:
+        return 0.0
+    kept = np.sort(e[e >= float(np.mean(e)) * 10.0 ** (LRA_GATE_LU / 10.0)])
+    n = kept.size
+    lo = kept[math.floor((n - 1) * LRA_LOW + 0.5)]
+    hi = kept[math.floor((n - 1) * LRA_HIGH + 0.5)]
+    return 10.0 * math.log10(hi / lo)
