@@ -37,7 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..data import ansi_s34
-from . import data as D
+from .data import (
+    GOODE1994_FIG1_104DB,
+    JEPSEN2008_STAPES_IMPEDANCE,
+    LOPEZPOVEDA2001_FIG2B_EXTRAP,
+    PRALONG1996_FIG1E,
+)
 from .fir import FIRSignalStage, check_phase, fir_from_table, make_coeffs
 
 __all__ = ["HeadphoneFilter", "HeadphoneParams", "MiddleEarFilter", "MiddleEarParams",
@@ -94,7 +99,7 @@ def design_headphone(p: HeadphoneParams, n_in=None):
     fs/2 (AMT ``headphonefilter``); points at/above fs/2 dropped; no scaling."""
     _check_fs_order(p.fs, p.order)
     check_phase(p.phase)
-    t = _below_nyquist(D.PRALONG1996_FIG1E, p.fs, "headphone")
+    t = _below_nyquist(PRALONG1996_FIG1E, p.fs, "headphone")
     freq = np.r_[0.0, t[:, 0], p.fs / 2]
     gain = np.r_[0.0, t[:, 1], 0.0]
     h_min, h_lin = fir_from_table(p.fs, freq, gain, int(p.order))
@@ -123,15 +128,15 @@ def lopezpoveda2001_table() -> np.ndarray:
     Conversion (Goode et al. 1994, p. 147): velocity = displacement (p-p, um) * 1e-6 *
     2 pi f; referred from 104 dB to 0 dB SPL (x 10^(-104/20), stapes velocity linear in
     pressure); times sqrt(2) for peak velocity (AMT ``data_lopezpoveda2001``)."""
-    g = D.GOODE1994_FIG1_104DB
+    g = GOODE1994_FIG1_104DB
     v = g[:, 1] * 1e-6 * 2.0 * np.pi * g[:, 0] * 10.0 ** (-104.0 / 20.0) * np.sqrt(2.0)
-    ex = D.LOPEZPOVEDA2001_FIG2B_EXTRAP
+    ex = LOPEZPOVEDA2001_FIG2B_EXTRAP
     return np.vstack([ex[ex[:, 0] < g[0, 0]], np.c_[g[:, 0], v], ex[ex[:, 0] > g[-1, 0]]])
 
 
 def jepsen2008_table() -> np.ndarray:
     """Stapes-velocity shape of the Jepsen et al. (2008) model: 1 / stapes impedance."""
-    t = D.JEPSEN2008_STAPES_IMPEDANCE.copy()
+    t = JEPSEN2008_STAPES_IMPEDANCE.copy()
     t[:, 1] = 1.0 / t[:, 1]
     return t
 

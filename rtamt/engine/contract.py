@@ -47,7 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..calibration import MAX_SPL, spl_limit
-from . import kernels as K
+from . import kernels
 
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
@@ -275,13 +275,13 @@ def reject_nonfinite(x: np.ndarray, where: str, describe, err: type = RtamtInput
     ``'batch 1, channel 3, sample 17'``).  ``where`` (who and which block) may also be a
     callable, so that the hot path formats nothing for a good block."""
     if limit == math.inf:
-        if K.all_finite(x):
+        if kernels.all_finite(x):
             return
-    elif K.all_within(x, limit):
+    elif kernels.all_within(x, limit):
         return
     if callable(where):
         where = where()
-    if not K.all_finite(x):
+    if not kernels.all_finite(x):
         bad = first_nonfinite(x)
         raise err(
             f"{where}: non-finite value {x[bad]} at {describe(bad)}; "

@@ -31,7 +31,7 @@ from numba import njit, types
 from .intrinsics import bits_to_f32 as _bits_to_f32
 from .intrinsics import bits_to_f64 as _bits_to_f64
 from .intrinsics import f64_to_bits as _f64_to_bits
-from .jit import INLINE as _INL
+from .jit import INLINE as _INLINE
 
 _LN2 = 0.6931471805599453
 _LOG2E = 1.4426950408889634
@@ -43,7 +43,7 @@ _D7 = tuple((-_LN2) ** n / float(math.factorial(n)) for n in range(8))
 _SQRT2 = 1.4142135623730951
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def _exp_reduce(x):
     """Cody-Waite reduction: ``x`` (clamped to [-708, 709]) = ``k ln 2 + r``; returns
     (k as float, r) with ``|r| <= ln 2 / 2``."""
@@ -52,14 +52,14 @@ def _exp_reduce(x):
     return kf, (xc - kf * _LN2_HI64) - kf * _LN2_LO64
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def _exp_scale(p, kf, x):
     """``p * 2^k`` from the bit pattern of ``2^k``; 0 below the normal range."""
     v = p * _bits_to_f64((types.int64(kf) + 1023) << 52)
     return v if x >= -708.0 else 0.0
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def exp_f64(x):
     """``e^x`` in float64, vectorisable (relative error <= 4 eps).  ``x`` below -708 gives 0
     (the float64 normal range ends at e^-708; subnormals are flushed anyway), above
@@ -83,7 +83,7 @@ def exp_f64(x):
     return _exp_scale(p, kf, x)
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def exp_f64_short(x):
     """:func:`exp_f64` with the same polynomial evaluated by Estrin's scheme (Knuth,
     TAOCP vol. 2, 4.6.4): 5 dependent steps instead of 13, for scalar code whose time
@@ -102,7 +102,7 @@ def exp_f64_short(x):
     return _exp_scale(p, kf, x)
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def log_f64(x):
     """Natural logarithm of a positive normal float64, vectorisable (relative error
     <= 4 eps).
@@ -130,7 +130,7 @@ def log_f64(x):
     return ef * _LN2_HI64 + (lm + ef * _LN2_LO64)
 
 
-@njit(**_INL)
+@njit(**_INLINE)
 def exp2_neg_f32(t):
     """``2^{-t}`` in float32 for ``t >= 0`` (relative error < 2e-7; ``t`` is clamped at
     125).  ``r = t - round(t)`` is exact, so no Cody-Waite split is needed; ``2^{-r}``

@@ -10,7 +10,7 @@ stream like a chain's.
 """
 from __future__ import annotations
 
-from . import contract as _C
+from . import contract
 from .contract import RtamtInputError, reject_nonfinite
 from .stage import as_numpy_block
 
@@ -23,7 +23,7 @@ def _where(bad: tuple) -> str:
                      + [f"sample {bad[-1]}; every child's state unchanged"])
 
 
-class Parallel(_C.Composite):
+class Parallel(contract.Composite):
     """Run named streaming objects side by side on one input (see the module docstring).
 
     children : ``{name: streaming object}`` (at least one).
@@ -35,7 +35,7 @@ class Parallel(_C.Composite):
         if not isinstance(children, dict) or not children:
             raise ValueError("Parallel needs a non-empty dict {name: streaming object}")
         for k, c in children.items():
-            if not isinstance(c, _C.Streaming):
+            if not isinstance(c, contract.Streaming):
                 raise TypeError(f"Parallel: child {k!r} ({type(c).__name__}) does not follow "
                                 "the streaming contract (rtamt.Streaming)")
         self.children_map = dict(children)
@@ -105,7 +105,7 @@ class Parallel(_C.Composite):
     def design_identity(self) -> dict:
         fp = self.__dict__.get("_fp")
         if fp is None:
-            fp = self._fp = _C.fingerprint(
+            fp = self._fp = contract.fingerprint(
                 *[(k, c.design_identity()) for k, c in self.children_map.items()])
         return {"name": self.name, "children": list(self.children_map), "fingerprint": fp}
 
@@ -113,7 +113,7 @@ class Parallel(_C.Composite):
         """The children's states (``children``) in the contract's schema."""
         ch = {k: c.state_dict() for k, c in self.children_map.items()}
         first = next(iter(ch.values()))
-        return _C.header(self, self._block, _C.deep(first.get("stream")), children=ch)
+        return contract.header(self, self._block, contract.deep(first.get("stream")), children=ch)
 
     def load_children(self, states: dict) -> None:
         """Load ``{name: state}`` into the children: all or none (each checked by its own
@@ -132,6 +132,6 @@ class Parallel(_C.Composite):
             raise
 
     def load_state_dict(self, sd: dict) -> None:
-        _C.check_identity(self.name, sd, self)
+        contract.check_identity(self.name, sd, self)
         self.load_children(sd.get("children"))
         self._block = int(sd["block"])

@@ -37,15 +37,24 @@ from typing import Any
 
 import numpy as np
 
-from . import backend as _B
-from . import contract as _C
+from . import contract
+from .backend import (
+    Kernels,
+    NumbaKernels,
+    RtamtBackendError,
+    TritonKernels,
+    device_buffer,
+    host_buffer,
+    to_numpy,
+)
+from .backend import resolve as resolve_backend
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from .denormal import ensure_ftz
 
 __all__ = ["RtamtInputError", "Stage", "Chain", "Stateless", "as_numpy_block"]
 
 
-_FLOATS = _C.FLOATS
+_FLOATS = contract.FLOATS
 
 
 def _is_torch(x: Any) -> bool:
@@ -107,26 +116,26 @@ class Stateless(Registered):
         pass
 
     def design_identity(self) -> dict:
-        return {"name": self.name, "fingerprint": _C.fingerprint(type(self).__name__)}
+        return {"name": self.name, "fingerprint": contract.fingerprint(type(self).__name__)}
 
     def output_info(self) -> dict:
         return {k: {"rate": None, "channels": None} for k in self.outputs}
 
     def state_dict(self) -> dict:
-        return _C.header(self, 0, None, arrays={})
+        return contract.header(self, 0, None, arrays={})
 
     def load_state_dict(self, sd: dict) -> None:
-        _C.check_identity(self.name, sd, self)
+        contract.check_identity(self.name, sd, self)
         if sd.get("arrays"):
             raise RtamtInputError(f"{self.name}: has no state, got arrays {sorted(sd['arrays'])}")
 
     @classmethod
     def stack_state_dicts(cls, states):
-        return _C.deep(states[0])
+        return contract.deep(states[0])
 
     @classmethod
     def split_state_dict(cls, state, i):
-        return _C.deep(state)
+        return contract.deep(state)
 
 
 def work_buffer(out, shape, dtype, like=None):
@@ -137,8 +146,8 @@ def work_buffer(out, shape, dtype, like=None):
     A stage's ``process_tm`` gets the same from its bound kernels (``kern.buffer``)."""
     shape = tuple(shape)
     if like is not None and type(like) is not np.ndarray:
-        return _B.device_buffer(out, shape, like)
-    return _B.host_buffer(out, shape, dtype)
+        return device_buffer(out, shape, like)
+    return host_buffer(out, shape, dtype)
 
 
 def _time_last(yt):
@@ -179,10 +188,10 @@ class Stage(Registered):
     Params: type = object
     #: the stage's kernels per backend (:class:`rtamt.engine.backend.Kernels`), declared
     #: in the stage's module; ``None``: a stage whose ``process_tm`` needs no kernel set
-    kernels: _B.Kernels | None = None
+    kernels: Kernels | None = None
     #: the kernels ``process_tm`` calls: the class's numba set, or the set that
     #: :meth:`to` bound on this object
-    kern: _B.NumbaKernels | _B.TritonKernels | None = None
+    kern: NumbaKernels | TritonKernels | None = None
     #: the stage runs on the Triton backend (set from ``kernels``; a subclass may say no)
     triton_ready = False
     backend = "numba"
@@ -294,7 +303,7 @@ class Stage(Registered):
             lead = x.shape[:-1]
             n_in = 1
             if x.ndim == 2 and x.shape[1] == 1 and not declare:
-                _C.check_time_last(x, lambda: self._label(who), self._meta is None)
+                contract.check_time_last(x, lambda: self._label(who), self._meta is None)
         else:
             if x.ndim not in (1, 2, 3):
                 raise RtamtInputError(
@@ -311,7 +320,7 @@ class Stage(Registered):
                 raise RtamtInputError(
                     f"{self._label(who)}: leading shape {lead} differs from the stream's "
                     f"{lead0} (channel/batch count cannot change mid-stream; call reset() "
-                    f"first{_C.time_last_hint(x) if self.in_kind == 'signal' else ''})")
+                    f"first{contract.time_last_hint(x) if self.in_kind == 'signal' else ''})")
             if x.dtype != dt0:
                 raise RtamtInputError(
                     f"{self._label(who)}: dtype {x.dtype} differs from the stream's {dt0} "
@@ -352,7 +361,7 @@ class Stage(Registered):
         if backend == "numba":
             return None
         if not self.triton_ready or self.kernels is None:
-            raise _B.RtamtBackendError(
+            raise RtamtBackendError(
                 f"{self.name} ({type(self).__name__}) has no Triton kernel yet; use "
                 "backend='numba'")
         return self.kernels.bind(backend, device)
@@ -367,14 +376,14 @@ class Stage(Registered):
         else:
             self.kern = kern
         if self._state is not None:
-            st = {k: _B.to_numpy(v) for k, v in self._state.items()}
+            st = {k: to_numpy(v) for k, v in self._state.items()}
             self._state = _to_device(st, device) if backend == "triton" else st
         self.backend, self.device = backend, device
 
     def to(self, device=None, *, backend: str | None = None):
         """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
         :func:`rtamt.engine.backend.resolve`); the state moves along.  Returns self."""
-        self._set_backend(*_B.resolve(backend, device))
+        self._set_backend(*resolve_backend(backend, device))
         return self
 
     def _coeffs_for(self, n_in):
@@ -399,14 +408,19 @@ class Stage(Registered):
     def _bump(self, k: int = 1) -> None:
         self._block += k
 
-    def __call__(self, x):
+    def __call__(self, x, out=None):
+        """Process one block; returns the output (time-last).  ``out``: a time-major
+        ``(B, T, C')`` array of the output's shape and dtype (C-contiguous; a tensor on the
+        stage's device on the Triton backend) that the output is written into, the
+        returned array being a view of it; an ``out`` that does not fit exactly is not
+        used (a new array is)."""
         ensure_ftz()
         arr, back = as_numpy_block(x)
         xt, lead, n_in = self._check(arr)
         self._ensure_state(lead, n_in, arr.dtype)
         if self.backend == "triton":
             xt, back = _device_block(xt, self.device), _identity
-        yt = self.process_tm(self.coeffs, self._state, xt)
+        yt = self.process_tm(self.coeffs, self._state, xt, out)
         self._block += 1
         return back(self._to_public(yt, lead))
 
@@ -469,8 +483,8 @@ class Stage(Registered):
         if memo is None or memo[0] is not c:
             p = self.params
             if self.former_params:
-                p = _C.with_former_fields(p, **self.former_params)
-            memo = self._fp_memo = (c, _C.fingerprint(p, c))
+                p = contract.with_former_fields(p, **self.former_params)
+            memo = self._fp_memo = (c, contract.fingerprint(p, c))
         ident = {"name": self.name}
         fs = getattr(self.params, "fs", None)
         if fs is not None:
@@ -484,17 +498,17 @@ class Stage(Registered):
         lead, n_in, dt = self._meta
         nb = 1 if self.in_kind == "signal" else 2       # leading dims with a batch axis
         batched = len(lead) == nb
-        return _C.stream_meta(lead[0] if batched else None, lead[1:] if batched else lead,
-                              dt, n_in=int(n_in))
+        return contract.stream_meta(lead[0] if batched else None, lead[1:] if batched else lead,
+                                    dt, n_in=int(n_in))
 
     def state_dict(self) -> dict:
         """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`)."""
         if self._state is None:   # identity of the design before any channel count is known
-            sd = _C.header(self, self._block, None, arrays=None)
+            sd = contract.header(self, self._block, None, arrays=None)
             sd["design"] = self.design_identity(self._coeffs0)
             return sd
-        return _C.header(self, self._block, self._stream_meta(),
-                         arrays={k: _B.to_numpy(v) for k, v in self._state.items()})
+        return contract.header(self, self._block, self._stream_meta(),
+                               arrays={k: to_numpy(v) for k, v in self._state.items()})
 
     def _meta_from(self, st: dict) -> tuple:
         """Internal (lead, n_in, dtype) from a snapshot's ``stream`` entry (validated)."""
@@ -519,16 +533,16 @@ class Stage(Registered):
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict`: checked (kind, design identity,
         layout, array shapes and dtypes, finite values) before anything changes."""
-        _C.check_state_header(self.name, sd)
+        contract.check_state_header(self.name, sd)
         if sd.get("stream") is None:
-            _C.check_identity(self.name, sd, self, self.design_identity(self._coeffs0))
+            contract.check_identity(self.name, sd, self, self.design_identity(self._coeffs0))
             self._state, self._meta, self._block = None, None, int(sd["block"])
             return
         lead, n_in, dtype = self._meta_from(sd["stream"])
         coeffs = self._coeffs_for(n_in)
-        _C.check_identity(self.name, sd, self, self.design_identity(coeffs))
+        contract.check_identity(self.name, sd, self, self.design_identity(coeffs))
         ref = self.init_state(coeffs, self._batch_of(lead), n_in, dtype)
-        state = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
+        state = contract.check_state_arrays(self.name, sd.get("arrays"), ref)
         self.coeffs = coeffs
         self._state = _to_device(state, self.device) if self.backend == "triton" else state
         self._meta = (lead, n_in, dtype)
@@ -537,15 +551,15 @@ class Stage(Registered):
     @classmethod
     def stack_state_dicts(cls, states: list) -> dict:
         """Batched state of several streams (see :func:`rtamt.engine.contract.stack_states`)."""
-        return _C.stack_leaves(cls.__name__, states, cls.batch_axes, cls.shared_state)
+        return contract.stack_leaves(cls.__name__, states, cls.batch_axes, cls.shared_state)
 
     @classmethod
     def split_state_dict(cls, state: dict, i: int) -> dict:
         """Stream ``i`` of a batched state (see :func:`rtamt.engine.contract.split_state`)."""
-        return _C.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state)
+        return contract.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state)
 
 
-class Chain(_C.Composite):
+class Chain(contract.Composite):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
@@ -630,8 +644,8 @@ class Chain(_C.Composite):
                 c = st._coeffs_for(n)
                 parts.append(st.design_identity(c)["fingerprint"])
                 n = st.n_out(c, n)
-            fp = self._fp = _C.fingerprint(*parts)
-        return _C.identity(self, self.identity_fields, fp)
+            fp = self._fp = contract.fingerprint(*parts)
+        return contract.identity(self, self.identity_fields, fp)
 
     backend = "numba"
     device = None
@@ -642,10 +656,10 @@ class Chain(_C.Composite):
         stream's state moves along and continues exactly.  All stages or none: a stage
         without a kernel for the backend raises :class:`~rtamt.engine.backend.
         RtamtBackendError` and nothing changes.  Returns self."""
-        backend, device = _B.resolve(backend, device)
+        backend, device = resolve_backend(backend, device)
         missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
         if missing:
-            raise _B.RtamtBackendError(
+            raise RtamtBackendError(
                 f"{self.name}: no Triton kernel yet for stage(s) {missing}; use "
                 "backend='numba'")
         kerns = [s._bind(backend, device) for s in self.stages]   # all bound, then moved
@@ -655,7 +669,7 @@ class Chain(_C.Composite):
         self._bufs = [None] * len(self.stages)
         return self
 
-    def _run(self, x, keep_all: bool):
+    def _run(self, x, keep_all: bool, out=None):
         ensure_ftz()
         arr, back = as_numpy_block(x)
         first = self.stages[0]
@@ -679,15 +693,15 @@ class Chain(_C.Composite):
             return {k: back(first._to_public(v, lead)) for k, v in outs.items()}
         # the inner stages' work buffers are reused across blocks (no large allocation per
         # block; work_buffer() in each stage takes one only on an exact shape/dtype match).
-        # The last stage's output is handed out: a new array, returned as a time-last view
-        # (_to_public).
+        # The last stage's output is handed out: a new array, or the caller's ``out``,
+        # returned as a time-last view (_to_public).
         bufs = self._bufs
         for i in range(len(stages) - 1):
             st = stages[i]
             y = bufs[i] = st.process_tm(st.coeffs, st._state, y, bufs[i])
             st._block += 1
         st = stages[-1]
-        y = st.process_tm(st.coeffs, st._state, y)
+        y = st.process_tm(st.coeffs, st._state, y, out)
         st._block += 1
         return back(first._to_public(y, lead))
 
@@ -725,8 +739,11 @@ class Chain(_C.Composite):
         for s in self.stages:
             s._block += k
 
-    def __call__(self, x):
-        return self._run(x, keep_all=False)
+    def __call__(self, x, out=None):
+        """The last stage's output for one block (time-last).  ``out``: a time-major
+        ``(B, T, C')`` array of that output's shape and dtype that it is written into (see
+        :meth:`Stage.__call__`)."""
+        return self._run(x, keep_all=False, out=out)
 
     def process_all(self, x) -> dict:
         return self._run(x, keep_all=True)
@@ -740,13 +757,13 @@ class Chain(_C.Composite):
     def state_dict(self) -> dict:
         """Deep copy of every stage's state, in the contract's schema (``children``)."""
         first = self.stages[0]
-        return _C.header(self, first._block, first._stream_meta(),
-                         children={s.name: s.state_dict() for s in self.stages})
+        return contract.header(self, first._block, first._stream_meta(),
+                               children={s.name: s.state_dict() for s in self.stages})
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict`: all stages or none (each checked
         as in :meth:`Stage.load_state_dict`, plus the chain's own identity)."""
-        _C.check_identity(self.name, sd, self)
+        contract.check_identity(self.name, sd, self)
         ch = sd.get("children")
         if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
             raise RtamtInputError(

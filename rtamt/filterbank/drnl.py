@@ -147,7 +147,7 @@ import numba
 import numpy as np
 
 from ..engine.backend import Kernels, kernel_method
-from ..engine.jit import INLINE as _INL
+from ..engine.jit import INLINE as _INLINE
 from ..engine.jit import JIT as _JIT
 from ..engine.stage import Stage
 from .erb import erb_number, erb_space, erb_to_hz
@@ -496,7 +496,7 @@ def path_responses(coeffs: DRNLCoeffs, f) -> dict:
 # falls back to scalar code.
 
 
-@numba.njit(**_INL)
+@numba.njit(**_INLINE)
 def _biquad_row(co, s1, s2, bi, k, v):
     """One transposed-direct-form-II biquad per channel, in place on ``v`` (C,):
     ``out = b0 v + s1;  s1 = b1 v - a1 out + s2;  s2 = b2 v - a2 out``.

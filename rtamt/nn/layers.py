@@ -19,16 +19,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import models as _M
-from ..adaptation import adaptloop as _al
-from ..adaptation import highpass as _hp
+from .. import models as streaming_models
+from ..adaptation import adaptloop, highpass
 from ..engine.contract import RtamtInputError
 from ..engine.stage import Chain, Stage
-from ..filterbank import gammatone as _gt
-from ..ihc import envelope as _ih
-from ..modulation import king2019 as _mk
-from ..modulation import modfb as _mf
-from ..nonlinear import compression as _cp
+from ..filterbank import gammatone
+from ..ihc import envelope
+from ..modulation import king2019, modfb
+from ..nonlinear import compression
 from ._autograd import param_np
 from ._base import Part, StreamLayer, np_dtype, time_last
 
@@ -170,26 +168,26 @@ class _ModelLayer(ChainLayer):
 class Dau1997(_ModelLayer):
     """:class:`rtamt.models.Dau1997` as a layer: gradients through every stage."""
 
-    model_cls = _M.Dau1997
+    model_cls = streaming_models.Dau1997
 
 
 class Osses2021(_ModelLayer):
     """:class:`rtamt.models.Osses2021` as a layer: gradients through every stage."""
 
-    model_cls = _M.Osses2021
+    model_cls = streaming_models.Osses2021
 
 
 class King2019(_ModelLayer):
     """:class:`rtamt.models.King2019` as a layer: gradients through every stage (input and
     state; learnable gammatone, compression and modulation-bank parameters)."""
 
-    model_cls = _M.King2019
+    model_cls = streaming_models.King2019
 
 
 class Paulick2024(_ModelLayer):
     """:class:`rtamt.models.Paulick2024` as a layer (forward-only)."""
 
-    model_cls = _M.Paulick2024
+    model_cls = streaming_models.Paulick2024
 
 
 # ---------------------------------------------------------------------------- stages
@@ -217,31 +215,31 @@ def _stage_layer(stage_cls, params_cls, doc: str):
 
 
 Gammatone = _stage_layer(
-    _gt.Gammatone, _gt.GammatoneParams,
+    gammatone.Gammatone, gammatone.GammatoneParams,
     "Gammatone filterbank (:mod:`rtamt.filterbank.gammatone`): ``(batch, T)`` -> "
     "``(batch, C, T)``; differentiable.  ``Gammatone(fs, **GammatoneParams)``.")
 IHCEnvelope = _stage_layer(
-    _ih.IHCEnvelope, _ih.IHCEnvelopeParams,
+    envelope.IHCEnvelope, envelope.IHCEnvelopeParams,
     "Inner-hair-cell envelope (:mod:`rtamt.ihc.envelope`): ``(batch, C, T)`` -> same; "
     "differentiable.  ``IHCEnvelope(fs, channels, **IHCEnvelopeParams)``.")
 AdaptLoop = _stage_layer(
-    _al.AdaptLoop, _al.AdaptLoopParams,
+    adaptloop.AdaptLoop, adaptloop.AdaptLoopParams,
     "Adaptation loops (:mod:`rtamt.adaptation.adaptloop`): ``(batch, C, T)`` -> same; "
     "differentiable, with ``learnable=True`` time constants (``theta``: log of tau / "
     "tau0).  ``AdaptLoop(fs, channels, **AdaptLoopParams)``.")
 ModFilterbank = _stage_layer(
-    _mf.ModFilterbank, _mf.ModFilterbankParams,
+    modfb.ModFilterbank, modfb.ModFilterbankParams,
     "Modulation filterbank (:mod:`rtamt.modulation.modfb`): ``(batch, C, T)`` -> packed "
     "``(batch, F, T)``; differentiable (learnable mfc and Q: ``efilt``).  "
     "``ModFilterbank(fs, fc=(...), **ModFilterbankParams)``.")
 KingModFilterbank = _stage_layer(
-    _mk.KingModFilterbank, _mk.KingModFilterbankParams,
+    king2019.KingModFilterbank, king2019.KingModFilterbankParams,
     "King et al. (2019) modulation filterbank (:mod:`rtamt.modulation.king2019`): "
     "``(batch, C, T)`` -> packed ``(batch, M*C, T)``; differentiable (learnable mfc and "
     "Q).  "
     "``KingModFilterbank(fs, fc=(...), **KingModFilterbankParams)``.")
 AdaptHighpass = _stage_layer(
-    _hp.AdaptHighpass, _hp.AdaptHighpassParams,
+    highpass.AdaptHighpass, highpass.AdaptHighpassParams,
     "King2019's adaptation high-pass (:mod:`rtamt.adaptation.highpass`): ``(batch, C, T)`` "
     "-> same; differentiable.  ``AdaptHighpass(fs, channels, **AdaptHighpassParams)``.")
 
@@ -249,7 +247,7 @@ AdaptHighpass = _stage_layer(
 def _compression(cls):
     def make(fs: float | None = None, channels: int = 1, *, learnable: bool = False,
              **kwargs):
-        return StageLayer(cls(_cp.CompressionParams(**kwargs)), int(channels),
+        return StageLayer(cls(compression.CompressionParams(**kwargs)), int(channels),
                           learnable=learnable)
 
     make.__name__ = cls.__name__
@@ -258,8 +256,8 @@ def _compression(cls):
     return make
 
 
-BrokenStick = _compression(_cp.BrokenStick)
-PowerCompression = _compression(_cp.PowerCompression)
+BrokenStick = _compression(compression.BrokenStick)
+PowerCompression = _compression(compression.PowerCompression)
 
 
 # ---------------------------------------------------------------------------- loudness
@@ -333,7 +331,7 @@ class Glasberg2002(LoudnessLayer):
     ``(batch, F)`` short-term loudness (sone) by default."""
 
     def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
-        super().__init__(_M.Glasberg2002(fs, *args, **kwargs), output)
+        super().__init__(streaming_models.Glasberg2002(fs, *args, **kwargs), output)
 
 
 class Moore2016(LoudnessLayer):
@@ -344,7 +342,7 @@ class Moore2016(LoudnessLayer):
     in_rank, n_in, rows_per_stream = 3, 2, 2
 
     def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
-        super().__init__(_M.Moore2016(fs, *args, **kwargs), output)
+        super().__init__(streaming_models.Moore2016(fs, *args, **kwargs), output)
 
     def _rows(self, x):
         return x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
