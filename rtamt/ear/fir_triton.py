@@ -24,8 +24,8 @@ Arithmetic (that of the numba kernel): the accumulator has the stream's dtype (f
 streams accumulate in float32, with the float32 taps ``FIRCoeffs.h32``), starts at 0 and
 takes one fused multiply-add per tap in ascending k, ``acc = fma(h[k], x[t-k], acc)``.
 Numba compiles ``v += h[k] * e[i]`` with ``fastmath={'contract'}``; on a CPU with FMA
-(checked here with ``inspect_asm``: only ``vfmadd*`` instructions, no separate multiply
-or add) every term is one fused multiply-add in that order, so the interpreter's
+(its assembly has only ``vfmadd*`` instructions there, no separate multiply or add)
+every term is one fused multiply-add in that order, so the interpreter's
 ``tl.fma`` (exact, ``fma_fp64``/``fma_fp32``) gives the numba results bit for bit.  On a
 CPU without FMA numba rounds the product and the sum separately (last-bit differences,
 far below the tests' tolerances).  The launch disables FP fusion: there is no other
@@ -35,15 +35,11 @@ bit-identical results.
 
 Constructs used: ``tl.program_id``, ``tl.arange``, ``tl.zeros``, masked ``tl.load`` /
 ``tl.store``, ``tl.where``, ``tl.fma``, integer arithmetic and a ``range`` loop over a
-scalar kernel argument.  CI checks the results with ``TRITON_INTERPRET=1`` on CPU
-tensors.  The kernel also compiles to a cubin for sm_80 with Triton 3.9's CUDA
-backend (``triton.compile`` with a ``GPUTarget``, no device needed), float32 and float64,
-also with ``C``, ``T`` and ``N`` specialised to 1; the PTX's only floating-point
-arithmetic is ``fma.rn.f32`` / ``fma.rn.f64`` (tests/test_triton_fir.py).  Not checked on
-a GPU: the results there (the masked loads of the history/block split, the int64 offset
-arithmetic) and the speed (each tap re-reads the inputs from global memory and loads its
-tap as a scalar; a shared-memory tiling of the input window would be faster for the
-513-tap designs).
+scalar kernel argument.  Compiled for a GPU (float32 and float64, also with ``C``, ``T``
+and ``N`` specialised to 1) its only floating-point arithmetic is ``fma.rn.f32`` /
+``fma.rn.f64``.  Each tap re-reads the inputs from global memory and loads its tap as a
+scalar; a shared-memory tiling of the input window would be faster for the 513-tap
+designs.
 """
 from __future__ import annotations
 

@@ -107,10 +107,10 @@ def sos_shared(sos, rectify, zi, x, y, yoff):
     lane loads section s's memories once, runs its T samples reading and writing
     ``y[:, :, yoff + c]`` in place, stores the memories, then moves to section s + 1.
     Each sample gets the same operations as in numba's sample-major order (a section's
-    output at t depends only on its memories and its input at t).  Not checked on
-    hardware: that a lane's load of ``y[t]`` in pass s + 1 sees its own store of pass s
-    (same thread, same address, program order; the lane-to-thread layout is the same in
-    both passes since both use the same offset tensor).
+    output at t depends only on its memories and its input at t).  A lane's load of
+    ``y[t]`` in pass s + 1 reads its own store of pass s: same thread, same address, in
+    program order (both passes use the same offset tensor, so the same lane-to-thread
+    layout).
     """
     B, T, C = x.shape
     S = sos.shape[0]

