@@ -160,7 +160,7 @@ def test_pyproject_lists_every_package():
     """pyproject.toml lists packages by hand (because of the apps/ -> rtamt_apps mapping):
     every package folder must be there, and nothing installs as `apps`."""
     tomllib = pytest.importorskip("tomllib")
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert cfg["package-dir"] == {"rtamt_apps": "apps"}
     listed = set(cfg["packages"])

@@ -277,7 +277,7 @@ def test_eight_jack_ports_eight_streams_equal_offline(record_property):
 # ------------------------------------------------------------------ jackd killed mid-run
 
 def _kill_scenario() -> dict:
-    """Run in a subprocess (``python tests/test_jack_scheduler.py kill``): stream 1 s,
+    """Run in a subprocess (``python tests/scheduler/test_jack_scheduler.py kill``): stream 1 s,
     SIGKILL jackd, wait for the streams' watchdog to report the source error, stop
     everything (each step bounded); report as a dict."""
     import sounddevice as sd
@@ -327,8 +327,11 @@ def test_jackd_killed_streams_report_and_everything_stops():
     FanOut's) is set, and closing the streams and stopping the scheduler's threads ends
     within a bounded time (the whole subprocess is bounded by a timeout, too)."""
     skip_unless_jack()
+    support = os.path.dirname(sys.modules["_jack"].__file__)      # the script imports _jack
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [support, *[p for p in [os.environ.get("PYTHONPATH")] if p]]))
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "kill"],
-                       capture_output=True, text=True, timeout=180,
+                       capture_output=True, text=True, timeout=180, env=env,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads(p.stdout.strip().splitlines()[-1])
