@@ -6,7 +6,7 @@ them: importing a model loads numba, scipy and every kernel module (1-2 s), whic
 listing does not need.  Where the source does not give a literal answer (a parameter
 default that is an expression, an inherited ``__init__``, an install without source
 files), the models are imported and inspected instead; both give the same text
-(tests/test_cli.py checks that).
+(tests/apps/test_cli.py checks that).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ Logarithm (Muller 2016, §11.3; Abramowitz & Stegun 4.1.28): ``x = 2^e m`` with
 ``s = (m - 1)/(m + 1)``, ``|s| <= 0.1716``, by its odd series to ``s^23`` (truncation
 < 3e-19); ``ln x = e ln 2 + ln m``.
 
-Accuracy (tests/test_fastexp.py, against numpy): float64 ``exp`` and ``log`` within
+Accuracy (tests/engine/test_fastexp.py, against numpy): float64 ``exp`` and ``log`` within
 4 eps relative (measured: 1 and 2 ulp); float32 ``exp2_neg_f32`` within 2e-7 relative.
 """
 from __future__ import annotations

@@ -26,7 +26,7 @@ Shapes (public, time is always the last axis):
 
 Any block partition of a stream gives bit-identical outputs to one call on the
 whole stream: kernels apply the same arithmetic to each sample whatever the block
-boundaries (tested for every stage in ``tests/test_invariance.py``).
+boundaries (tested for every stage in ``tests/stages/test_invariance.py``).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Configurations (``config=``):
   (30 channels at 48 kHz), modulation filters up to ``min(fc/4, 1000 Hz)``, no
   150 Hz pre-filter, no attenuation.  Default because it is the behaviour that
   has ground truth (the AMT reference outputs, reproduced to ~1e-7 in
-  ``tests/test_amt_reference.py``).
+  ``tests/models/test_amt_reference.py``).
 * ``'torch_amt'`` (formerly ``'seed'``, still accepted with a ``DeprecationWarning``):
   torch_amt's documented preset - modulation preset ``dau1997``
   (fixed 150 Hz upper limit, the same 8 filters in every channel) on the same

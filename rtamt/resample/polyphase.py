@@ -55,7 +55,7 @@ preset      half_len          beta   cutoff  response (f relative to min(fs_in, 
 ==========  ================  =====  ======  ==============================================
 
 (stop-band figures: the least attenuation over the band, checked by
-``tests/test_resample.py`` for the tested ratios; :func:`gain_db` evaluates the response).
+``tests/resample/test_resample.py`` for the tested ratios; :func:`gain_db` evaluates the response).
 A component at ``f`` in the stop band is attenuated by at least that much: when
 down-sampling it would alias, when up-sampling it is an image.
 

@@ -1,7 +1,7 @@
 """Real-device tests of the Triton backend (issue 21), marked ``cuda``: they run only where
 torch sees a CUDA device and the kernels are compiled (``TRITON_INTERPRET=0``), and skip
-cleanly everywhere else (CI has no GPU: there the same code runs in the interpreter, see
-tests/test_triton_*.py)."""
+cleanly everywhere else (CI has no GPU: there the same code runs in the interpreter, in
+the tests marked ``triton``)."""
 import os
 
 import numpy as np

@@ -1,5 +1,5 @@
 """King et al. (2019) stages and chain: analytic checks (block invariance is in
-tests/test_invariance.py)."""
+tests/stages/test_invariance.py)."""
 from __future__ import annotations
 
 import numpy as np

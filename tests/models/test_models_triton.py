@@ -436,13 +436,14 @@ def test_scheduler_runs_moore2016_on_the_triton_backend_exactly(mode):
 
 
 def test_scheduler_issue_bit_identity_on_the_triton_backend():
-    """The scheduler's bit-identity test (test_scheduler.py) on ``Scheduler(backend='triton')``
-    in the interpreter: N = 1, 3, 17 Dau1997 streams (a small configuration, 64-sample
-    blocks), different signals in random interleaved chunk sizes; each stream's output is
-    exactly its own offline Triton run, and the 17 were really batched."""
-    from test_scheduler import Recorder, _feed
-
+    """The scheduler's bit-identity test (scheduler/test_scheduler.py) on
+    ``Scheduler(backend='triton')`` in the interpreter: N = 1, 3, 17 Dau1997 streams (a small
+    configuration, 64-sample blocks), different signals in random interleaved chunk sizes;
+    each stream's output is exactly its own offline Triton run, and the 17 were really
+    batched."""
     from rtamt.scheduler import Scheduler
+
+    from _streams import Recorder, feed
 
     rng = np.random.default_rng(17)
     kw = dict(model_kwargs=SMALL, measure=False, admission="best-effort", budget_ms=60000.0,
@@ -456,7 +457,7 @@ def test_scheduler_issue_bit_identity_on_the_triton_backend():
                     for i in range(n)]
             hs = [s.open("dau1997", FS, 64, **kw) for _ in range(n)]
             recs = [Recorder(h, "dau1997") for h in hs]
-            _feed(hs, sigs, rng, 1, 90)
+            feed(hs, sigs, rng, 1, 90)
             s.start()
             for h in hs:
                 h.close("drain", timeout=300)

@@ -1,5 +1,5 @@
 """Osses2021 chain: composition and the behaviour its configuration documents (block
-invariance is in tests/test_invariance.py)."""
+invariance is in tests/stages/test_invariance.py)."""
 from __future__ import annotations
 
 import numpy as np

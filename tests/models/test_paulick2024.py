@@ -1,6 +1,7 @@
 """Paulick2024 (CASP) chain: units, rates and level behaviour (block invariance, incl.
-blocks that do not divide the resampling ratio, is in tests/test_invariance.py; the stages'
-own checks are in test_drnl.py, test_ihc_paulick2024.py, test_resample.py, test_ear.py)."""
+blocks that do not divide the resampling ratio, is in tests/stages/test_invariance.py; the
+stages' own checks are in filterbank/test_drnl.py, ihc/test_ihc_paulick2024.py,
+resample/test_resample.py, ear/test_ear.py)."""
 from __future__ import annotations
 
 import math

@@ -6,11 +6,12 @@ into JACK; an InputStream records 1.5 s; the two are connected with ``jack_conne
 removed.  The test finds the integer loop lag by cross-correlation and requires the recording to
 be the played signal, bit for bit, at that lag (zeros everywhere else), with no xrun status flags
 (input overflow / output underflow) during the measurement.  The samples must be exact in every
-attempt; only when xrun flags (a busy machine: see tests/_jack.py) spoil an attempt is it repeated
-with a fresh server, at most MAX_ATTEMPTS times.
+attempt; only when xrun flags (a busy machine: see tests/support/_jack.py) spoil an attempt is
+it repeated with a fresh server, at most MAX_ATTEMPTS times.
 
 Clock: both streams live in ONE JACK client and their callbacks run one after the other in the
-JACK process thread, once per cycle, in the order the streams were opened (see tests/_jack.py).
+JACK process thread, once per cycle, in the order the streams were opened (see
+tests/support/_jack.py).
 The output stream is opened first, so its callback runs first in each cycle and counts the
 cycles; the input callback reads that count, so both sides share one sample clock without races:
 playback starts at the first output callback after the main thread sets ``go``, recording starts

@@ -9,7 +9,7 @@ measures the loop latency (where the played signal starts in the recorded stream
 checks that the runtime received exactly the played samples there, and that rtamt's
 live Dau1997 output for the recorded span equals offline processing of the same
 samples (zeros before the aligned signal, as received), bit for bit; zero dropped or
-skipped blocks at 256-sample blocks.  See tests/_jack.py for the JACK facts used.
+skipped blocks at 256-sample blocks.  See tests/support/_jack.py for the JACK facts used.
 """
 from __future__ import annotations
 

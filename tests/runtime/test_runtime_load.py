@@ -162,7 +162,7 @@ def _check_overload(policy: str, rt: Runtime, rec, t_src, window, offered, q_bou
     # on unchanged code (p99 during the overload 33-81 us when this was written, 110-200
     # us in a busy hour).  That a push neither waits for the processing thread nor
     # allocates is asserted structurally, with a chain stuck in processing, by
-    # tests/test_runtime.py::test_callback_neither_waits_for_processing_nor_allocates.
+    # tests/runtime/test_runtime.py::test_callback_neither_waits_for_processing_nor_allocates.
     # queue: the runtime's own maximum (sampled between blocks) and the subscriber's
     # sample (taken while a block is processed: one more chunk, the one in hand)
     assert st.queue_max_frames <= q_bound, (st.queue_max_frames, q_bound)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -27,7 +25,7 @@ from rtamt.filterbank import Gammatone, GammatoneParams
 from rtamt.runtime import ArraySource, Runtime
 from rtamt.runtime.stream import AudioInput
 
-from _jack import jack_server, list_ports, skip_unless_jack, wait_for_input_port
+from _jack import jack_server, kill_app, skip_unless_jack, start_app, wait_app_exit
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -299,41 +297,6 @@ def test_reopen_reconnects_same_runtime():
 
 JFS = 48000
 PERIOD = 256
-START_TIMEOUT = 90.0        # s for an app to import, warm up and open its JACK port
-GRACE = 30.0                # s we wait at most before killing a hung app (no test hangs)
-
-
-def _start(app, server, tmp_path, tag, *extra):
-    """Run ``python -m rtamt_apps APP --input system --hostapi JACK --channels 1`` on the
-    dummy server until its JACK input port is up; output goes to files."""
-    before = list_ports()
-    out, err = tmp_path / f"{tag}.out", tmp_path / f"{tag}.err"
-    with open(out, "w") as fo, open(err, "w") as fe:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rtamt_apps", app, "--input", "system", "--hostapi", "JACK",
-             "--channels", "1", "--blocksize", str(PERIOD), "--seconds", "120", *extra],
-            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-            env=dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "none.json")))
-    port = wait_for_input_port(proc, before, server, time.monotonic() + START_TIMEOUT, app)
-    assert port is not None, f"{app} exited early:\n{out.read_text()}\n{err.read_text()}"
-    return proc, out, err
-
-
-def _wait_exit(proc, t0: float) -> tuple[int | None, float]:
-    """(exit code, seconds since ``t0``); code None if still running after GRACE s."""
-    try:
-        rc = proc.wait(timeout=GRACE)
-    except subprocess.TimeoutExpired:
-        return None, time.monotonic() - t0
-    return rc, time.monotonic() - t0
-
-
-def _stop(proc):
-    if proc.poll() is None:
-        proc.kill()                       # by PID: only the process this test started
-        proc.wait(timeout=10)
-
-
 APPS = ["meter", "stream"]
 
 
@@ -343,7 +306,7 @@ def _scenario(app, tmp_path, *, kill: bool, sigint: bool):
     hung, seconds from the last event to the exit, stdout, stderr)``."""
     skip_unless_jack()
     with jack_server(fs=JFS, period=PERIOD, portaudio=False) as server:
-        proc, out, err = _start(app, server, tmp_path, app)
+        proc, out, err = start_app(app, server, tmp_path, app)
         try:
             time.sleep(1.0)                                    # streaming
             t = server.kill() if kill else time.monotonic()
@@ -352,9 +315,9 @@ def _scenario(app, tmp_path, *, kill: bool, sigint: bool):
                     time.sleep(0.2)
                 t = time.monotonic()
                 proc.send_signal(signal.SIGINT)
-            rc, took = _wait_exit(proc, t)
+            rc, took = wait_app_exit(proc, t)
         finally:
-            _stop(proc)
+            kill_app(proc)
     print(f"{app}: exit {rc} {took:.2f} s after the {'SIGINT' if sigint else 'kill'}")
     return rc, took, out.read_text(), err.read_text()
 
@@ -403,7 +366,7 @@ def test_stream_reconnect_rides_out_a_stalled_server(tmp_path):
         tag = f"stall-{reconnect}"
         with jack_server(fs=JFS, period=PERIOD, portaudio=False) as server:
             extra = ("--json", "--seconds", "6") + (("--reconnect",) if reconnect else ())
-            proc, out, err = _start("stream", server, tmp_path, tag, *extra)
+            proc, out, err = start_app("stream", server, tmp_path, tag, *extra)
             try:
                 time.sleep(1.0)
                 os.kill(server.pid, signal.SIGSTOP)
@@ -411,9 +374,9 @@ def test_stream_reconnect_rides_out_a_stalled_server(tmp_path):
                     time.sleep(2.0)
                 finally:
                     os.kill(server.pid, signal.SIGCONT)
-                rc, _ = _wait_exit(proc, time.monotonic())
+                rc, _ = wait_app_exit(proc, time.monotonic())
             finally:
-                _stop(proc)
+                kill_app(proc)
         text = err.read_text()
         if reconnect:
             import json

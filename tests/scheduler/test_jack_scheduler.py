@@ -12,7 +12,7 @@ stream's output equals the model run offline on exactly the samples that stream 
 bit for bit.
 
 Killing jackd mid-run (in a subprocess: PortAudio cannot be used for JACK again in a
-process whose server died, see tests/_jack.py): every stream reports the source error,
+process whose server died, see tests/support/_jack.py): every stream reports the source error,
 and closing the streams and stopping the scheduler's threads ends within a bounded time.
 """
 from __future__ import annotations
@@ -34,11 +34,14 @@ from _jack import (
     connections,
     jack_device,
     jack_server,
+    kill_app,
     list_ports,
     new_ports,
     play_through,
     reinit_portaudio,
     skip_unless_jack,
+    start_app,
+    wait_app_exit,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -367,16 +370,14 @@ def test_cli_stream_per_channel_from_jack_device():
 def test_cli_stream_per_channel_exits_3_when_jack_dies(tmp_path):
     """jackd SIGKILLed under ``rtamt stream --per-channel``: the source error is reported
     and the app exits with code 3 (bounded), as without --per-channel."""
-    from test_source_faults import _start, _stop, _wait_exit
-
     skip_unless_jack()
     with jack_server(fs=FS, period=PERIOD, portaudio=False) as server:
-        proc, out, err = _start("stream", server, tmp_path, "pc", "--per-channel")
+        proc, out, err = start_app("stream", server, tmp_path, "pc", "--per-channel")
         try:
             time.sleep(1.0)
-            rc, took = _wait_exit(proc, server.kill())
+            rc, took = wait_app_exit(proc, server.kill())
         finally:
-            _stop(proc)
+            kill_app(proc)
     text = err.read_text()
     assert rc == 3, f"exit code {rc} ({took:.1f} s after the kill):\n{out.read_text()}\n{text}"
     assert "rtamt stream: input stopped delivering audio" in text and "Traceback" not in text

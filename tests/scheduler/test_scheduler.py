@@ -16,6 +16,8 @@ from rtamt import RtamtInputError
 from rtamt.models import MODELS
 from rtamt.scheduler import BLOCKS, FanOut, RtamtCapacityError, Scheduler
 
+from _streams import Recorder, feed
+
 FS = {"dau1997": 48000.0, "king2019": 48000.0, "osses2021": 48000.0,
       "paulick2024": 44100.0, "glasberg2002": 32000.0, "moore2016": 32000.0}
 STEREO = {"moore2016"}          # opened with channels=2 (the batchable layout)
@@ -49,33 +51,6 @@ def _equal(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b)
 
 
-class Recorder:
-    """Subscribes to a stream: keeps every output (copied) and every Result."""
-
-    def __init__(self, h, key):
-        self.key, self.outs, self.results = key, [], []
-        h.subscribe(self)
-
-    def __call__(self, r):
-        o = r.outputs[self.key]
-        self.outs.append({k: np.array(v) for k, v in o.items()} if isinstance(o, dict)
-                         else np.array(o))
-        self.results.append(r)
-
-
-def _feed(handles: list, signals: list, rng, lo: int = 1, hi: int = 700) -> None:
-    """Push every signal into its stream in random chunks, interleaved across streams."""
-    pos = [0] * len(handles)
-    lens = [x.shape[-1] for x in signals]
-    while any(p < n for p, n in zip(pos, lens)):
-        for i, h in enumerate(handles):
-            if pos[i] < lens[i]:
-                n = int(rng.integers(lo, hi))
-                x = signals[i][..., pos[i]:pos[i] + n]
-                assert h.push(x.T if x.ndim == 2 else x, wait=True, timeout=30)
-                pos[i] += n
-
-
 @pytest.fixture
 def sched():
     s = Scheduler(threads=2)
@@ -98,7 +73,7 @@ def test_streams_equal_offline_runs_for_every_model(name):
                     for i in range(N)]
             hs = [s.open(name, FS[name], 256, channels=ch, **EXACT) for _ in range(N)]
             recs = [Recorder(h, name) for h in hs]
-            _feed(hs, sigs, rng)
+            feed(hs, sigs, rng)
             for h in hs:
                 h.close("drain", timeout=60)
             for i, (rec, x) in enumerate(zip(recs, sigs)):
@@ -116,7 +91,7 @@ def test_diotic_moore2016_streams_run_alone_and_exact(sched):
     sigs = [_signal(i, 9000) for i in range(3)]
     hs = [sched.open("moore2016", 32000, 256, **EXACT) for _ in sigs]
     recs = [Recorder(h, "moore2016") for h in hs]
-    _feed(hs, sigs, np.random.default_rng(1))
+    feed(hs, sigs, np.random.default_rng(1))
     for h in hs:
         h.close(timeout=60)
     for rec, x in zip(recs, sigs):
@@ -144,7 +119,7 @@ def test_streams_opening_and_closing_mid_run_stay_exact(sched, name):
         parts = [_signal(1000 + i * 7 + len(fed[i]), n) for i in idx]
         for i, x in zip(idx, parts):
             fed[i].append(x)
-        _feed([hs[i] for i in idx], parts, rng)
+        feed([hs[i] for i in idx], parts, rng)
 
     first = [open_one(i) for i in range(3)]
     feed(first, 3000)
@@ -192,8 +167,8 @@ def test_snapshot_restore_reset_between_blocks(sched):
     others = [sched.open("dau1997", 48000, 256, **EXACT) for _ in range(2)]
     h = sched.open("dau1997", 48000, 256, **EXACT)
     rec = Recorder(h, "dau1997")
-    _feed([h] + others, [x[:9000]] + [_signal(i, 9000) for i in range(2)],
-          np.random.default_rng(2))
+    feed([h] + others, [x[:9000]] + [_signal(i, 9000) for i in range(2)],
+         np.random.default_rng(2))
     assert h.wait_idle(30)
     snap = h.snapshot()
     done = sum(o.shape[-1] for o in rec.outs)
@@ -204,14 +179,14 @@ def test_snapshot_restore_reset_between_blocks(sched):
     off.load_state_dict(snap["state"])
     tail = off(np.concatenate([pend[:, 0], x[9000:]]))
     n0 = len(rec.outs)
-    _feed([h], [x[9000:]], np.random.default_rng(3))
+    feed([h], [x[9000:]], np.random.default_rng(3))
     h.close("drain", timeout=60)
     assert np.array_equal(_cat(rec.outs[n0:]), tail)
     # restore into a new stream: it continues the snapshot's stream
     h2 = sched.open("dau1997", 48000, 256, **EXACT)
     h2.restore(snap)
     rec2 = Recorder(h2, "dau1997")
-    _feed([h2], [x[9000:]], np.random.default_rng(4))
+    feed([h2], [x[9000:]], np.random.default_rng(4))
     h2.close("drain", timeout=60)
     assert np.array_equal(_cat(rec2.outs), tail)
     # a snapshot of another design is refused, nothing changes
@@ -220,12 +195,12 @@ def test_snapshot_restore_reset_between_blocks(sched):
         h3.restore(snap)
     # reset: the next block starts from the initial state
     rec3 = Recorder(h3, "dau1997")
-    _feed([h3], [x[:5000]], np.random.default_rng(5))
+    feed([h3], [x[:5000]], np.random.default_rng(5))
     assert h3.wait_idle(30)
     h3.reset()
     k = len(rec3.outs)
     rest = x[5000:]
-    _feed([h3], [rest[:4000]], np.random.default_rng(6))
+    feed([h3], [rest[:4000]], np.random.default_rng(6))
     h3.close("drain", timeout=60)
     fresh = MODELS["dau1997"](48000, config="torch_amt")
     done3 = sum(o.shape[-1] for o in rec3.outs[:k])
@@ -244,7 +219,7 @@ def test_bad_input_rejects_one_stream_only(sched):
     bad[2 * 256 + 17] = np.nan                       # in re-blocked block 2
     hs = [sched.open("dau1997", 48000, 256, name=f"s{i}", **EXACT) for i in range(3)]
     recs = [Recorder(h, "dau1997") for h in hs]
-    _feed(hs, [sigs[0], bad, sigs[2]], np.random.default_rng(8))
+    feed(hs, [sigs[0], bad, sigs[2]], np.random.default_rng(8))
     for h in hs:
         h.close("drain", timeout=60)
     st = hs[1].stats()
@@ -315,7 +290,7 @@ def test_one_block_in_flight_per_stream_and_both_workers_serve():
     try:
         gs = [Guard(MODELS["dau1997"](48000)) for _ in range(4)]
         hs = [s.open(g, 48000, 256, **EXACT) for g in gs]
-        _feed(hs, [_signal(i, 48000) for i in range(4)], np.random.default_rng(0), 2000, 4000)
+        feed(hs, [_signal(i, 48000) for i in range(4)], np.random.default_rng(0), 2000, 4000)
         for h in hs:
             h.close("drain", timeout=60)
         assert sum(g.clash for g in gs) == 0

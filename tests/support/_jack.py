@@ -12,7 +12,7 @@ This is a helper module, not a test file.  Typical use::
             before = list_ports()
             out = sd.OutputStream(device=dev, ...)      # open the writer first (lag 0, below)
             (out_port,) = new_ports(before)             # 'PortAudio:out_0'
-            ...                                         # see tests/test_jack_loopback.py
+            ...                                         # see tests/runtime/test_jack_loopback.py
 
 System requirements (Debian; what CI installs)::
 
@@ -73,7 +73,7 @@ sounddevice 0.5.6):
   10/20; ``-R`` (SCHED_FIFO: jackd's driver thread gets priority 10, PortAudio's process thread
   in the client 5) next to two busy loops 0/37, next to other heavy test processes 3/15.  So
   :func:`jack_server` uses ``-R`` by default (``realtime=False`` gives ``-r``), and a test that
-  asserts "no xrun" should allow a retry (tests/test_jack_loopback.py does).  Where realtime
+  asserts "no xrun" should allow a retry (tests/runtime/test_jack_loopback.py does).  Where realtime
   scheduling is not permitted (non-root without rtprio limits, some containers) jackd prints
   ``Cannot use real-time scheduling (RR/10) (1: Operation not permitted)`` /
   ``AcquireSelfRealTime error`` / ``Cannot lock down ... memory area`` and carries on without
@@ -592,3 +592,40 @@ def run_app_on_tone(sd, server, args: list[str], tmp_path, tag: str, *, dbfs: fl
                             f"port appeared:\n{stdout}\n{stderr}"
     assert rc == 0, f"rtamt {args[0]} exit code {rc}:\n{stderr}"
     return stdout, stderr, player
+
+
+APP_START_TIMEOUT = 90.0    # s for an app to import, warm up and open its JACK port
+APP_GRACE = 30.0            # s we wait at most before killing a hung app (no test hangs)
+
+
+def start_app(app, server, tmp_path, tag, *extra, period: int = 256):
+    """Run ``python -m rtamt_apps APP --input system --hostapi JACK --channels 1`` on the
+    dummy server until its JACK input port is up; output goes to ``tmp_path/TAG.out`` and
+    ``.err``.  Returns ``(process, out path, err path)``."""
+    before = list_ports()
+    out, err = tmp_path / f"{tag}.out", tmp_path / f"{tag}.err"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rtamt_apps", app, "--input", "system", "--hostapi", "JACK",
+             "--channels", "1", "--blocksize", str(period), "--seconds", "120", *extra],
+            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+            env=dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "none.json")))
+    port = wait_for_input_port(proc, before, server, time.monotonic() + APP_START_TIMEOUT, app)
+    assert port is not None, f"{app} exited early:\n{out.read_text()}\n{err.read_text()}"
+    return proc, out, err
+
+
+def wait_app_exit(proc, t0: float) -> tuple[int | None, float]:
+    """(exit code, seconds since ``t0``); code None if still running after APP_GRACE s."""
+    try:
+        rc = proc.wait(timeout=APP_GRACE)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - t0
+    return rc, time.monotonic() - t0
+
+
+def kill_app(proc) -> None:
+    """Kill ``proc`` (by its PID: only the process the test started) if it still runs."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
