@@ -1,0 +1,32 @@
+"""gradcheck helpers for rtamt.nn layers: seeded float64 inputs and a check of a layer
+w.r.t. its block input and every entry of its incoming state."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.autograd import gradcheck
+
+import rtamt.nn as rn
+
+
+def noise(shape, seed=0, scale=1.0, positive=False):
+    """Seeded standard-normal float64 tensor of ``shape`` times ``scale`` (its absolute
+    value when ``positive``)."""
+    a = np.random.default_rng(seed).standard_normal(shape) * scale
+    return torch.from_numpy(np.abs(a) if positive else a)
+
+
+def check_layer(layer, x, warm=None, eps=1e-6, atol=1e-6):
+    """gradcheck of ``layer`` w.r.t. the block input and every state entry (started from
+    the state after ``warm``, so that it is not trivially zero)."""
+    _, st = layer(x if warm is None else warm)
+    keys = [k for k in st if k != rn.DESIGN_KEY]
+    tag = st[rn.DESIGN_KEY]
+
+    def f(xb, *vals):
+        y, new = layer(xb, dict(zip(keys, vals), **{rn.DESIGN_KEY: tag}))
+        return (y,) + tuple(new[k] for k in keys)
+
+    inputs = [x.clone().requires_grad_(True)] + [st[k].clone().requires_grad_(True)
+                                                 for k in keys]
+    assert gradcheck(f, inputs, eps=eps, atol=atol, rtol=1e-4)
