@@ -6,7 +6,8 @@
   prototypes;
 * the 48 kHz K-weighting equals ITU-R BS.1770-4 Annex 1 Tables 1 and 2;
 * block invariance: random partitions (incl. 1-sample blocks) give the one-call
-  momentary / short-term sequences and integrated loudness, float32 and float64;
+  momentary / short-term sequences, integrated loudness, loudness range, true and
+  sample peaks and the maxima of M and S, float32 and float64;
 * bad blocks are rejected naming block / channel / sample and leave the state as it was;
 * state_dict() / load_state_dict() continue bit-exactly.
 """
@@ -228,6 +229,11 @@ def _check_invariance(fs, x, lengths, dtype):
     assert r1.integrated == pytest.approx(r0.integrated, rel=TOL[dtype], abs=0)
     assert (r1.momentary, r1.short_term, r1.samples) == \
         pytest.approx((r0.momentary, r0.short_term, r0.samples), rel=TOL[dtype], abs=0)
+    # the R128 outputs: loudness range, true and sample peak, maxima of M and S
+    assert r0.loudness_range > 0.5 and r0.true_peak >= r0.sample_peak > -20
+    for f in ("loudness_range", "true_peak", "sample_peak", "max_momentary", "max_short_term"):
+        assert getattr(r1, f) == pytest.approx(getattr(r0, f), rel=TOL[dtype], abs=0), f
+    np.testing.assert_allclose(r1.true_peak_channels, r0.true_peak_channels, rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -165,7 +165,7 @@ class Params:
 
     def __post_init__(self):
         KWeightingParams(self.fs)          # the rate check
-        _G.sub_block_lengths(float(self.fs))
+        _G.sub_block_lengths(float(self.fs), 10 * _G.FINE)
         object.__setattr__(self, "fs", float(self.fs))
         if int(self.channels) != self.channels or self.channels < 1:
             raise ValueError(f"{_NAME}: channels must be a positive integer, got {self.channels!r}")
@@ -268,6 +268,8 @@ class LoudnessResult:
     true_peak / sample_peak: maximum over channels since the stream began (dB TP /
         dBFS; ``-inf`` for silence); ``true_peak_channels`` / ``sample_peak_channels``:
         ``(C,)`` float64 per channel.
+    max_momentary / max_short_term: the largest momentary / short-term loudness since the
+        stream began, at 10 ms resolution (``None`` before the first full window).
     """
 
     momentary: float | None
@@ -282,6 +284,8 @@ class LoudnessResult:
     sample_peak: float | None = None
     true_peak_channels: np.ndarray | None = None
     sample_peak_channels: np.ndarray | None = None
+    max_momentary: float | None = None
+    max_short_term: float | None = None
 
     def to_json(self) -> dict:
         """A JSON-serialisable dict (``-inf`` / ``NaN`` -> ``None``)."""
@@ -292,6 +296,8 @@ class LoudnessResult:
             "loudness_range": lufs_or_none(self.loudness_range),
             "true_peak": lufs_or_none(self.true_peak),
             "sample_peak": lufs_or_none(self.sample_peak),
+            "max_momentary": lufs_or_none(self.max_momentary),
+            "max_short_term": lufs_or_none(self.max_short_term),
             "true_peak_channels": lufs_or_none(self.true_peak_channels)
             if self.true_peak_channels is not None else None,
             "sample_peak_channels": lufs_or_none(self.sample_peak_channels)
@@ -496,6 +502,18 @@ class LoudnessMeter(Registered):
         return _scalar(self._s["loudness_range"])
 
     @property
+    def max_momentary(self) -> float | None:
+        """Largest momentary loudness so far (LUFS, 10 ms resolution); ``None`` before 400 ms."""
+        e = float(self.gating.state["peak"][0, 0])
+        return None if e < 0 else loudness_of_energy(e)
+
+    @property
+    def max_short_term(self) -> float | None:
+        """Largest short-term loudness so far (LUFS, 10 ms resolution); ``None`` before 3 s."""
+        e = float(self.gating.state["peak"][0, 1])
+        return None if e < 0 else loudness_of_energy(e)
+
+    @property
     def true_peak_channels(self) -> np.ndarray:
         """``(C,)`` maximum true peak per channel so far (dB TP)."""
         return dbtp(self.truepeak.state["true_peak"][0])
@@ -573,7 +591,8 @@ class LoudnessMeter(Registered):
             step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
             samples=s["samples"], loudness_range=_scalar(s["loudness_range"]),
             true_peak=float(tpc.max()), sample_peak=float(spc.max()),
-            true_peak_channels=tpc, sample_peak_channels=spc)
+            true_peak_channels=tpc, sample_peak_channels=spc,
+            max_momentary=self.max_momentary, max_short_term=self.max_short_term)
 
     def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray) -> None:
         """Add this block's gating blocks and short-term values to the statistics and
@@ -582,10 +601,8 @@ class LoudnessMeter(Registered):
         ok_m = ~np.isnan(e_m)
         lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
         if self.params.mode == "histogram":
-            for e in e_m[ok_m]:
-                _G.hist_add(s["gate_n"], s["gate_e"], float(e), True)
-            for e in e_s[lra_pick]:
-                _G.hist_add(s["lra_n"], s["lra_e"], float(e), False)
+            _G.hist_add_many(s["gate_n"], s["gate_e"], e_m[ok_m], True)
+            _G.hist_add_many(s["lra_n"], s["lra_e"], e_s[lra_pick], False)
             if ok_m.any():
                 s["integrated"] = loudness_of_energy(_G.hist_integrated(s["gate_n"],
                                                                         s["gate_e"]))
@@ -644,7 +661,9 @@ def _v1_fingerprint(params: Params) -> str:
 def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
     """A snapshot of the single-module meter as this meter's snapshot (the filter memories,
     the open sub-block's channel sums, the last 30 sub-blocks and every gating block;
-    the loudness range starts empty: that meter kept no short-term history beyond 3 s)."""
+    the loudness range and the maxima start empty: that meter kept no short-term history
+    beyond 3 s; its 100 ms sub-block powers are spread over their 10 ms fine blocks in
+    proportion to length, so the 100 ms windows continue exactly)."""
     _C.check_state_header(meter.name, sd)
     p = meter.params
     theirs = sd.get("design") or {}
@@ -660,20 +679,31 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
         raise RtamtInputError(f"{meter.name}: malformed former snapshot (zi {zi.shape}, "
                               f"buf {buf.shape}) for {C} channels")
     fill, n_sub = int(a["fill"]), int(a["n_sub"])
-    acc = np.zeros((1, C))
-    for t in range(fill):                       # the kernel's order of summation
-        acc[0] += buf[:, t] * buf[:, t]
-    ring_e, ring_n = np.zeros((1, N_SHORT_TERM)), np.zeros((1, N_SHORT_TERM), np.int64)
+    F, R = _G.FINE, _G.RING
+    lens = _G.sub_block_lengths(p.fs, 10 * F)
+    w = np.asarray(p.weights, np.float64)
+    ring_e, ring_n = np.zeros((1, R)), np.zeros((1, R), np.int64)
     old_e, old_n = np.asarray(a["ring_e"], np.float64), np.asarray(a["ring_n"], np.int64)
-    for j in range(N_SHORT_TERM):               # old ring: newest last
-        slot = (n_sub - 1 - j) % N_SHORT_TERM
-        ring_e[0, slot], ring_n[0, slot] = old_e[-1 - j], old_n[-1 - j]
+    for j in range(min(n_sub, N_SHORT_TERM)):   # old ring: newest last; spread evenly
+        k = n_sub - 1 - j
+        part = lens[(np.arange(k * F, (k + 1) * F)) % lens.size]
+        for i in range(F):
+            slot = (k * F + i) % R
+            ring_n[0, slot] = part[i]
+            ring_e[0, slot] = old_e[-1 - j] * part[i] / old_n[-1 - j]
+    n_fine, pos, acc = n_sub * F, 0, np.zeros((1, C))
+    for t in range(fill):                       # the open sub-block, fine block by block
+        acc[0] += buf[:, t] * buf[:, t]
+        pos += 1
+        if pos == lens[n_fine % lens.size]:
+            ring_e[0, n_fine % R], ring_n[0, n_fine % R] = float(np.sum(w * acc[0])), pos
+            acc[0], pos, n_fine = 0.0, 0, n_fine + 1
     fresh = LoudnessMeter(p)
     block = int(a["block"])
     kw, gt, tp = fresh.stages
     kw._state["zi"] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
-    gt._state.update(acc=acc, fill=np.array([fill]), n_sub=np.array([n_sub]), ring_e=ring_e,
-                     ring_n=ring_n)
+    gt._state.update(acc=acc, fill=np.array([pos]), n_fine=np.array([n_fine]),
+                     ring_e=ring_e, ring_n=ring_n)
     for st in fresh.stages:
         st._block = block
     gate = np.asarray(a["gate_e"], np.float64).ravel()
@@ -681,8 +711,7 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
     s.update(samples=int(a["samples"]), block=block, momentary=float(a["momentary"]),
              short_term=float(a["short_term"]), integrated=float(a["integrated"]))
     if p.mode == "histogram":
-        for e in gate:
-            _G.hist_add(s["gate_n"], s["gate_e"], float(e), True)
+        _G.hist_add_many(s["gate_n"], s["gate_e"], gate, True)
     else:
         fresh._lists["gate_e"].extend(gate)
     return fresh.state_dict()

@@ -21,11 +21,14 @@ Sources
 
 The step clock
 --------------
-The stream is cut into 100 ms sub-blocks; sub-block ``k`` (1-based) ends at sample
-``e_k = floor(k fs / 10)`` (the lengths repeat with a period of at most
-:data:`MAX_PERIOD` sub-blocks, tabulated in the design).  When sub-block ``k`` completes
-the stage emits one step: the weighted mean square of samples ``[e_{k-4}, e_k)``
-(momentary, for ``k >= 4``) and ``[e_{k-30}, e_k)`` (short-term, for ``k >= 30``).
+The stream is cut into 10 ms fine blocks; fine block ``j`` (1-based) ends at sample
+``floor(j fs / 100)`` (the lengths repeat with a period of at most :data:`MAX_PERIOD`
+blocks, tabulated in the design), so 100 ms step ``k`` ends at ``e_k = floor(k fs / 10)``.
+When step ``k`` completes the stage emits the weighted mean square of samples
+``[e_{k-4}, e_k)`` (momentary, for ``k >= 4``) and ``[e_{k-30}, e_k)`` (short-term, for
+``k >= 30``).  The largest momentary and short-term values are tracked at every fine
+block (10 ms resolution), which EBU Tech 3341 test cases 10, 11, 13 and 14 need (bursts
+offset by 20 ms or 150 ms from the 100 ms grid).
 
 Histograms
 ----------
@@ -58,7 +61,8 @@ from ..engine.stage import Stage
 __all__ = ["GatingParams", "GatingCoeffs", "GatingBlocks", "sub_block_lengths",
            "LOUDNESS_OFFSET_DB", "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LRA_GATE_LU",
            "N_MOMENTARY", "N_SHORT_TERM", "BIN_LU", "N_BINS", "BIN_BOUNDS",
-           "hist_add", "hist_integrated", "hist_lra", "exact_integrated", "exact_lra"]
+           "hist_add", "hist_add_many", "hist_integrated", "hist_lra", "exact_integrated",
+           "exact_lra"]
 
 LOUDNESS_OFFSET_DB = -0.691         #: BS.1770-4 eq. (2) constant (dB)
 ABSOLUTE_GATE_LUFS = -70.0          #: BS.1770-4 eq. (5) and Tech 3342, Gamma_a (LUFS)
@@ -67,6 +71,8 @@ LRA_GATE_LU = -20.0                 #: EBU Tech 3342 section 3.1, relative gate 
 LRA_LOW, LRA_HIGH = 0.10, 0.95      #: EBU Tech 3342 section 3.1, percentiles
 N_MOMENTARY = 4                     #: 400 ms = 4 sub-blocks (Tech 3341; BS.1770 T_g)
 N_SHORT_TERM = 30                   #: 3 s = 30 sub-blocks (Tech 3341)
+FINE = 10                           #: 10 ms fine blocks per 100 ms step
+RING = N_SHORT_TERM * FINE          #: fine blocks in the short-term window (300)
 MAX_PERIOD = 4096                   #: longest tabulated period of the sub-block lengths
 BIN_LU = 0.01                       #: histogram bin width (LU)
 HIST_TOP_LUFS = 30.0                #: upper edge of the histogram (LUFS)
@@ -76,20 +82,20 @@ BIN_BOUNDS = 10.0 ** ((ABSOLUTE_GATE_LUFS + BIN_LU * np.arange(N_BINS + 1)
                        - LOUDNESS_OFFSET_DB) / 10.0)
 
 
-def sub_block_lengths(fs: float) -> np.ndarray:
-    """Lengths (samples) of one period of the 100 ms sub-blocks, ``floor((k + 1) fs / 10)
-    - floor(k fs / 10)``, as int64; raises ``ValueError`` when the period is longer than
-    :data:`MAX_PERIOD` sub-blocks (a rate that is not a multiple of 10 / 4096 Hz)."""
+def sub_block_lengths(fs: float, per_second: int = 10) -> np.ndarray:
+    """Lengths (samples) of one period of the sub-blocks of ``1 / per_second`` s,
+    ``floor((k + 1) fs / per_second) - floor(k fs / per_second)``, as int64; raises
+    ``ValueError`` when the period is longer than :data:`MAX_PERIOD` sub-blocks."""
     from fractions import Fraction
 
     f = Fraction(fs)
-    period = (f / 10).denominator
+    period = (f / per_second).denominator
     if period > MAX_PERIOD:
-        raise ValueError(f"bs1770: the 100 ms step clock of fs={fs!r} Hz repeats only after "
-                         f"{period} steps (> {MAX_PERIOD}); use a rate that is a multiple of "
-                         "10/4096 Hz (e.g. an integer rate)")
-    k = np.arange(period + 1)
-    edges = np.array([math.floor(f * int(i) / 10) for i in k], dtype=np.int64)
+        raise ValueError(f"bs1770: the {1000 // per_second} ms clock of fs={fs!r} Hz repeats "
+                         f"only after {period} steps (> {MAX_PERIOD}); use a rate that is a "
+                         f"multiple of {per_second}/{MAX_PERIOD} Hz (e.g. an integer rate)")
+    edges = np.array([math.floor(f * i / per_second) for i in range(period + 1)],
+                     dtype=np.int64)
     return np.diff(edges)
 
 
@@ -104,11 +110,11 @@ class GatingParams:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GatingCoeffs:
-    """weights ``(C,)`` float64; sub_lens ``(P,)`` int64 sub-block lengths (one period);
-    min_len: the shortest of them."""
+    """weights ``(C,)`` float64; fine_lens ``(P,)`` int64 lengths of one period of the
+    10 ms fine blocks; min_len: the shortest 100 ms step (samples)."""
 
     weights: np.ndarray
-    sub_lens: np.ndarray
+    fine_lens: np.ndarray
     min_len: int
 
 
@@ -117,22 +123,36 @@ def design(params: GatingParams, n_in=None, weights=None) -> GatingCoeffs:
     w = (1.0,) * n if params.weights is None else params.weights
     if len(w) != n:
         raise ValueError(f"bs1770: {len(w)} channel weights for {n} channels")
-    lens = sub_block_lengths(params.fs)
-    return GatingCoeffs(weights=np.asarray(w, np.float64), sub_lens=lens,
-                        min_len=int(lens.min()))
+    return GatingCoeffs(weights=np.asarray(w, np.float64),
+                        fine_lens=sub_block_lengths(params.fs, 10 * FINE),
+                        min_len=int(math.floor(params.fs / 10)))
 
 
 @njit(**JIT)
-def block_powers(weights, sub_lens, acc, fill, n_sub, ring_e, ring_n, y, out, count):
-    """Advance the step clock over K-weighted ``y`` ``(B, T, C)`` float64.
+def _window(ring_e, ring_n, b, k, n):
+    """Mean power of the last ``n`` fine blocks before fine block ``k`` (oldest first)."""
+    se = 0.0
+    sn = 0
+    for j in range(k - n, k):
+        se += ring_e[b, j % RING]
+        sn += ring_n[b, j % RING]
+    return se / sn
 
-    Per stream ``b``: ``acc[b, c]`` sums ``y^2`` of channel ``c`` over the current
-    sub-block (``fill[b]`` samples so far, ``n_sub[b]`` sub-blocks completed); a completed
-    sub-block's weighted sum ``sum_c G_c acc_c`` goes to the ring ``ring_e[b, n_sub % 30]``
-    (its length to ``ring_n``).  Each completed step writes a row ``(k, e_M, e_S)`` to
-    ``out[b, count[b]]`` (window power, NaN while the window is not full)."""
+
+@njit(**JIT)
+def block_powers(weights, fine_lens, acc, fill, n_fine, ring_e, ring_n, peak, y, out, count):
+    """Advance the clock over K-weighted ``y`` ``(B, T, C)`` float64.
+
+    Per stream ``b``: ``acc[b, c]`` sums ``y^2`` of channel ``c`` over the current 10 ms
+    fine block (``fill[b]`` samples so far, ``n_fine[b]`` fine blocks completed); a
+    completed fine block's weighted sum ``sum_c G_c acc_c`` goes to the ring
+    ``ring_e[b, n_fine % 300]`` (its length to ``ring_n``).  After every fine block the
+    momentary (last 40) and short-term (last 300) window powers update their maxima
+    ``peak[b, 0 / 1]`` (-1 before the first full window); every 10th fine block is a
+    100 ms step, which writes a row ``(k, e_M, e_S)`` to ``out[b, count[b]]`` (window
+    power, NaN while the window is not full)."""
     B, T, C = y.shape
-    P = sub_lens.shape[0]
+    P = fine_lens.shape[0]
     for b in range(B):
         cnt = 0
         for t in range(T):
@@ -140,37 +160,32 @@ def block_powers(weights, sub_lens, acc, fill, n_sub, ring_e, ring_n, y, out, co
                 v = y[b, t, c]
                 acc[b, c] += v * v
             fill[b] += 1
-            k = n_sub[b]
-            if fill[b] == sub_lens[k % P]:
+            k = n_fine[b]
+            if fill[b] == fine_lens[k % P]:
                 e = 0.0
                 for c in range(C):
                     e += weights[c] * acc[b, c]
                     acc[b, c] = 0.0
-                ring_e[b, k % N_SHORT_TERM] = e
-                ring_n[b, k % N_SHORT_TERM] = fill[b]
+                ring_e[b, k % RING] = e
+                ring_n[b, k % RING] = fill[b]
                 fill[b] = 0
                 k += 1
-                n_sub[b] = k
+                n_fine[b] = k
                 em = np.nan
                 es = np.nan
-                if k >= N_MOMENTARY:
-                    se = 0.0
-                    sn = 0
-                    for j in range(k - N_MOMENTARY, k):
-                        se += ring_e[b, j % N_SHORT_TERM]
-                        sn += ring_n[b, j % N_SHORT_TERM]
-                    em = se / sn
-                if k >= N_SHORT_TERM:
-                    se = 0.0
-                    sn = 0
-                    for j in range(k - N_SHORT_TERM, k):
-                        se += ring_e[b, j % N_SHORT_TERM]
-                        sn += ring_n[b, j % N_SHORT_TERM]
-                    es = se / sn
-                out[b, cnt, 0] = k
-                out[b, cnt, 1] = em
-                out[b, cnt, 2] = es
-                cnt += 1
+                if k >= N_MOMENTARY * FINE:
+                    em = _window(ring_e, ring_n, b, k, N_MOMENTARY * FINE)
+                    if em > peak[b, 0]:
+                        peak[b, 0] = em
+                if k >= RING:
+                    es = _window(ring_e, ring_n, b, k, RING)
+                    if es > peak[b, 1]:
+                        peak[b, 1] = es
+                if k % FINE == 0:
+                    out[b, cnt, 0] = k // FINE
+                    out[b, cnt, 1] = em
+                    out[b, cnt, 2] = es
+                    cnt += 1
         count[b] = cnt
         for r in range(cnt, out.shape[1]):
             out[b, r, 0] = -1.0
@@ -184,9 +199,11 @@ class GatingBlocks(Stage):
     ``(B, K, 3)`` float64 rows ``(k, e_M, e_S)`` for the ``K = T // min_len + 1`` possible
     steps of the block (rows after a stream's last step: ``k = -1``, NaN powers).
 
-    State: ``acc`` ``(B, C)`` float64, ``fill`` / ``n_sub`` ``(B,)`` int64, ``ring_e``
-    ``(B, 30)`` float64 and ``ring_n`` ``(B, 30)`` int64 (the last 30 sub-blocks), and
-    ``count`` ``(B,)`` int64 (steps written by the last block)."""
+    State: ``acc`` ``(B, C)`` float64, ``fill`` / ``n_fine`` ``(B,)`` int64, ``ring_e``
+    ``(B, 300)`` float64 and ``ring_n`` ``(B, 300)`` int64 (the last 300 fine blocks of
+    10 ms), ``peak`` ``(B, 2)`` float64 (the largest momentary and short-term power at
+    10 ms resolution, -1 before the first), and ``count`` ``(B,)`` int64 (steps written
+    by the last block)."""
 
     name = "gating"
     in_kind = "channels"
@@ -200,9 +217,9 @@ class GatingBlocks(Stage):
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         return {"acc": np.zeros((batch, n_in)), "fill": np.zeros(batch, np.int64),
-                "n_sub": np.zeros(batch, np.int64), "ring_e": np.zeros((batch, N_SHORT_TERM)),
-                "ring_n": np.zeros((batch, N_SHORT_TERM), np.int64),
-                "count": np.zeros(batch, np.int64)}
+                "n_fine": np.zeros(batch, np.int64), "ring_e": np.zeros((batch, RING)),
+                "ring_n": np.zeros((batch, RING), np.int64),
+                "peak": np.full((batch, 2), -1.0), "count": np.zeros(batch, np.int64)}
 
     @staticmethod
     def n_out(coeffs, n_in):
@@ -214,9 +231,9 @@ class GatingBlocks(Stage):
         shape = (B, T // coeffs.min_len + 1, 3)
         y = out if (out is not None and out.shape == shape and out.dtype == np.float64) \
             else np.empty(shape, np.float64)
-        stage.kern.block_powers(coeffs.weights, coeffs.sub_lens, state["acc"], state["fill"],
-                                state["n_sub"], state["ring_e"], state["ring_n"], x, y,
-                                state["count"])
+        stage.kern.block_powers(coeffs.weights, coeffs.fine_lens, state["acc"], state["fill"],
+                                state["n_fine"], state["ring_e"], state["ring_n"],
+                                state["peak"], x, y, state["count"])
         return y
 
 
@@ -236,6 +253,14 @@ def hist_add(counts, sums, e, strict):
         i = _bin_of(e)
         counts[i] += 1
         sums[i] += e
+
+
+@njit(**JIT)
+def hist_add_many(counts, sums, es, strict):
+    """:func:`hist_add` for every power of ``es`` (NaN values are skipped)."""
+    for e in es:
+        if not math.isnan(e):
+            hist_add(counts, sums, e, strict)
 
 
 @njit(**JIT)

@@ -77,44 +77,37 @@ def design(params: TruePeakParams, n_in=None, weights=None) -> TruePeakCoeffs:
 
 
 @njit(**JIT)
-def true_peak_fir(h, hist, tp, sp, x, out):
+def true_peak_fir(h, hist, tp, sp, x, out, work):
     """Advance the true-peak meter over ``x`` ``(B, T, C)``: for every sample the four
     interpolated values ``sum_k h[p, k] x[t - k]`` (BS.1770-4 Annex 2) and the sample
     itself update the running maxima ``tp`` / ``sp`` ``(B, C)``; ``hist`` ``(B, 11, C)``
     holds the previous 11 samples (oldest first).  ``out[b, 0 / 1, c]``: the block's
-    true / sample peak."""
+    true / sample peak.  ``work``: float64 scratch of at least ``T + 11`` values."""
     B, T, C = x.shape
     P, K = h.shape
     H = K - 1
     for b in range(B):
         for c in range(C):
-            btp = 0.0
+            for i in range(H):
+                work[i] = hist[b, i, c]
             bsp = 0.0
             for t in range(T):
                 v = np.float64(x[b, t, c])
+                work[H + t] = v
                 a = abs(v)
                 if a > bsp:
                     bsp = a
+            btp = 0.0
+            for t in range(T):
                 for p in range(P):
-                    s = h[p, 0] * v
-                    for k in range(1, K):
-                        j = t - k
-                        if j >= 0:
-                            s += h[p, k] * np.float64(x[b, j, c])
-                        else:
-                            s += h[p, k] * hist[b, H + j, c]
+                    s = 0.0
+                    for k in range(K):
+                        s += h[p, k] * work[H + t - k]
                     s = abs(s)
                     if s > btp:
                         btp = s
-            # the last 11 samples become the history
-            if T >= H:
-                for i in range(H):
-                    hist[b, i, c] = np.float64(x[b, T - H + i, c])
-            else:
-                for i in range(H - T):
-                    hist[b, i, c] = hist[b, i + T, c]
-                for i in range(T):
-                    hist[b, H - T + i, c] = np.float64(x[b, i, c])
+            for i in range(H):
+                hist[b, i, c] = work[T + i]
             if bsp > btp:
                 btp = bsp
             out[b, 0, c] = btp
@@ -149,7 +142,12 @@ class TruePeak(Stage):
         B, _, C = x.shape
         y = out if (out is not None and out.shape == (B, 2, C) and out.dtype == np.float64) \
             else np.empty((B, 2, C), np.float64)
+        work = stage.__dict__.get("_work")
+        if work is None or work.size < x.shape[1] + N_TAPS - 1:
+            work = np.empty(x.shape[1] + N_TAPS - 1)
+            if not isinstance(stage, type):
+                stage._work = work            # reused by the next block of this size or less
         stage.kern.true_peak_fir(coeffs.phases, state["hist"], state["true_peak"],
-                                 state["sample_peak"], x, y)
+                                 state["sample_peak"], x, y, work)
         return y
 
