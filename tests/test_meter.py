@@ -32,7 +32,8 @@ FS = 48000
 
 #: keys of every JSON update (moore2016 adds the per-ear values)
 KEYS = ("t", "stl_sone", "ltl_sone", "phon", "stl_phon", "spl_db", "peak_db", "max_peak_db",
-        "lufs_momentary", "lufs_short_term", "lufs_integrated", "dropped_frames",
+        "lufs_momentary", "lufs_short_term", "lufs_integrated", "lra_lu", "true_peak_dbtp",
+        "dropped_frames",
         "skipped_frames", "rejected_blocks", "status", "queue_frames", "proc_p99_us", "rtf")
 EAR_KEYS = ("stl_left", "stl_right", "ltl_left", "ltl_right")
 
@@ -84,7 +85,7 @@ def _check_record(d, model="moore2016"):
     for k in ("t", "stl_sone", "ltl_sone", "phon", "stl_phon", "proc_p99_us", "rtf"):
         assert isinstance(d[k], (int, float)) and math.isfinite(d[k]), (k, d[k])
     for k in ("spl_db", "peak_db", "max_peak_db", "lufs_momentary", "lufs_short_term",
-              "lufs_integrated"):
+              "lufs_integrated", "lra_lu", "true_peak_dbtp"):
         assert d[k] is None or (isinstance(d[k], (int, float)) and math.isfinite(d[k])), (k, d[k])
     for k in ("dropped_frames", "skipped_frames", "rejected_blocks", "queue_frames"):
         assert isinstance(d[k], int) and d[k] >= 0, (k, d[k])
@@ -150,12 +151,31 @@ def test_wav_tone_level_and_loudness(tmp_path, capsys, model):
     assert abs(last["stl_phon"] - 60.0) <= 1.5, last
     assert abs(last["peak_db"] - 63.01) < 0.05          # sine: peak 3.01 dB above the RMS
     assert abs(last["lufs_integrated"] - (-20.0 + 3.01)) < 0.2
+    # EBU R128: a steady tone has no loudness range; its true peak is the sine's peak
+    # (RMS -20 dB re 1.0 -> peak -16.99 dBFS, int16-rounded)
+    assert last["lra_lu"] is None or last["lra_lu"] < 0.1   # None: no 3 s window yet
+    assert abs(last["true_peak_dbtp"] - (-20.0 + 3.01)) < 0.1
     if model == "moore2016":
         assert last["stl_left"] == pytest.approx(last["stl_right"])   # diotic
         assert last["stl_sone"] == pytest.approx(last["stl_left"] + last["stl_right"], rel=1e-3)
     # every update after the first 0.3 s is the same steady level
     for d in recs[3:]:
         assert abs(d["spl_db"] - 60.0) <= 0.1, d
+
+
+def test_wav_r128_loudness_range_and_true_peak(tmp_path, capsys):
+    """EBU R128 figures in the updates: the loudness range (LU) once a 3 s window is full
+    (0 for a steady tone), and the maximum true peak of a tone whose samples miss its
+    crests (fs/4 at 45 degrees: sample peak 3 dB below the true peak of -6 dBTP)."""
+    n = int(3.5 * FS)
+    x = 0.5 * np.sin(2 * np.pi * (FS / 4) * np.arange(n) / FS + np.pi / 4)
+    wav = _write_float32(tmp_path / "tp.wav", np.repeat(x[:, None], 2, axis=1))
+    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--model",
+                           "glasberg2002")
+    assert rc == 0, err
+    assert recs[0]["lra_lu"] is None and recs[-1]["lra_lu"] == 0.0
+    assert abs(recs[-1]["true_peak_dbtp"] + 6.02) <= 0.2, recs[-1]
+    assert abs(recs[-1]["max_peak_db"] - (100 - 9.03)) <= 0.05   # sample peak, dB SPL
 
 
 def test_wav_mono_equals_stereo_diotic(tmp_path, capsys):
