@@ -17,20 +17,36 @@ from rtamt.engine.backend import Kernels, NumbaKernels, TritonKernels  # noqa: E
 
 from _helpers import rtamt_stage_classes  # noqa: E402
 
+
+def frame_stage_classes() -> list:
+    """Every frame stage of the loudness models (:class:`rtamt.loudness.frames.FrameStage`
+    subclasses, after importing the stage classes' modules)."""
+    from rtamt.loudness.frames import FrameStage
+
+    rtamt_stage_classes()                  # imports every module of rtamt
+    seen, todo = set(), [FrameStage]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return sorted(seen, key=lambda c: (c.__module__, c.__qualname__))
+
+
+FRAME_STAGES = {"Spectrum", "Excitation", "SpecificLoudness", "InstantaneousLoudness",
+                "LoudnessIntegrator", "SpecificLoudnessAGC", "BinauralInhibition"}
+#: frame stages that run array operations only (no kernels; numpy and torch alike)
+KERNEL_FREE = {"InstantaneousLoudness"}
+
 ROOT = pathlib.Path(rtamt.__file__).parent
 
 #: code that still chooses by array type, by path prefix, and why (each must still hold
 #: such code: remove its entry when it is gone)
 ARRAY_TYPE_PENDING = {
-    "rtamt/loudness/": "loudness is not yet built from stages (issue 30 item 3)",
-    "rtamt/models/moore2016.py": "its frames on the device (issue 30 item 3)",
-    "rtamt/models/glasberg2002.py": "its frames on the device (issue 30 item 3)",
     "rtamt/nn/": "the torch front end checks that its inputs are tensors (validation)",
 }
 #: kernel modules still imported by name, and why
-IMPORT_BY_NAME_PENDING = {
-    "rtamt/engine/backend.py": "triton_module(name) for rtamt.loudness (issue 30 item 3)",
-}
+IMPORT_BY_NAME_PENDING: dict = {}
 #: helpers that test an array's type (their calls are array-type dispatch)
 TYPE_TESTS = {"dispatch", "is_tensor", "_is_tensor", "_is_torch", "is_float64"}
 
@@ -148,12 +164,17 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
     the twins come from that module's ``_triton`` sibling, one per numba kernel, by the
     same name."""
     pytest.importorskip("triton")
+    frame_stages = frame_stage_classes()
+    assert {c.__name__ for c in frame_stages} == FRAME_STAGES
+    for cls in frame_stages:           # every frame stage runs on Triton, with kernels or none
+        assert cls.triton_ready and (cls.kernels is None) == (cls.__name__ in KERNEL_FREE), cls
     stages = [c for c in rtamt_stage_classes() if c.triton_ready]
+    stages += [c for c in frame_stages if c.kernels is not None]
     names = {c.__name__ for c in stages}
     assert {"Gammatone", "IHCEnvelope", "AdaptHighpass", "AdaptLoop", "ModFilterbank",
             "KingModFilterbank", "HeadphoneFilter", "MiddleEarFilter", "OuterMiddleEarFilter",
             "BrokenStick", "PowerCompression", "DRNL", "IHCPaulick2024",
-            "Resampler"} <= names, names
+            "Resampler"} | FRAME_STAGES - KERNEL_FREE <= names, names
     twins = set()
     for cls in stages:
         assert isinstance(cls.kernels, Kernels), cls
@@ -175,7 +196,7 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
     # and every Triton module of a stage package is a declared twin module
     on_disk = {p.relative_to(ROOT.parent).with_suffix("").as_posix().replace("/", ".")
                for p in ROOT.rglob("*_triton.py")}
-    assert on_disk - twins - {"rtamt.engine.triton_lanes"} <= {"rtamt.loudness.kernels_triton"}
+    assert on_disk - twins - {"rtamt.engine.triton_lanes"} == set()
 
 
 def test_to_binds_the_kernels_once_and_copies_share_them():
@@ -189,6 +210,26 @@ def test_to_binds_the_kernels_once_and_copies_share_them():
     for s in m.stages:
         assert isinstance(s.kern, TritonKernels) and "kern" in s.__dict__
         assert str(s.kern.device) == "cpu"
+        assert set(s.kern.names) == set(type(s).kern.names)
+    c = copy.deepcopy(m)
+    assert all(a.kern is b.kern for a, b in zip(m.stages, c.stages))
+    m.to("cpu", backend="numba")
+    assert all(s.kern is type(s).kern and "kern" not in s.__dict__ for s in m.stages)
+
+
+@pytest.mark.parametrize("name", ["glasberg2002", "moore2016"])
+def test_loudness_models_bind_their_frame_stages_once(name):
+    """A loudness model's ``to()`` binds the kernels of each of its frame stages once (the
+    Triton twins on the device), a deep copy shares them, and back on numba every stage
+    runs its class's numba set."""
+    pytest.importorskip("triton")
+    m = rtamt.MODELS[name](32000.0)
+    assert [type(s).__name__ for s in m.stages][:3] == ["Spectrum", "Excitation",
+                                                         "SpecificLoudness"]
+    m.to("cpu", backend="triton")
+    kerned = [s for s in m.stages if s.kernels is not None]
+    for s in kerned:
+        assert isinstance(s.kern, TritonKernels) and str(s.kern.device) == "cpu"
         assert set(s.kern.names) == set(type(s).kern.names)
     c = copy.deepcopy(m)
     assert all(a.kern is b.kern for a, b in zip(m.stages, c.stages))
@@ -223,8 +264,9 @@ def test_no_stage_params_carry_spl_ref():
     field; the stages work in the internal units the models' calibration stage scales to."""
     import dataclasses
 
-    stages = rtamt_stage_classes()
-    assert {"AdaptLoop", "BrokenStick", "PowerCompression"} <= {c.__name__ for c in stages}
+    stages = rtamt_stage_classes() + frame_stage_classes()
+    assert {"AdaptLoop", "BrokenStick", "PowerCompression", "Spectrum"} <= {
+        c.__name__ for c in stages}
     carry = [c.__qualname__ for c in stages
              if dataclasses.is_dataclass(c.Params)
              and "spl_ref" in {f.name for f in dataclasses.fields(c.Params)}]
@@ -272,3 +314,47 @@ def test_stages_that_lost_spl_ref_keep_their_design_fingerprint():
 
     assert AdaptLoop(fs=48000.0).design_identity()["fingerprint"] == "48df517e29e85634"
     assert BrokenStick().design_identity()["fingerprint"] == "e5d27c0313e94ae9"
+
+
+@pytest.mark.parametrize("name", ["glasberg2002", "moore2016"])
+def test_loudness_models_are_headed_by_their_calibration_stage(name):
+    """Glasberg2002 and Moore2016 are headed by an InputCalibration too: ``spl_ref``,
+    ``input_limit`` and ``max_spl`` are the calibration's, their frame stages are designed
+    the same for every ``spl_ref``, and the model's output for ``x`` is the output of the
+    same model at ``spl_ref`` 100 for ``x`` (as float64) times the calibration's gain."""
+    from rtamt.calibration import InputCalibration
+
+    cls = rtamt.MODELS[name]
+    m, m100 = cls(32000.0, spl_ref=94.0), cls(32000.0, spl_ref=100.0)
+    cal = m.calibration
+    assert isinstance(cal, InputCalibration) and cal.spl_ref == m.spl_ref == 94.0
+    assert m.input_limit == cal.limit
+    m.max_spl = 150.0
+    assert cal.max_spl == 150.0 and m.input_limit == 10.0 ** ((150.0 - 94.0) / 20.0)
+    assert [s.design_identity() for s in m.stages] == [s.design_identity() for s in m100.stages]
+    assert cal.gain == pytest.approx(10 ** (-6 / 20), rel=1e-15)
+    lead = (2,) if name == "moore2016" else ()
+    x = np.random.default_rng(1).standard_normal(lead + (600,)) * 0.1
+    for dt in (np.float32, np.float64):
+        a, b = cls(32000.0, spl_ref=94.0)(x.astype(dt)), m100(x.astype(dt).astype(np.float64)
+                                                               * cal.gain)
+        m100.reset()
+        for k in a:
+            want = b[k] if k == "frame_time" else b[k].astype(dt)
+            np.testing.assert_array_equal(a[k], want, err_msg=k)
+
+
+def test_loudness_models_keep_their_design_fingerprint():
+    """The loudness models' design fingerprints are those of the monolithic models before
+    they were built from stages (issue 30 item 3; values of that code on this machine),
+    for ``spl_ref`` 100 and others (the fingerprint takes the spectrum designed at the
+    model's ``spl_ref``, as the earlier spectrum gains held it): their snapshots load."""
+    fp = [(rtamt.Glasberg2002, 32000.0, {}, "97ff26a690d2275a"),
+          (rtamt.Glasberg2002, 44100.0, {}, "7ca1475d741fccbd"),
+          (rtamt.Moore2016, 48000.0, {}, "6bcad4dcde02003f"),
+          (rtamt.Glasberg2002, 32000.0, {"spl_ref": 94.0}, "a0ba30b0cfcdb5bb"),
+          (rtamt.Moore2016, 32000.0, {"spl_ref": 120.0, "field": "eardrum"},
+           "1fd3210d09972c2a"),
+          (rtamt.Moore2016, 44100.0, {"C": 0.0631, "middle_ear": "1997"}, "90487db3cefc80e7")]
+    for cls, fs, kw, want in fp:
+        assert cls(fs, **kw).design_identity()["fingerprint"] == want, (cls, fs, kw)

@@ -10,7 +10,7 @@ import pytest
 from rtamt.engine.stage import RtamtInputError
 from rtamt.loudness.ansi import SpecificLoudnessCoeffs, specific_loudness_ref
 from rtamt.loudness.excitation import design_excitation, excitation, excitation_ref
-from rtamt.loudness.kernels import specific_loudness
+from rtamt.loudness.specific_loudness import specific_loudness
 from rtamt.models import Glasberg2002, Moore2016
 from rtamt.models.moore2016 import sech_pow_equal
 from rtamt_apps.process import block_sizes

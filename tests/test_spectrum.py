@@ -80,8 +80,8 @@ def test_rowwise_matmul_rows_do_not_depend_on_the_row_count():
     """kernels.rowwise_matmul (the spectrum's and the excitation's products): a row's bits
     are the same whether it is computed alone or with 1 .. 63 others (BLAS rounds a row
     differently for M = 1, a few and >= 16 rows), and equal a plain float64 product."""
+    from rtamt.engine.rowwise import band_ranges, matmul_rows
     from rtamt.loudness.excitation import design_excitation
-    from rtamt.loudness.kernels import band_ranges, matmul_rows
 
     c = design_spectrum(SpectrumParams(fs=48000))
     e = design_excitation(c.comp_hz)

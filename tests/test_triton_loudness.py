@@ -3,8 +3,9 @@ import pytest
 triton = pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
-"""The Triton kernels of rtamt.loudness.kernels_triton against the numba kernels of
-rtamt.loudness.kernels, on the arguments the loudness models really pass them: a
+"""The Triton twins of the loudness stages' kernels (``rtamt/loudness/<stage>_triton.py``,
+``rtamt/engine/rowwise_triton.py``) against their numba kernels, on the arguments the
+loudness models really pass them: a
 Moore2016 stereo batch (two ear pairs) and a diotic stream, a Glasberg2002 batch of three
 rows, the stateless spectrum of the phon table and the ``direct`` spectrum method are run
 once (numba), and every kernel call is recorded (copies of its arguments before the call).
@@ -21,28 +22,56 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
+import types  # noqa: E402
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import rtamt  # noqa: E402
-import rtamt.models.glasberg2002 as g2002  # noqa: E402
-import rtamt.models.moore2016 as m2016  # noqa: E402
-from rtamt.engine import fastexp  # noqa: E402
-from rtamt.loudness import excitation, spectrum, tvl  # noqa: E402
-from rtamt.loudness import kernels as KN  # noqa: E402
-from rtamt.loudness import kernels_triton as KT  # noqa: E402
+from rtamt.engine import fastexp, rowwise, rowwise_triton  # noqa: E402
+from rtamt.loudness import (  # noqa: E402
+    agc,
+    agc_triton,
+    binaural,
+    binaural_triton,
+    excitation,
+    excitation_triton,
+    specific_loudness,
+    specific_loudness_triton,
+    spectrum,
+    spectrum_triton,
+)
+from rtamt.loudness.agc import LoudnessIntegrator, SpecificLoudnessAGC  # noqa: E402
+from rtamt.loudness.binaural import BinauralInhibition  # noqa: E402
+from rtamt.loudness.excitation import Excitation  # noqa: E402
+from rtamt.loudness.excitation_triton import _exp2_neg_f32, _log_f64  # noqa: E402
+from rtamt.loudness.specific_loudness import SpecificLoudness  # noqa: E402
+from rtamt.loudness.spectrum import Spectrum  # noqa: E402
 
 from _triton import DEVICE, dev, host  # noqa: E402
 
 TOL64 = 1e-12
 
-# (module, name) of every kernel call site that is recorded
-_SITES = [(spectrum, "spectrum_chunks"), (spectrum, "autocorr_frames"),
-          (spectrum, "group_add"), (spectrum, "matmul_rows"), (excitation, "matmul_rows"),
-          (excitation, "lower_skirt"), (tvl, "specific_loudness"), (g2002, "agc"),
-          (m2016, "agc_rows"), (m2016, "binaural_frames"), (m2016, "matmul_rows")]
+
+def _merged(*modules):
+    """The public functions and kernels of several modules as one namespace."""
+    return types.SimpleNamespace(**{k: v for m in modules for k, v in vars(m).items()
+                                    if not k.startswith("__")})
+
+
+#: the numba kernels and their Triton twins, by name
+KN = _merged(rowwise, spectrum, excitation, specific_loudness, agc, binaural)
+KT = _merged(rowwise_triton, spectrum_triton, excitation_triton, specific_loudness_triton,
+             agc_triton, binaural_triton)
+
+# (bound kernel set of a stage class, name) of every kernel call site that is recorded
+_SITES = [(Spectrum.kern, "spectrum_chunks"), (Spectrum.kern, "autocorr_frames"),
+          (Spectrum.kern, "group_add"), (Spectrum.kern, "matmul_rows"),
+          (Excitation.kern, "matmul_rows"), (Excitation.kern, "lower_skirt"),
+          (SpecificLoudness.kern, "specific_loudness"), (LoudnessIntegrator.kern, "agc"),
+          (SpecificLoudnessAGC.kern, "agc_rows"), (BinauralInhibition.kern, "binaural_frames"),
+          (BinauralInhibition.kern, "matmul_rows")]
 
 
 def _copy(a):
@@ -65,8 +94,8 @@ def calls():
     fs = 32000
     t = np.arange(3307) / fs
     with pytest.MonkeyPatch.context() as mp:
-        for mod, name in _SITES:
-            mp.setattr(mod, name, recorder(getattr(mod, name), name))
+        for kern, name in _SITES:
+            mp.setattr(kern, name, recorder(getattr(kern, name), name))
         # stereo, a batch of two ear pairs: a 1 kHz tone in noise (~75 dB SPL) in one ear
         # and quieter noise in the other (the left ear of pair 0, the right ear of pair 1);
         # the first block leaves non-trivial rings and AGC states, the second completes
@@ -155,8 +184,8 @@ def test_lower_skirt(calls):
 def _helpers_kernel(t_ptr, x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < n
-    tl.store(y_ptr + i, KT._exp2_neg_f32(tl.load(t_ptr + i, mask=m, other=0.0)), mask=m)
-    tl.store(z_ptr + i, KT._log_f64(tl.load(x_ptr + i, mask=m, other=1.0)), mask=m)
+    tl.store(y_ptr + i, _exp2_neg_f32(tl.load(t_ptr + i, mask=m, other=0.0)), mask=m)
+    tl.store(z_ptr + i, _log_f64(tl.load(x_ptr + i, mask=m, other=1.0)), mask=m)
 
 
 @numba.njit(fastmath={"contract"})
@@ -398,7 +427,14 @@ def test_kernels_compile_for_gpu(tmp_path):
         import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
-        from rtamt.loudness import kernels_triton as KT
+        import types
+        from rtamt.engine import rowwise_triton
+        from rtamt.loudness import (agc_triton, binaural_triton, excitation_triton,
+                                    specific_loudness_triton, spectrum_triton)
+        KT = types.SimpleNamespace(**{k: v for m in (rowwise_triton, spectrum_triton,
+                                      excitation_triton, specific_loudness_triton,
+                                      agc_triton, binaural_triton)
+                                      for k, v in vars(m).items() if not k.startswith("__")})
 
         def build(fn, sig, cx, warps=2, fusion=True):
             sig = {k: ("constexpr" if k in cx else v) for k, v in sig.items()}

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
-           "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "triton_module",
-           "coef_adapter", "is_tensor", "to_numpy"]
+           "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
+           "to_numpy"]
 
 BACKENDS = ("numba", "triton")
 
@@ -167,13 +167,6 @@ def _device_coeffs(device) -> _TorchCoeffs:
     return c
 
 
-def coef_adapter(x):
-    """The coefficient cache of tensor ``x``'s device (numpy float64 coefficient arrays ->
-    cached tensors there).  Used by :mod:`rtamt.loudness`, whose kernels are not yet
-    stages (issue 30 item 3); a stage gets it bound as ``kern.coef``."""
-    return _device_coeffs(x.device)
-
-
 #: one lock for every Triton module's launches: the interpreter's patching is process-wide
 _INTERPRETER_LOCK = threading.Lock()
 
@@ -195,36 +188,6 @@ def _serialized(fn: Callable) -> Callable:
     launch.__name__ = getattr(fn, "__name__", "launch")
     launch.__wrapped__ = fn
     return launch
-
-
-class _Serialized:
-    """A Triton kernel module whose launches all go through :func:`_serialized`."""
-
-    def __init__(self, module):
-        self._m, self._fns = module, {}
-
-    def __getattr__(self, name):
-        fn = self._fns.get(name)
-        if fn is None:
-            fn = self._fns[name] = _serialized(getattr(self._m, name))
-        return fn
-
-
-_triton_modules: dict = {}
-
-
-def triton_module(name: str):
-    """The Triton kernel module ``name`` (imported on first use), its launches serialised
-    when they run in the interpreter.  Only :mod:`rtamt.loudness` and the loudness models
-    still reach their kernels this way, until they become stages (issue 30 item 3); a
-    stage declares its kernels (:class:`Kernels`) instead."""
-    m = _triton_modules.get(name)
-    if m is None:
-        import importlib
-
-        mod = importlib.import_module(name)
-        m = _triton_modules[name] = _Serialized(mod) if _interpreting() else mod
-    return m
 
 
 # ------------------------------------------------------------------ a stage's kernels

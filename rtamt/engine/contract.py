@@ -52,7 +52,7 @@ from . import kernels
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
            "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
-           "Registered", "SplLimit", "spl_limit", "MAX_SPL", "with_former_fields",
+           "Registered", "spl_limit", "MAX_SPL", "with_former_fields",
            "check_time_last", "COLUMN_ROWS"]
 
 SCHEMA = "rtamt.state"
@@ -363,24 +363,6 @@ def check_state_arrays(who: str, arrays, ref: dict) -> dict:
                 f"{first_nonfinite(a)}; refused")
         out[k] = np.array(a, copy=True)
     return out
-
-
-class SplLimit:
-    """Mixin of the models that are not stage chains yet (the loudness models): input
-    beyond ``max_spl`` dB SPL (default :data:`rtamt.calibration.MAX_SPL`, settable per
-    instance) at the model's ``spl_ref`` is rejected like NaN.  The modulation models hold
-    this limit in their :class:`rtamt.calibration.InputCalibration` stage."""
-
-    max_spl = MAX_SPL
-
-    @property
-    def input_limit(self) -> float:
-        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
-        return spl_limit(self.max_spl, self.spl_ref)
-
-    def _limit_text(self) -> str:
-        """What the limit is, for the message of a rejected block."""
-        return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.spl_ref:g}"
 
 
 def with_former_fields(params, **former):

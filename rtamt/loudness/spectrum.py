@@ -23,7 +23,7 @@ design time from its multiply count (:func:`design_spectrum`):
     rotated to its position within its "epoch" of C chunks, and the window's sum is kept
     as two running sums (chunks of the previous and of the current epoch), restarted at
     every epoch so that rounding never accumulates beyond one window (model state,
-    derived from the sample history; see :func:`rtamt.loudness.kernels.spectrum_chunks`).
+    derived from the sample history; see :func:`spectrum_chunks`).
     A frame then costs O(bins), not O(chunks x bins).  The Hann window is applied in
     the frequency domain: with ``w(m) = 1/2 - 1/2 cos(2 pi (m + 1/2)/n)``,
     ``X(f) = R(f)/2 - e^{j pi/n} R(f - 1/n)/4 - e^{-j pi/n} R(f + 1/n)/4``
@@ -38,7 +38,7 @@ design time from its multiply count (:func:`design_spectrum`):
     rounding floor is ~1e-16 of the segment's energy (-160 dB re the window's power,
     far below threshold); negative rounding results are set to 0.
 
-The matrix products run in :func:`rtamt.loudness.kernels.rowwise_matmul`, which computes
+The matrix products run in :func:`rtamt.engine.rowwise.rowwise_matmul`, which computes
 each frame by the same operations however many frames and streams a block holds (a BLAS
 product rounds a row differently depending on the row count).
 
@@ -47,8 +47,10 @@ At 32 kHz the 64-4 ms windows use ``chunk`` and the 2 ms window ``autocorr``: ab
 hops (44.1 kHz) use ``direct`` for the long windows.
 
 Power scaling: ``P_k = 2 |X_k|^2 / (nfft sum_n w_n^2)``, so that the components of a
-sinusoid of mean square ``m`` sum to ``m``; then ``10^(spl_ref/10)`` (``spl_ref`` = dB SPL
-of a digital RMS of 1.0) and the outer/middle-ear gain of the chosen sound field
+sinusoid of mean square ``m`` sum to ``m``; then ``10^(100/10)`` (the input is in the
+models' internal units, RMS 1 = :data:`rtamt.calibration.INTERNAL_SPL_REF` = 100 dB SPL:
+the model's :class:`rtamt.calibration.InputCalibration` scales digital samples to them)
+and the outer/middle-ear gain of the chosen sound field
 (:func:`rtamt.loudness.ansi.ear_gain_db`).  Components are in linear intensity units
 re 0 dB SPL at the cochlea.
 
@@ -58,17 +60,37 @@ spacing already exceeds it (below ~1.2 kHz for 0.1 Cam) nothing changes.  This i
 the "compressed spectrum" of Ward et al. (2015, "Real-time excitation based binaural
 loudness meters", DAFx-15), which they show changes loudness by far less than
 0.1 phon; ``comp_cam=0`` uses every FFT bin (the paper's exact procedure).
+
+The stage (:class:`Spectrum`) is the frame producer of the loudness models: it owns the
+frame clock.  Its state is
+
+* ``hist`` (R, nmax) the last ``nmax`` input samples of each row (64 ms; zeros = the
+  silence before the stream),
+* ``n`` (1,) int64 samples consumed so far, shared by the rows (frames are due at
+  multiples of ``hop``),
+* ``ring<w>`` the chunk DFTs of window ``w`` and their running sums (method ``chunk``;
+  derived from ``hist``),
+
+so frame ``k`` is computed when sample ``(k+1) hop - 1`` arrives, from the same ``nmax``
+samples by the same arithmetic, whatever the block partition.  Frame ``k`` describes the
+sound centred at ``frame_time = ((k+1) hop - nmax/2) / fs`` seconds (the windows share
+one centre).  On the Triton backend the state arrays are torch tensors on the device,
+except the clock ``n`` (a host array).
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+from numba import njit
 from numpy.lib.stride_tricks import as_strided
 
-from ..engine import backend as _B
+from ..calibration import INTERNAL_SPL_REF
+from ..engine.backend import Kernels
+from ..engine.jit import JIT as _JIT
+from ..engine.rowwise import ROWWISE, band_ranges
 from .ansi import ear_gain_db, hz_to_cam
-from .kernels import autocorr_frames, band_ranges, group_add, matmul_rows, spectrum_chunks
+from .frames import FrameStage
 
 WINDOWS_MS = (64.0, 32.0, 16.0, 8.0, 4.0, 2.0)
 EDGES_HZ = (20.0, 80.0, 500.0, 1250.0, 2540.0, 4050.0, 15000.0)
@@ -77,16 +99,15 @@ METHODS = ("auto", "direct", "chunk", "autocorr")
 
 @dataclasses.dataclass(frozen=True)
 class SpectrumParams:
-    """fs (Hz, >= 32000 so that 15 kHz < fs/2); hop_ms frame period; spl_ref (dB SPL of
-    digital RMS 1.0); field (``free`` | ``diffuse`` | ``eardrum``); middle_ear (``'2007'``
-    ANSI S3.4-2007 | ``'1997'`` Moore et al. 1997 revised 2006, see
+    """fs (Hz, >= 32000 so that 15 kHz < fs/2); hop_ms frame period; field (``free`` |
+    ``diffuse`` | ``eardrum``); middle_ear (``'2007'`` ANSI S3.4-2007 | ``'1997'`` Moore et
+    al. 1997 revised 2006, see
     :func:`rtamt.loudness.ansi.ear_gain_db`); comp_cam (Cam, 0 = off); method: how each
     window's DFT powers are evaluated (``auto`` = cheapest valid, or force ``direct`` /
     ``chunk`` / ``autocorr`` where valid; all give the same powers)."""
 
     fs: float = 32000.0
     hop_ms: float = 1.0
-    spl_ref: float = 100.0
     field: str = "free"
     middle_ear: str = "2007"
     comp_cam: float = 0.1
@@ -125,7 +146,7 @@ class SpectrumCoeffs:
     nmax: int           # longest window (samples) = analysis history
     nfft: int
     plans: list         # per window: WindowPlan
-    gains: np.ndarray   # (n_bins,) power scale per bin incl. spl_ref and ear gain
+    gains: np.ndarray   # (n_bins,) power scale per bin incl. input level and ear gain
     bin_hz: np.ndarray  # (n_bins,)
     group_of_bin: np.ndarray  # (n_bins,) component index of each bin
     comp_hz: np.ndarray      # (J,) component frequencies
@@ -148,7 +169,11 @@ def _costs(n, B, Jw, hop, chunk_ok, nF):
     return c
 
 
-def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
+def design_spectrum(p: SpectrumParams, level_db: float = INTERNAL_SPL_REF) -> SpectrumCoeffs:
+    """The spectrum's coefficients for ``p``; ``level_db``: the dB SPL of an input RMS of 1
+    (the internal units, :data:`rtamt.calibration.INTERNAL_SPL_REF`; the loudness models
+    pass another value only to rebuild the design fingerprint of their earlier versions,
+    which folded ``spl_ref`` into the gains)."""
     fs = float(p.fs)
     if fs < 2.0 * p.edges_hz[-1] + 1.0:
         raise ValueError(
@@ -175,7 +200,7 @@ def design_spectrum(p: SpectrumParams) -> SpectrumCoeffs:
         freqs.append(k * fs / nfft)
     bin_hz = np.concatenate(freqs)
     ear_db = ear_gain_db(bin_hz, p.field, p.middle_ear)
-    g = np.concatenate(gains) * 10.0 ** (p.spl_ref / 10.0) * 10.0 ** (ear_db / 10.0)
+    g = np.concatenate(gains) * 10.0 ** (level_db / 10.0) * 10.0 ** (ear_db / 10.0)
     # spectral compression into groups <= comp_cam wide
     cams = hz_to_cam(bin_hz)
     starts = [0]
@@ -278,8 +303,153 @@ def _chunk_span(c: SpectrumCoeffs, a: dict, F: int, e0: int, prime: bool):
     return H, lag, n_new, e0 - (lag + 1) * H - (n_new - F) * H
 
 
-def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict | None = None,
-                 k0: int = 0) -> np.ndarray:
+@njit(**_JIT)
+def spectrum_chunks(D, k0, lag, F, n_prime, rc, rs, wn, ring, offs, cm, cp, gain, grp, P):
+    """Hann-windowed DFT powers of one analysis window from hop-long chunk DFTs
+    (hopping DFT; see :mod:`rtamt.loudness.spectrum`, method ``chunk``).
+
+    Chunk c (samples ``cH .. cH + H - 1``) has residue ``rho = c mod C`` in its "epoch"
+    ``c div C`` (C = chunks per window); its DFT is stored rotated to its epoch
+    position, ``Dh_c = D_c e^{-j 2 pi phi rho H}``.  The window of the frame whose
+    newest chunk is c covers chunks ``c - C + 1 .. c``: those of the previous epoch
+    (sum ``S_A``) and those of the current one (sum ``S_B``).  Relative to the window's
+    start (up to one phase common to each bin's three frequencies, which cancels in
+    the power) its rectangular-window DFT is ``T = S_A + e^{-j 2 pi phi n} S_B``, or
+    ``S_B`` when the window is one whole epoch.  The sums are updated per chunk
+    (``S_A -= Dh_leaving``, ``S_B += Dh_new``; at an epoch start ``S_A = S_B - Dh_leaving``,
+    ``S_B = Dh_new``), so rounding never accumulates beyond one epoch.
+
+    D (R, n_prime + F, 2 nF): DFTs (re | im, chunk-local phase) of the chunks entering
+    in this block, oldest first; the first ``n_prime`` only update the state (stateless
+    use), then frame f (absolute index k0 + f) adds chunk ``k0 + f - lag``.
+    ring (R, C + 2, 2 nF): ``Dh`` of the last C chunks (slot rho), then S_A, S_B; state,
+    advanced in place.  rc, rs (C, nF): ``cos``, ``-sin`` of ``2 pi phi rho H``;
+    wn (2, nF): ``e^{-j 2 pi phi n}``.  offs (3,): bin b's frequencies f, f - 1/n,
+    f + 1/n are ``phi[offs[0..2] + b]``; cm, cp (2,): Hann coefficients (re, im) of the
+    shifted terms for a window starting at an epoch start (the centre one is 1/2);
+    otherwise they turn by ``e^{-+j 2 pi rho0 / C}``, ``rho0`` the residue of the
+    window's first chunk.  ``P[r F + f, grp[b]] += gain[b] |X_b|^2``.
+    """
+    R = D.shape[0]
+    C, nF = rc.shape
+    B = gain.size
+    Tr = np.empty(nF)
+    Ti = np.empty(nF)
+    pw = np.empty(B)
+    ar, ai = Tr[offs[0]:offs[0] + B], Ti[offs[0]:offs[0] + B]
+    mr, mi = Tr[offs[1]:offs[1] + B], Ti[offs[1]:offs[1] + B]
+    pr, pi = Tr[offs[2]:offs[2] + B], Ti[offs[2]:offs[2] + B]
+    wr = wn[0]
+    wi = wn[1]
+    for r in range(R):
+        rg = ring[r]
+        sa = rg[C]
+        sb = rg[C + 1]
+        for j in range(n_prime + F):
+            rho = (k0 - lag - n_prime + j) % C
+            d = D[r, j]
+            old = rg[rho]
+            cr = rc[rho]
+            ci = rs[rho]
+            if rho == 0:
+                for q in range(nF):
+                    hr = cr[q] * d[q] - ci[q] * d[nF + q]
+                    hi = cr[q] * d[nF + q] + ci[q] * d[q]
+                    sa[q] = sb[q] - old[q]
+                    sa[nF + q] = sb[nF + q] - old[nF + q]
+                    sb[q] = hr
+                    sb[nF + q] = hi
+                    old[q] = hr
+                    old[nF + q] = hi
+            else:
+                for q in range(nF):
+                    hr = cr[q] * d[q] - ci[q] * d[nF + q]
+                    hi = cr[q] * d[nF + q] + ci[q] * d[q]
+                    sa[q] -= old[q]
+                    sa[nF + q] -= old[nF + q]
+                    sb[q] += hr
+                    sb[nF + q] += hi
+                    old[q] = hr
+                    old[nF + q] = hi
+            if j < n_prime:
+                continue
+            if rho == C - 1:
+                for q in range(nF):
+                    Tr[q] = sb[q]
+                    Ti[q] = sb[nF + q]
+            else:
+                for q in range(nF):
+                    Tr[q] = sa[q] + wr[q] * sb[q] - wi[q] * sb[nF + q]
+                    Ti[q] = sa[nF + q] + wr[q] * sb[nF + q] + wi[q] * sb[q]
+            rho0 = rho + 1 if rho + 1 < C else 0
+            # phase of the f -+ 1/n terms relative to f: e^{-+j 2 pi rho0 / C}
+            c0 = rc[rho0, offs[0]] * rc[rho0, offs[1]] + rs[rho0, offs[0]] * rs[rho0, offs[1]]
+            s0 = rs[rho0, offs[0]] * rc[rho0, offs[1]] - rc[rho0, offs[0]] * rs[rho0, offs[1]]
+            cm0 = cm[0] * c0 - cm[1] * s0
+            cm1 = cm[0] * s0 + cm[1] * c0
+            cp0 = cp[0] * c0 + cp[1] * s0
+            cp1 = cp[1] * c0 - cp[0] * s0
+            for b in range(B):
+                xr = 0.5 * ar[b] + cm0 * mr[b] - cm1 * mi[b] + cp0 * pr[b] - cp1 * pi[b]
+                xi = 0.5 * ai[b] + cm0 * mi[b] + cm1 * mr[b] + cp0 * pi[b] + cp1 * pr[b]
+                pw[b] = gain[b] * (xr * xr + xi * xi)
+            row = P[r * F + j - n_prime]
+            for b in range(B):
+                row[grp[b]] += pw[b]
+
+
+@njit(**_JIT)
+def autocorr_frames(z, e0, F, H, start, win, out):
+    """Autocorrelations of Hann-windowed short segments (Wiener-Khinchin; see
+    :mod:`rtamt.loudness.spectrum`, method ``autocorr``).
+
+    Frame f's segment is ``z[r, e0 + f H + start :][:n]``; with ``y = win * segment``,
+    ``out[r F + f, d] = r_d = sum_m y_m y_{m+d}`` for ``d = 0 .. n-1``.
+    """
+    R = z.shape[0]
+    n = win.size
+    y = np.empty(n)
+    for r in range(R):
+        x = z[r]
+        for f in range(F):
+            s = e0 + f * H + start
+            for m in range(n):
+                y[m] = win[m] * x[s + m]
+            ac = out[r * F + f]
+            ac[:] = 0.0
+            for m in range(n):
+                ym = y[m]
+                yt = y[m:]
+                for d in range(n - m):
+                    ac[d] += ym * yt[d]
+
+
+@njit(**_JIT)
+def group_add(pb, gain, grp, P):
+    """``P[i, grp[b]] += gain[b] pb[i, b]`` (bin powers into compression groups)."""
+    N, B = pb.shape
+    for i in range(N):
+        row = P[i]
+        for b in range(B):
+            row[grp[b]] += gain[b] * pb[i, b]
+
+
+def concat_history(hist, rows):
+    """``hist`` (R, L) and ``rows`` (R, T) side by side: the signal (R, L + T) the frames of
+    a block are analysed from."""
+    return np.concatenate([hist, rows], axis=1)
+
+
+def window_frames(z, st, F, hop, n):
+    """The ``F`` segments ``z[:, st + f hop:][:n]`` of each row as (R F, n) (a copy)."""
+    R = z.shape[0]
+    rs, es = z.strides
+    view = as_strided(z[:, st:], shape=(R, F, n), strides=(rs, hop * es, es), writeable=False)
+    return view.reshape(R * F, n)
+
+
+def frame_powers(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None = None,
+                 k0: int = 0, kern=None):
     """Component powers of the frames whose analysis history ends at ``ends``.
 
     z     : (R, L) float64 signal rows (history + block).
@@ -289,23 +459,28 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             the frame before ``ends[0]``, advanced in place; ``None`` = stateless (the rings
             are filled from ``z``, which then needs ``nmax`` samples before ``ends[0]``).
     k0    : absolute index of the first frame (ring slot = chunk index mod C).
+    kern  : the kernels to run (:attr:`Spectrum.kern`, bound by the model's ``to()``:
+            numpy arrays on numba, torch tensors on Triton); default the numba set.
     Tested against ``numpy.fft.rfft`` of the windowed, zero-padded segments
     (``tests/test_spectrum.py``).
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
-    if type(z) is not np.ndarray:
-        return _frame_powers_device(c, z, ends, rings, k0)
+    kern = Spectrum.kern if kern is None else kern
+    coef = kern.coef
     R = z.shape[0]
     F = ends.size
-    z = np.ascontiguousarray(z, dtype=np.float64)
-    P = np.zeros((R * F, c.n_comp))
+    z = kern.contiguous(z)
+    P = kern.buffer(None, (R * F, c.n_comp), z)
+    P[...] = 0.0
     if F == 0:
         return P
     e0 = int(ends[0])
     prime = rings is None
     if prime:
-        rings = new_rings(c, R)
-    rs, es = z.strides
+        rings = {}
+        for k, shape in c.ring_shapes(R).items():
+            rings[k] = kern.buffer(None, shape, z)
+            rings[k][...] = 0.0
     for w, pl in enumerate(c.plans):
         a = pl.arrays
         if pl.method == "chunk":
@@ -313,70 +488,104 @@ def frame_powers(c: SpectrumCoeffs, z: np.ndarray, ends: np.ndarray, rings: dict
             # DFTs are one matrix product (chunk-local phase), the rest is compiled
             H, lag, n_new, st = _chunk_span(c, a, F, e0, prime)
             seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
-            D = matmul_rows(seg, a["tab"], a["tab_rng"]).reshape(R, n_new, -1)
-            spectrum_chunks(D, k0, lag, F, n_new - F, a["rc"], a["rs"], a["wn"],
-                            rings[f"ring{w}"], a["offs"], a["cm"], a["cp"], a["gain"],
-                            a["grp"], P)
+            D = kern.matmul_rows(seg, coef(a["tab"]), coef(a["tab_rng"])).reshape(R, n_new, -1)
+            kern.spectrum_chunks(D, k0, lag, F, n_new - F, coef(a["rc"]), coef(a["rs"]),
+                                 coef(a["wn"]), rings[f"ring{w}"], coef(a["offs"]),
+                                 coef(a["cm"]), coef(a["cp"]), coef(a["gain"]),
+                                 coef(a["grp"]), P)
         elif pl.method == "autocorr":
-            ac = np.empty((R * F, pl.n))
-            autocorr_frames(z, e0, F, c.hop, pl.start, a["win"], ac)
+            ac = kern.buffer(None, (R * F, pl.n), z)
+            kern.autocorr_frames(z, e0, F, c.hop, pl.start, coef(a["win"]), ac)
             # |X(f)|^2 = r_0 + 2 sum_d r_d cos(2 pi f d), summed per group; rounding can
             # leave tiny negative values where the true power is ~0
-            pg = matmul_rows(ac, a["cg"], a["cg_rng"])
-            np.maximum(pg, 0.0, out=pg)
+            pg = kern.matmul_rows(ac, coef(a["cg"]), coef(a["cg_rng"]))
+            pg[pg < 0.0] = 0.0
             P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
         else:
-            st = e0 + pl.start
-            view = as_strided(z[:, st:], shape=(R, F, pl.n), strides=(rs, c.hop * es, es),
-                              writeable=False)
-            y = matmul_rows(view.reshape(R * F, pl.n), a["mat"], a["mat_rng"])
+            seg = kern.window_frames(z, e0 + pl.start, F, c.hop, pl.n)
+            y = kern.matmul_rows(seg, coef(a["mat"]), coef(a["mat_rng"]))
             h = y.shape[1] // 2
-            group_add(y[:, :h] ** 2 + y[:, h:] ** 2, a["gain"], a["grp"], P)
+            kern.group_add(y[:, :h] ** 2 + y[:, h:] ** 2, coef(a["gain"]), coef(a["grp"]), P)
     return P
 
 
-def _frame_powers_device(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None,
-                         k0: int):
-    """:func:`frame_powers` for ``z`` a torch tensor (R, L) (the Triton backend): the same
-    steps with the kernels of :mod:`rtamt.loudness.kernels_triton`; ``rings`` tensors on
-    ``z``'s device (advanced in place), ``ends`` a host array.  Returns (R*F, J) float64
-    on ``z``'s device, linear power."""
-    import torch
+def _triton():
+    from . import spectrum_triton as t
 
-    kt = _B.triton_module("rtamt.loudness.kernels_triton")
-    coef = _B.coef_adapter(z)
-    R = z.shape[0]
-    F = ends.size
-    z = z.to(torch.float64).contiguous()
-    P = torch.zeros((R * F, c.n_comp), dtype=torch.float64, device=z.device)
-    if F == 0:
-        return P
-    e0 = int(ends[0])
-    prime = rings is None
-    if prime:
-        rings = {k: torch.zeros(s, dtype=torch.float64, device=z.device)
-                 for k, s in c.ring_shapes(R).items()}
-    for w, pl in enumerate(c.plans):
-        a = pl.arrays
-        if pl.method == "chunk":
-            H, lag, n_new, st = _chunk_span(c, a, F, e0, prime)
-            seg = z[:, st:st + n_new * H].contiguous().reshape(R * n_new, H)
-            D = kt.matmul_rows(seg, coef(a["tab"]), coef(a["tab_rng"])).reshape(R, n_new, -1)
-            kt.spectrum_chunks(D, k0, lag, F, n_new - F, coef(a["rc"]), coef(a["rs"]),
-                               coef(a["wn"]), rings[f"ring{w}"], coef(a["offs"]),
-                               coef(a["cm"]), coef(a["cp"]), coef(a["gain"]),
-                               coef(a["grp"]), P)
-        elif pl.method == "autocorr":
-            ac = torch.empty((R * F, pl.n), dtype=torch.float64, device=z.device)
-            kt.autocorr_frames(z, e0, F, c.hop, pl.start, coef(a["win"]), ac)
-            pg = kt.matmul_rows(ac, coef(a["cg"]), coef(a["cg_rng"]))
-            pg.clamp_min_(0.0)
-            P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
-        else:
-            st = e0 + pl.start
-            view = z[:, st:st + (F - 1) * c.hop + pl.n].unfold(1, pl.n, c.hop)  # (R, F, n)
-            y = kt.matmul_rows(view.reshape(R * F, pl.n), coef(a["mat"]), coef(a["mat_rng"]))
-            h = y.shape[1] // 2
-            kt.group_add((y[:, :h] ** 2 + y[:, h:] ** 2).contiguous(), coef(a["gain"]),
-                         coef(a["grp"]), P)
-    return P
+    return (t.spectrum_chunks, t.autocorr_frames, t.group_add, t.concat_history,
+            t.window_frames)
+
+
+class Spectrum(FrameStage):
+    """The multi-resolution spectrum as the loudness models' first frame stage (the frame
+    producer): ``fr['rows']`` (R, T) float64 samples in internal units -> ``fr['P']``
+    (R F, J) component powers (linear, re 0 dB SPL at the cochlea) of the ``F`` frames
+    completed in the block, ``fr['ends']`` (F,) the absolute end sample of each frame's
+    history, ``fr['R']``, ``fr['F']``.  Owns the frame clock (see the module docstring)."""
+
+    name = "spectrum"
+    Params = SpectrumParams
+    kernels = Kernels(numba=(spectrum_chunks, autocorr_frames, group_add, concat_history,
+                             window_frames), triton=_triton, uses=(ROWWISE,))
+    shared_state = ("n",)
+    reads = ("rows",)
+    writes = ("P", "ends")
+    #: the spectrum's gains were designed with the models' ``spl_ref`` folded in; every
+    #: stage now takes internal units (RMS 1 = 100 dB SPL)
+    former_params = {"spl_ref": INTERNAL_SPL_REF}
+
+    @staticmethod
+    def design(params: SpectrumParams) -> SpectrumCoeffs:
+        return design_spectrum(params)
+
+    # ------------------------------------------------------------------ the frame clock
+    @property
+    def hop(self) -> int:
+        """Samples per frame."""
+        return self.coeffs.hop
+
+    @property
+    def nmax(self) -> int:
+        """Samples of history a frame is analysed from (the longest window)."""
+        return self.coeffs.nmax
+
+    @property
+    def frame_rate(self) -> float:
+        """Frames per second."""
+        return self.coeffs.fs / self.coeffs.hop
+
+    @property
+    def latency_s(self) -> float:
+        """Delay of a frame's centre behind its newest input sample (s)."""
+        return self.coeffs.nmax / 2 / self.coeffs.fs
+
+    def frame_ends(self, n0: int, T: int) -> np.ndarray:
+        """(F,) int64: the absolute end sample of the history of each frame due in a block
+        of ``T`` samples after ``n0`` samples."""
+        hop = self.coeffs.hop
+        return np.arange((n0 // hop + 1) * hop, n0 + T + 1, hop, dtype=np.int64)
+
+    def frame_time(self, ends: np.ndarray) -> np.ndarray:
+        """(F,) float64: the centre time (s) of the frames ending at ``ends``."""
+        return (ends - self.coeffs.nmax / 2.0) / self.coeffs.fs
+
+    # ------------------------------------------------------------------ stage
+    def init_state(self, R: int) -> dict:
+        st = {"hist": np.zeros((R, self.coeffs.nmax)), "n": np.zeros(1, np.int64)}
+        st.update(new_rings(self.coeffs, R))
+        return st
+
+    def process_tm(self, fr: dict, state: dict) -> None:
+        rows = fr["rows"]
+        R, T = rows.shape
+        c = self.coeffs
+        hop, L = c.hop, c.nmax
+        n0 = int(state["n"][0])
+        ends = self.frame_ends(n0, T)
+        F = ends.size
+        z = self.kern.concat_history(state["hist"], rows)
+        rings = {k: v for k, v in state.items() if k.startswith("ring")}
+        P = frame_powers(c, z, ends - n0 + L, rings, n0 // hop, kern=self.kern)
+        state["hist"][...] = z[:, -L:]
+        state["n"][0] = n0 + T
+        fr.update(P=P, ends=ends, R=R, F=F)

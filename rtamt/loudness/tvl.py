@@ -1,25 +1,32 @@
-"""Shared streaming machinery of the time-varying loudness models.
+"""The time-varying loudness models as a chain of frame stages.
 
-A model here consumes audio blocks of any length and emits loudness frames every
-``hop`` samples (1 ms).  Its state is
+:class:`TimeVaryingLoudness` is the base of :class:`rtamt.models.Glasberg2002` and
+:class:`rtamt.models.Moore2016`: a composite that follows the streaming contract of
+:mod:`rtamt.engine.contract` (checked input, state that stacks and splits by stream,
+versioned snapshots, ``to()``, ``prepare``, ``reset``) and runs
 
-* ``hist``  (R, nmax) the last ``nmax`` input samples of each row (64 ms; zeros = the
-  silence before the stream),
-* ``n``     (1,) int64 samples consumed so far (frames are due at multiples of ``hop``),
-* ``ring<w>`` the DFTs of the last hop-long chunks of window ``w`` and their running
-  sums (windows evaluated by the hopping DFT, see :mod:`.spectrum`; derived from
-  ``hist``),
-* the model's integrator states (AGC outputs),
+    InputCalibration -> Spectrum -> Excitation -> SpecificLoudness -> <model's stages>
 
-so any block partition yields exactly the same frames as one call on the whole
-signal: frame ``k`` is computed when sample ``(k+1) hop - 1`` arrives, from the same
-``nmax`` samples, by the same arithmetic.  Frame ``k`` describes the sound centred at
-``frame_time = ((k+1) hop - nmax/2) / fs`` seconds (the windows share one centre).
+* :class:`rtamt.calibration.InputCalibration` (``model.calibration``): digital samples
+  (RMS 1 = ``spl_ref`` dB SPL) times its gain into the internal units of the stages (RMS
+  1 = 100 dB SPL), with the input's physical limit (``max_spl``);
+* the frame stages (:mod:`rtamt.loudness.frames`): :class:`~rtamt.loudness.spectrum.Spectrum`
+  owns the frame clock and turns a sample block into the frames completed in it; the
+  stages after it work on those frames (:mod:`.excitation`, :mod:`.specific_loudness`,
+  :mod:`.agc`, :mod:`.binaural`).
 
-On the Triton backend (``backend='triton'``, :meth:`TimeVaryingLoudness.to`) the state
-arrays are torch tensors on the model's device, except the frame clock ``n`` (a host
-array); blocks are validated on the host, processed by :mod:`.kernels_triton` and the
-outputs are tensors on the device.  Snapshots are numpy on both backends.
+A model consumes audio blocks of any length and emits loudness frames every ``hop``
+samples (1 ms).  Its state is the union of its stages' states (keys unique across the
+stages): ``hist``, ``n`` and ``ring<w>`` of the spectrum (the frame clock, see
+:mod:`.spectrum`), then the integrators' states (``stl``, ``ltl`` of Glasberg2002; ``st``,
+``lt`` of Moore2016); every array but ``n`` has the row first.  Any block partition
+yields exactly the same frames as one call on the whole signal.
+
+On the Triton backend (``backend='triton'``, :meth:`TimeVaryingLoudness.to`) each stage
+runs the Triton twins of its kernels, bound once; the state arrays are torch tensors on
+the model's device, except the frame clock ``n`` (a host array); blocks are validated on
+the host and the outputs are tensors on the device.  Snapshots are numpy on both
+backends.
 
 Outputs of a block are the frames completed in it: arrays ``(..., F)`` with ``F``
 between ``floor(T/hop)`` and ``ceil(T/hop)`` (possibly 0).
@@ -30,42 +37,37 @@ import dataclasses
 
 import numpy as np
 
+from ..calibration import INTERNAL_SPL_REF, InputCalibration
 from ..engine import backend as _B
 from ..engine import contract as _C
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 from ..engine.stage import as_numpy_block
 from .ansi import SpecificLoudnessCoeffs
-from .excitation import design_excitation, excitation
-from .kernels import specific_loudness
-from .spectrum import SpectrumParams, design_spectrum, frame_powers, new_rings
+from .excitation import Excitation, excitation
+from .frames import state_on
+from .specific_loudness import SpecificLoudness, specific_loudness
+from .spectrum import Spectrum, SpectrumParams, design_spectrum, frame_powers
 
 _FLOATS = _C.FLOATS
 
 
 @dataclasses.dataclass
 class TVLCoeffs:
+    """The designs of the first three stages (spectrum, excitation, specific loudness)."""
+
     spec: object
     exc: object
     sl: SpecificLoudnessCoeffs
 
 
-def _clock(sp, state: dict, T: int):
-    """The frames due in a block of ``T`` samples: ``(n0, hop, L, ends, F)`` with ``n0``
-    the samples consumed before it, ``hop`` and ``L = nmax`` (samples), ``ends`` (F,) int64
-    the absolute end sample of each frame's history."""
-    n0 = int(state["n"][0])
-    hop, L = sp.hop, sp.nmax
-    first = (n0 // hop + 1) * hop
-    ends = np.arange(first, n0 + T + 1, hop, dtype=np.int64)
-    return n0, hop, L, ends, ends.size
+class TimeVaryingLoudness(Registered):
+    """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`
+    (see the module docstring).
 
-
-class TimeVaryingLoudness(_C.SplLimit, Registered):
-    """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`.
-
-    Subclasses define ``name``, ``outputs``, ``C`` (specific-loudness constant),
-    ``_layout(arr)`` (input shape -> rows), ``_init_model_state`` and ``_frames``.
+    Subclasses define ``name``, ``outputs``, ``_layout(arr)`` (input shape -> rows), the
+    stages after specific loudness (:meth:`_set_stages`) and ``_pack`` (the frames of a
+    block -> the public outputs).
     """
 
     name = "tvl"
@@ -74,31 +76,68 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
     config = "paper"
     batchable = True
     identity_fields = ("fs", "config", "spl_ref")
+    #: the public attributes the design fingerprint covers (those of the earlier
+    #: monolithic models, so that their snapshots still load)
+    fingerprint_fields: tuple = ("fs", "spl_ref", "field", "middle_ear", "coeffs", "hop",
+                                 "frame_rate")
 
-    #: compute backend ('numba' | 'triton') and torch device (see :meth:`to`); kept in
-    #: private attributes so that they stay out of the design fingerprint
+    #: compute backend ('numba' | 'triton') and torch device (see :meth:`to`)
     _backend = "numba"
     _device = None
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
-                 comp_cam: float = 0.1, middle_ear: str = "2007",
-                 backend: str | None = None, device=None):
+                 comp_cam: float = 0.1, middle_ear: str = "2007", C: float | None = None,
+                 level_db: bool = False, who: str = "model"):
         self.fs = float(fs)
-        self.spl_ref = float(spl_ref)
+        self.calibration = InputCalibration(spl_ref, who=who)
         self.field = field
         self.middle_ear = middle_ear
-        sp = design_spectrum(SpectrumParams(fs=self.fs, spl_ref=self.spl_ref, field=field,
-                                            middle_ear=middle_ear, comp_cam=comp_cam))
-        ex = design_excitation(sp.comp_hz)
-        self.coeffs = TVLCoeffs(sp, ex, SpecificLoudnessCoeffs(ex.fc, self.C))
-        self.hop = sp.hop
-        self.frame_rate = self.fs / sp.hop
+        if C is not None:
+            self.C = float(C)
+        self.spectrum = Spectrum(SpectrumParams(fs=self.fs, field=field,
+                                                middle_ear=middle_ear, comp_cam=comp_cam))
+        sp = self.spectrum.coeffs
+        self.excitation = Excitation(comp_hz=tuple(sp.comp_hz), level_db=level_db)
+        ex = self.excitation.coeffs
+        self.specific = SpecificLoudness(fc=tuple(ex.fc), C=self.C)
+        self.coeffs = TVLCoeffs(sp, ex, self.specific.coeffs)
+        self.hop = self.spectrum.hop
+        self.frame_rate = self.fs / self.hop
+        self.stages = [self.spectrum, self.excitation, self.specific]
         self._state = None
         self._meta = None
         self._block = 0
         self._phon_table = None
+
+    def _set_stages(self, stages: list, backend=None, device=None) -> None:
+        """The model's stages after specific loudness; then ``to(device, backend)`` if
+        either is given."""
+        self.stages = [self.spectrum, self.excitation, self.specific, *stages]
         if backend is not None or device is not None:
             self.to(device, backend=backend)
+
+    # ------------------------------------------------------------------ calibration
+    @property
+    def spl_ref(self) -> float:
+        """dB SPL of a digital RMS of 1.0 (the calibration stage's)."""
+        return self.calibration.spl_ref
+
+    @property
+    def max_spl(self) -> float:
+        """Physical limit of the input, dB SPL (not part of the design)."""
+        return self.calibration.max_spl
+
+    @max_spl.setter
+    def max_spl(self, value: float) -> None:
+        self.calibration.max_spl = value
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
+        return self.calibration.limit
+
+    def _limit_text(self) -> str:
+        return self.calibration.limit_text()
 
     # ------------------------------------------------------------------ info
     @property
@@ -109,7 +148,7 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
     @property
     def latency_s(self) -> float:
         """Delay of a frame's centre behind its newest input sample (s)."""
-        return self.coeffs.spec.nmax / 2 / self.fs
+        return self.spectrum.latency_s
 
     # ------------------------------------------------------------------ input
     def _layout(self, x: np.ndarray, where: str):  # pragma: no cover - abstract
@@ -135,20 +174,16 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         return f"row {r}"
 
     # ------------------------------------------------------------------ state
-    def _init_state(self, R: int, mode) -> dict:
-        st = {"hist": np.zeros((R, self.coeffs.spec.nmax)), "n": np.zeros(1, np.int64)}
-        st.update(new_rings(self.coeffs.spec, R))
-        st.update(self._init_model_state(R, mode))
+    def _init_state(self, R: int) -> dict:
+        """The initial state of ``R`` rows (numpy): the union of the stages' states."""
+        st: dict = {}
+        for s in self.stages:
+            st.update(s.init_state(R))
         return st
 
-    def _new_state(self, R: int, mode) -> dict:
+    def _new_state(self, R: int) -> dict:
         """The initial state on this model's backend."""
-        st = self._init_state(R, mode)
-        return st if self._backend == "numba" else self._state_to(st, self._backend,
-                                                                    self._device)
-
-    def _init_model_state(self, R: int, mode) -> dict:  # pragma: no cover - abstract
-        raise NotImplementedError
+        return self._state_to(self._init_state(R), self._backend, self._device)
 
     def reset(self) -> None:
         """Forget the stream (silence before the next block); block counter back to 0."""
@@ -175,37 +210,42 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
     def _state_to(self, st: dict, backend: str, device) -> dict:
         """``st`` with its arrays on ``backend``/``device`` (new arrays, values exact); the
         frame clock ``n`` stays a host numpy array on both backends."""
-        if backend != "triton":
-            return {k: _B.to_numpy(v) for k, v in st.items()}
-        import torch
-
-        return {k: (_B.to_numpy(v) if k == "n" else
-                    torch.from_numpy(np.ascontiguousarray(_B.to_numpy(v))).to(device))
-                for k, v in st.items()}
+        return state_on(st, backend, device)
 
     def to(self, device=None, *, backend: str | None = None):
         """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
         :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton), as
-        :meth:`rtamt.engine.stage.Chain.to`.  The stream's state moves along exactly
-        (float64 values copied) and the stream continues; all or nothing (the new state
-        is built before anything changes).  Returns self."""
+        :meth:`rtamt.engine.stage.Chain.to`: every stage binds its kernels once.  The
+        stream's state moves along exactly (float64 values copied) and the stream
+        continues; all or nothing (the new state is built before anything changes).
+        Returns self."""
         backend, device = _B.resolve(backend, device)
+        missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
+        if missing:
+            raise _B.RtamtBackendError(
+                f"{self.name}: no Triton kernel for stage(s) {missing}; use backend='numba'")
         st = None if self._state is None else self._state_to(self._state, backend, device)
+        for s in self.stages:
+            s.bind(backend, device)
         self._state, self._backend, self._device = st, backend, device
         return self
 
     # ------------------------------------------------------------------ contract
     #: state keys shared by all streams of a batch (the frame clock)
-    shared_state = ("n",)
+    shared_state = Spectrum.shared_state
 
     def design_identity(self) -> dict:
         """``{'name', 'fs', 'config', 'spl_ref', 'fingerprint'}``; the fingerprint covers
-        the designed coefficients and every public parameter of the model."""
+        the designed coefficients and the public parameters of the model
+        (:attr:`fingerprint_fields`), as the earlier versions computed it: their spectrum
+        gains held ``spl_ref``, which the calibration stage holds now, so for another
+        ``spl_ref`` than 100 the fingerprint takes the spectrum designed at that level."""
         fp = self.__dict__.get("_fp")
         if fp is None:
-            # the input limit is a check, not part of the design (a state is valid under any)
-            pub = {k: v for k, v in vars(self).items()
-                   if not k.startswith("_") and k != "max_spl"}
+            pub = {k: getattr(self, k) for k in self.fingerprint_fields}
+            if self.spl_ref != INTERNAL_SPL_REF:
+                spec = design_spectrum(self.spectrum.params, level_db=self.spl_ref)
+                pub["coeffs"] = TVLCoeffs(spec, self.coeffs.exc, self.coeffs.sl)
             fp = self._fp = _C.fingerprint(type(self).__name__, pub)
         return _C.identity(self, self.identity_fields, fp)
 
@@ -233,12 +273,11 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
                               dt, mode=mode)
 
     def state_dict(self) -> dict:
-        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`);
-        arrays as listed in the module docstring."""
+        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`):
+        ``arrays`` the union of the stages' states (see the module docstring)."""
         return _C.header(self, self._block, self._stream_meta(),
                          arrays=None if self._state is None else
-                         {k: v.copy() if type(v) is np.ndarray else _B.to_numpy(v)
-                          for k, v in self._state.items()})
+                         {k: _B.to_numpy(v) for k, v in self._state.items()})
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot (checked: kind, design identity, layout, arrays, finite)."""
@@ -258,10 +297,9 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         if dt not in _FLOATS or mode not in self._modes:
             raise RtamtInputError(f"{self.name}: snapshot layout {st!r} is not one of this "
                                   f"model's (modes {self._modes}, float32/float64)")
-        ref = self._init_state(self._rows_for(lead, mode), mode)
+        ref = self._init_state(self._rows_for(lead, mode))
         st = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
-        self._state = st if self._backend == "numba" else self._state_to(st, self._backend,
-                                                                          self._device)
+        self._state = self._state_to(st, self._backend, self._device)
         self._meta = (lead, mode, dt)
         self._block = int(sd["block"])
 
@@ -303,7 +341,7 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         arr, _ = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
         if self._state is None:
-            self._state = self._new_state(rows.shape[0], mode)
+            self._state = self._new_state(rows.shape[0])
             self._meta = (lead, mode, arr.dtype)
 
     def _state_leaves(self):
@@ -325,98 +363,39 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         arr, back = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
         if self._state is None:
-            self._state = self._new_state(rows.shape[0], mode)
+            self._state = self._new_state(rows.shape[0])
             self._meta = (lead, mode, arr.dtype)
-        if self._backend == "triton":       # validated on the host; processed on the device
-            return self._process_all_device(rows, lead, mode, arr.dtype)
-        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead,
-                           mode)
-        self._block += 1
         dt = arr.dtype
+        if self._backend == "triton":       # validated on the host; processed on the device
+            import torch
+
+            r64 = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64))
+            r64 = self.calibration.apply(r64.to(self._device), on_device=True)
+            out = self.process(self.coeffs, self._state, r64, lead, mode)
+            self._block += 1
+            tdt = torch.float32 if dt == np.float32 else torch.float64
+            return {k: (v.to(tdt) if k != "frame_time" else
+                        torch.from_numpy(v).to(self._device)) for k, v in out.items()}
+        r64 = self.calibration.apply(rows.astype(np.float64, copy=False))
+        out = self.process(self.coeffs, self._state, r64, lead, mode)
+        self._block += 1
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
 
-    def _process_all_device(self, rows: np.ndarray, lead, mode, dt) -> dict:
-        """The Triton backend's :meth:`process_all` after validation: ``rows`` (R, T) (host
-        numpy, checked) go to the device as float64; returns torch tensors on the device
-        in the input's dtype (``frame_time`` float64)."""
-        import torch
-
-        r64 = np.ascontiguousarray(rows, dtype=np.float64)
-        rt = torch.from_numpy(r64).to(self._device)
-        out = self.process(self.coeffs, self._state, rt, lead, mode)
-        self._block += 1
-        tdt = torch.float32 if dt == np.float32 else torch.float64
-        return {k: (v.to(tdt) if k != "frame_time" else
-                    torch.from_numpy(v).to(self._device)) for k, v in out.items()}
-
-    def process(self, coeffs, state: dict, rows: np.ndarray, lead=(), mode=None) -> dict:
-        """Pure form: advance ``state`` over ``rows`` (R, T) float64 (no validation);
-        returns the outputs of the completed frames (float64).  ``rows`` a torch tensor
-        (the Triton backend): ``state`` holds tensors on its device (the frame clock
-        ``n`` a host array) and the outputs are tensors there, ``frame_time`` (F,) a
-        host numpy array (s)."""
-        if type(rows) is not np.ndarray:
-            return self._process_device(coeffs, state, rows, lead, mode)
-        sp = coeffs.spec
-        R, T = rows.shape
-        n0, hop, L, ends, F = _clock(sp, state, T)
-        if F:
-            z = np.concatenate([state["hist"], rows], axis=1)
-            rings = {k: v for k, v in state.items() if k.startswith("ring")}
-            P = frame_powers(sp, z, ends - n0 + L, rings, n0 // hop)
-            E = excitation(coeffs.exc, P)
-            N = np.empty_like(E)
-            sl = coeffs.sl
-            specific_loudness(E, sl.G, sl.A, sl.alpha, sl.A_alpha, sl.ethrq, sl.C, N)
-            state["hist"][:] = z[:, -L:]
-        else:
-            E = N = np.zeros((0, coeffs.exc.fc.size))
-            if T >= L:
-                state["hist"][:] = rows[:, -L:]
-            else:
-                state["hist"][:, :L - T] = state["hist"][:, T:]
-                state["hist"][:, L - T:] = rows
-        state["n"][0] = n0 + T
-        K = coeffs.exc.fc.size
-        out = self._frames(state, E.reshape(R, F, K), N.reshape(R, F, K), lead, mode)
-        out["frame_time"] = (ends - L / 2.0) / self.fs
+    def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:
+        """Pure form: advance ``state`` over ``rows`` (R, T) float64 in internal units (no
+        validation, no calibration); returns the outputs of the completed frames
+        (float64).  On the Triton backend ``rows`` is a tensor on the model's device, the
+        state holds tensors there (the frame clock ``n`` a host array) and the outputs
+        are tensors there, ``frame_time`` (F,) a host numpy array (s).  ``coeffs`` is
+        :attr:`coeffs` (the stages hold their designs)."""
+        fr = {"rows": rows}
+        for s in self.stages:
+            s.process_tm(fr, state)
+        out = self._pack(fr, lead, mode)
+        out["frame_time"] = self.spectrum.frame_time(fr["ends"])
         return out
 
-    def _process_device(self, coeffs, state: dict, rows, lead, mode) -> dict:
-        """:meth:`process` on the Triton backend: the same steps on torch tensors, the
-        kernels of :mod:`rtamt.loudness.kernels_triton`."""
-        import torch
-
-        sp = coeffs.spec
-        R, T = rows.shape
-        n0, hop, L, ends, F = _clock(sp, state, T)
-        K = coeffs.exc.fc.size
-        hist = state["hist"]
-        if F:
-            kt = _B.triton_module("rtamt.loudness.kernels_triton")
-            coef = _B.coef_adapter(rows)
-            z = torch.cat([hist, rows], dim=1)                              # (R, L + T)
-            rings = {k: v for k, v in state.items() if k.startswith("ring")}
-            P = frame_powers(sp, z, ends - n0 + L, rings, n0 // hop)
-            E = excitation(coeffs.exc, P)                                   # (R F, K)
-            N = torch.empty_like(E)
-            sl = coeffs.sl
-            kt.specific_loudness(E, coef(sl.G), coef(sl.A), coef(sl.alpha), coef(sl.A_alpha),
-                                 coef(sl.ethrq), sl.C, N)
-            hist.copy_(z[:, -L:])
-        else:
-            E = N = torch.zeros((0, K), dtype=torch.float64, device=rows.device)
-            if T >= L:
-                hist.copy_(rows[:, -L:])
-            else:
-                hist[:, :L - T] = hist[:, T:].clone()
-                hist[:, L - T:] = rows
-        state["n"][0] = n0 + T
-        out = self._frames(state, E.reshape(R, F, K), N.reshape(R, F, K), lead, mode)
-        out["frame_time"] = (ends - L / 2.0) / self.fs
-        return out
-
-    def _frames(self, state, E, N, lead, mode) -> dict:  # pragma: no cover - abstract
+    def _pack(self, fr: dict, lead, mode) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 
     # ------------------------------------------------------------------ phon
@@ -424,15 +403,15 @@ class TimeVaryingLoudness(_C.SplLimit, Registered):
         """The model's settled loudness (sone) of a steady diotic tone at ``levels_db``
         dB SPL: the component powers of 16 consecutive frames of the tone (averaged) are
         scaled to each level and run through excitation, specific loudness and the
-        model's binaural rule.  Used for :meth:`phon`."""
+        model's binaural rule (numba kernels, numpy).  Used for :meth:`phon`."""
         sp = self.coeffs.spec
         lv = np.atleast_1d(np.asarray(levels_db, dtype=np.float64))
         n = sp.nmax + 16 * sp.hop
         t = np.arange(n) / self.fs
-        x = np.sqrt(2.0) * np.sin(2 * np.pi * freq * t)[None, :]  # RMS 1 = spl_ref dB SPL
+        x = np.sqrt(2.0) * np.sin(2 * np.pi * freq * t)[None, :]  # RMS 1 = 100 dB SPL
         ends = sp.nmax + sp.hop * np.arange(1, 17)
         P1 = frame_powers(sp, x, ends).mean(axis=0)
-        P = P1[None, :] * 10.0 ** ((lv[:, None] - self.spl_ref) / 10.0)
+        P = P1[None, :] * 10.0 ** ((lv[:, None] - INTERNAL_SPL_REF) / 10.0)
         E = excitation(self.coeffs.exc, P)
         N = np.empty_like(E)
         sl = self.coeffs.sl

@@ -3,17 +3,19 @@
 Glasberg B R, Moore B C J (2002). "A model of loudness applicable to time-varying
 sounds", J. Audio Eng. Soc. 50(5), 331-342.
 
-Chain per frame (every 1 ms): multi-resolution spectrum (six Hann windows 2-64 ms,
-:mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``; the middle ear of Moore,
-Glasberg & Baer 1997 as revised in 2006, ``middle_ear="1997"``, the 2002 paper's table)
--> excitation pattern on 150 roex filters 1.75-39 Cam in 0.25-Cam steps
+A chain of stages (:mod:`rtamt.loudness.tvl`): the calibration stage (``spl_ref``, the
+physical input limit) -> per frame (every 1 ms): multi-resolution spectrum (six Hann
+windows 2-64 ms, :mod:`rtamt.loudness.spectrum`) -> outer/middle ear (``field``; the
+middle ear of Moore, Glasberg & Baer 1997 as revised in 2006, ``middle_ear="1997"``, the
+2002 paper's table) -> excitation pattern on 150 roex filters 1.75-39 Cam in 0.25-Cam steps
 (:mod:`rtamt.loudness.excitation`)
--> specific loudness (ANSI S3.4-2007 eqs. 17-19, C = 0.046871) -> instantaneous
-loudness ``N_I = k * 0.25 * sum N'`` (k = 2 for diotic presentation, the default, 1 for
-monaural) -> short-term loudness ``STL`` and long-term loudness ``LTL`` by asymmetric
-one-pole integrators (paper eqs. 5-6) with time constants attack 22 ms / release
-50 ms (STL from N_I) and attack 100 ms / release 2000 ms (LTL from STL),
-``alpha = 1 - exp(-hop/tau)``.
+-> specific loudness (ANSI S3.4-2007 eqs. 17-19, C = 0.046871,
+:mod:`rtamt.loudness.specific_loudness`) -> instantaneous loudness ``N_I = k * 0.25 * sum
+N'`` (k = 2 for diotic presentation, the default, 1 for monaural) -> short-term loudness
+``STL`` and long-term loudness ``LTL`` by asymmetric one-pole integrators (paper eqs.
+5-6, :mod:`rtamt.loudness.agc`) with time constants attack 22 ms / release 50 ms (STL
+from N_I) and attack 100 ms / release 2000 ms (LTL from STL), ``alpha = 1 -
+exp(-hop/tau)``.
 
 Input: ``(T,)`` or ``(batch, T)``, one signal per row (presented to both ears when
 ``presentation='diotic'``).  Outputs (time-last, ``F`` frames per block):
@@ -38,10 +40,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..calibration import check_spl_ref
 from ..engine.contract import check_time_last, time_last_hint
 from ..engine.stage import RtamtInputError
-from ..loudness.kernels import agc
+from ..loudness.agc import LoudnessIntegrator
+from ..loudness.specific_loudness import InstantaneousLoudness
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
@@ -62,11 +64,16 @@ def _pack(stl, ltl, inst, N, edb, lead) -> dict:
 
 
 class Glasberg2002(TimeVaryingLoudness):
-    """Glasberg & Moore (2002) time-varying loudness (STL/LTL in sone, 1 ms frames)."""
+    """Glasberg & Moore (2002) time-varying loudness (STL/LTL in sone, 1 ms frames): the
+    calibration, spectrum, excitation and specific-loudness stages, then
+    :class:`~rtamt.loudness.specific_loudness.InstantaneousLoudness` and two
+    :class:`~rtamt.loudness.agc.LoudnessIntegrator` stages (STL, LTL)."""
 
     name = "glasberg2002"
     outputs = ("stl", "ltl", "inst", "specific_loudness", "excitation", "frame_time")
     C = 0.046871
+    fingerprint_fields = TimeVaryingLoudness.fingerprint_fields + (
+        "presentation", "ear_factor", "alpha_stl", "alpha_ltl")
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
                  field: str = "free", presentation: str = "diotic", comp_cam: float = 0.1,
@@ -77,14 +84,21 @@ class Glasberg2002(TimeVaryingLoudness):
                 f"unknown glasberg2002 config {config!r}; choose from {sorted(CONFIGS)}")
         if presentation not in ("diotic", "monaural"):
             raise ValueError("presentation must be 'diotic' or 'monaural'")
-        super().__init__(fs, spl_ref=check_spl_ref(spl_ref, "Glasberg2002"), field=field,
-                         comp_cam=comp_cam, middle_ear=middle_ear, backend=backend, device=device)
+        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
+                         middle_ear=middle_ear, level_db=True, who="Glasberg2002")
         self.presentation = presentation
         self.ear_factor = 2.0 if presentation == "diotic" else 1.0
         dt = self.hop / self.fs
         self.alpha_stl = tuple(1.0 - np.exp(-dt / t) for t in tau_stl)
         self.alpha_ltl = tuple(1.0 - np.exp(-dt / t) for t in tau_ltl)
-
+        self._set_stages([
+            InstantaneousLoudness(ear_factor=self.ear_factor),
+            LoudnessIntegrator(attack=float(self.alpha_stl[0]),
+                               release=float(self.alpha_stl[1]), source="inst", key="stl",
+                               transpose=True),
+            LoudnessIntegrator(attack=float(self.alpha_ltl[0]),
+                               release=float(self.alpha_ltl[1]), source="stl", key="ltl")],
+            backend, device)
     #: set while :meth:`prepare` checks its example block (it declares the batch)
     _declaring = False
 
@@ -122,40 +136,13 @@ class Glasberg2002(TimeVaryingLoudness):
     def _rows_for(self, lead, mode):
         return int(np.prod(lead)) if lead else 1
 
-    def _init_model_state(self, R, mode):
-        return {"stl": np.zeros(R), "ltl": np.zeros(R)}
-
-    def _frames(self, state, E, N, lead, mode):
-        """Loudness of the frames: E, N (R, F, K) excitation (linear) and specific loudness
-        (sone/Cam), numpy or (Triton backend) torch float64; outputs time-last."""
-        if type(N) is not np.ndarray:
-            return self._frames_device(state, E, N, lead)
-        R, F, K = N.shape
-        inst = self.ear_factor * 0.25 * N.sum(axis=2)        # (R, F)
-        x = np.ascontiguousarray(inst.T)                       # (F, R)
-        stl = np.empty_like(x)
-        agc(x, state["stl"], self.alpha_stl[0], self.alpha_stl[1], stl)
-        ltl = np.empty_like(x)
-        agc(stl, state["ltl"], self.alpha_ltl[0], self.alpha_ltl[1], ltl)
-        edb = 10.0 * np.log10(np.maximum(E, 1e-10))
-        return _pack(stl, ltl, inst, N, edb, lead)
-
-    def _frames_device(self, state, E, N, lead):
-        """:meth:`_frames` on torch tensors with the Triton AGC kernel."""
-        import torch
-
-        from ..engine.backend import triton_module
-
-        kt = triton_module("rtamt.loudness.kernels_triton")
-        R, F, K = N.shape
-        inst = self.ear_factor * 0.25 * N.sum(dim=2)           # (R, F)
-        x = inst.T.contiguous()                                # (F, R)
-        stl = torch.empty_like(x)
-        kt.agc(x, state["stl"], self.alpha_stl[0], self.alpha_stl[1], stl)
-        ltl = torch.empty_like(x)
-        kt.agc(stl, state["ltl"], self.alpha_ltl[0], self.alpha_ltl[1], ltl)
-        edb = 10.0 * torch.log10(torch.clamp_min(E, 1e-10))
-        return _pack(stl, ltl, inst, N, edb, lead)
+    def _pack(self, fr, lead, mode):
+        """The public outputs of the block's frames (time-last)."""
+        R, F = fr["R"], fr["F"]
+        N, edb = fr["N"], fr["E_db"]
+        K = N.shape[1]
+        return _pack(fr["stl"], fr["ltl"], fr["inst"], N.reshape(R, F, K),
+                     edb.reshape(R, F, K), lead)
 
     def _steady_diotic(self, N):
         return 2.0 * 0.25 * N.sum(axis=-1)

@@ -6,8 +6,9 @@ for time-varying sounds incorporating binaural inhibition", Trends in Hearing 20
 binaural inhibition from Moore B C J, Glasberg B R (2007). "Modeling binaural
 loudness", J. Acoust. Soc. Am. 121, 1604-1612.
 
-Per ear and frame (1 ms): multi-resolution spectrum -> outer/middle ear (ANSI S3.4-2007
-tables, ``middle_ear="2007"``) -> excitation
+A chain of stages (:mod:`rtamt.loudness.tvl`): the calibration stage (``spl_ref``, the
+physical input limit), then per ear and frame (1 ms): multi-resolution spectrum ->
+outer/middle ear (ANSI S3.4-2007 tables, ``middle_ear="2007"``) -> excitation
 (150 roex filters, 0.25 Cam) -> instantaneous specific loudness (ANSI S3.4-2007 eqs.
 17-19 with C = 0.06084, see "Calibration") ->
 short-term specific loudness by an asymmetric one-pole per channel (attack
@@ -56,13 +57,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..calibration import check_spl_ref
 from ..engine.stage import RtamtInputError
-from ..loudness.kernels import agc_rows, band_ranges, binaural_frames, matmul_rows
+from ..loudness.agc import SpecificLoudnessAGC
+from ..loudness.binaural import P_INHIBIT, BinauralInhibition
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
-P_INHIBIT = 1.5978
 
 
 def sech_pow_equal(p: float = P_INHIBIT) -> float:
@@ -71,7 +71,11 @@ def sech_pow_equal(p: float = P_INHIBIT) -> float:
 
 
 class Moore2016(TimeVaryingLoudness):
-    """Moore et al. (2016) binaural time-varying loudness (STL/LTL per ear, 1 ms frames).
+    """Moore et al. (2016) binaural time-varying loudness (STL/LTL per ear, 1 ms frames):
+    the calibration, spectrum, excitation and specific-loudness stages, then
+    :class:`~rtamt.loudness.agc.SpecificLoudnessAGC` (short-term specific loudness) and
+    :class:`~rtamt.loudness.binaural.BinauralInhibition` (inhibition, per-ear short- and
+    long-term loudness).
 
     Streams are ``(2, T)`` left/right blocks (``(batch, 2, T)`` for a batch) or ``(T,)``
     diotic blocks; states of stereo streams stack into batches
@@ -83,6 +87,8 @@ class Moore2016(TimeVaryingLoudness):
     outputs = ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right",
                "specific_loudness", "excitation", "frame_time")
     C = 0.06084
+    fingerprint_fields = TimeVaryingLoudness.fingerprint_fields + (
+        "C", "alpha_st", "alpha_lt", "p", "smooth", "smooth_rng")
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
                  field: str = "free", comp_cam: float = 0.1, middle_ear: str = "2007",
@@ -92,17 +98,29 @@ class Moore2016(TimeVaryingLoudness):
                  p: float = P_INHIBIT, backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
-        self.C = float(C)
-        super().__init__(fs, spl_ref=check_spl_ref(spl_ref, "Moore2016"), field=field,
-                         comp_cam=comp_cam, middle_ear=middle_ear, backend=backend, device=device)
+        super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
+                         middle_ear=middle_ear, C=C, who="Moore2016")
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)
         self.p = float(p)
-        cam = self.coeffs.exc.cam
-        g = cam[None, :] - cam[:, None]
-        self.smooth = np.where(np.abs(g) <= width_cam + 1e-9, np.exp(-(sigma * g) ** 2), 0.0)
-        self.smooth_rng = band_ranges(self.smooth)      # nonzero band of each row, once
+        K = self.coeffs.exc.fc.size
+        self.binaural = BinauralInhibition(cam=tuple(self.coeffs.exc.cam), sigma=sigma,
+                                           width_cam=width_cam, p=self.p,
+                                           attack=self.alpha_lt[0], release=self.alpha_lt[1])
+        self._set_stages([SpecificLoudnessAGC(attack=self.alpha_st[0],
+                                              release=self.alpha_st[1], channels=K),
+                          self.binaural], backend, device)
+
+    @property
+    def smooth(self) -> np.ndarray:
+        """(K, K) the spatial smoothing weights of the binaural inhibition."""
+        return self.binaural.coeffs.smooth
+
+    @property
+    def smooth_rng(self) -> np.ndarray:
+        """(K, 2) the nonzero band of each row of :attr:`smooth`."""
+        return self.binaural.coeffs.smooth_rng
 
     # input: (T,) diotic | (2, T) | (B, 2, T)
     def _layout(self, x, where):
@@ -139,33 +157,10 @@ class Moore2016(TimeVaryingLoudness):
     def _rows_per_stream(cls, mode) -> int:
         return 1 if mode == "diotic" else 2
 
-    def _init_model_state(self, R, mode):
-        return {"st": np.zeros((R, 150)), "lt": np.zeros(R)}
-
-    def _frames(self, state, E, N, lead, mode):
-        """Binaural loudness of the frames: E, N (R, F, K) excitation (linear) and
-        instantaneous specific loudness (sone/Cam), numpy or (Triton backend) torch
-        float64; outputs time-last."""
-        if type(N) is not np.ndarray:
-            return self._frames_device(state, E, N, lead, mode)
-        R, F, K = N.shape
-        B = 1 if mode == "diotic" else R // 2
-        spec = np.empty((B, 2, K, F))
-        exc = np.empty((B, 2, K, F))
-        ste = np.empty((B, 2, F))
-        lte = np.empty((B, 2, F))
-        st = np.empty((F, R, K))
-        agc_rows(N, state["st"], self.alpha_st[0], self.alpha_st[1], st)
-        S = matmul_rows(st.reshape(F * R, K), self.smooth,                    # spatial smoothing
-                        self.smooth_rng).reshape(F, R, K)
-        binaural_frames(st, S, E, state["lt"], self.alpha_lt[0], self.alpha_lt[1], self.p,
-                        spec, exc, ste, lte)
-        return self._pack(ste, lte, spec, exc, lead, mode)
-
-    @staticmethod
-    def _pack(ste, lte, spec, exc, lead, mode) -> dict:
-        """The public outputs (time-last) from ``ste``, ``lte`` (B, 2, F) sone and ``spec``,
-        ``exc`` (B, 2, K, F), numpy arrays or torch tensors alike."""
+    def _pack(self, fr, lead, mode) -> dict:
+        """The public outputs (time-last) from ``fr['ste']``, ``fr['lte']`` (B, 2, F) sone
+        and ``fr['spec']``, ``fr['exc']`` (B, 2, K, F), numpy arrays or torch tensors alike."""
+        ste, lte, spec, exc = fr["ste"], fr["lte"], fr["spec"], fr["exc"]
         B, _, K, F = spec.shape
         shp = () if mode == "diotic" else tuple(lead[:-1])
         return {
@@ -176,29 +171,6 @@ class Moore2016(TimeVaryingLoudness):
             "specific_loudness": spec.reshape(shp + (2, K, F)),
             "excitation": exc.reshape(shp + (2, K, F)),
         }
-
-    def _frames_device(self, state, E, N, lead, mode):
-        """:meth:`_frames` on torch tensors with the Triton kernels."""
-        import torch
-
-        from ..engine.backend import coef_adapter, triton_module
-
-        kt = triton_module("rtamt.loudness.kernels_triton")
-        coef = coef_adapter(N)
-        R, F, K = N.shape
-        B = 1 if mode == "diotic" else R // 2
-
-        def new(*shape):
-            return torch.empty(shape, dtype=torch.float64, device=N.device)
-
-        spec, exc, ste, lte = new(B, 2, K, F), new(B, 2, K, F), new(B, 2, F), new(B, 2, F)
-        st = new(F, R, K)
-        kt.agc_rows(N.contiguous(), state["st"], self.alpha_st[0], self.alpha_st[1], st)
-        S = kt.matmul_rows(st.reshape(F * R, K), coef(self.smooth),
-                           coef(self.smooth_rng)).reshape(F, R, K)
-        kt.binaural_frames(st, S, E.contiguous(), state["lt"], self.alpha_lt[0],
-                           self.alpha_lt[1], self.p, spec, exc, ste, lte)
-        return self._pack(ste, lte, spec, exc, lead, mode)
 
     def _steady_diotic(self, N):
         i_eq = 2.0 / (1.0 + sech_pow_equal(self.p))

@@ -18,8 +18,9 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import MODELS
 
 FS = {"paulick2024": 44100.0}
-ABSTRACT = {"Stage", "Stateless", "Composite", "TimeVaryingLoudness", "ModulationModel",
-            "PackedFilterbank", "SharedSOSStage", "_Compression", "FIRSignalStage"}
+ABSTRACT = {"Stage", "Stateless", "Composite", "TimeVaryingLoudness", "FrameStage",
+            "ModulationModel", "PackedFilterbank", "SharedSOSStage", "_Compression",
+            "FIRSignalStage"}
 
 
 def _fs(name):

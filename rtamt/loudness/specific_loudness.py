@@ -1,0 +1,114 @@
+"""Specific loudness from excitation, ANSI S3.4-2007 eqs. (17)-(19) (Moore, Glasberg &
+Baer 1997, "A model for the prediction of thresholds, loudness, and partial loudness",
+J. Audio Eng. Soc. 45, 224-240), and the instantaneous loudness of Glasberg & Moore
+(2002, J. Audio Eng. Soc. 50, 331-342, §2.4).
+
+:class:`SpecificLoudness` takes linear excitation ``fr['E']`` (R F, K) and adds the
+specific loudness ``fr['N']`` (R F, K), sone/Cam, with the per-channel constants of
+:class:`rtamt.loudness.ansi.SpecificLoudnessCoeffs` and the scaling constant ``C``.
+:class:`InstantaneousLoudness` sums it over the channels: ``fr['inst']`` (R, F) =
+``k 0.25 sum_K N'`` sone (``k = 2`` for diotic presentation, 1 for monaural; the 0.25 is
+the Cam step).  Neither has state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from numba import njit
+
+from ..engine.backend import Kernels
+from ..engine.fastexp import exp_f64, log_f64
+from ..engine.jit import JIT as _JIT
+from .ansi import SpecificLoudnessCoeffs
+from .frames import FrameStage
+
+__all__ = ["specific_loudness", "SpecificLoudnessParams", "SpecificLoudness",
+           "InstantaneousLoudnessParams", "InstantaneousLoudness"]
+
+
+@njit(**_JIT)
+def specific_loudness(E, G, A, alpha, A_alpha, ethrq, C, out):
+    """Specific loudness N' (sone/Cam) from linear excitation (ANSI S3.4-2007 eqs. 17-19).
+
+    E (N, K) linear excitation (1.0 = 0 dB); G, A, alpha, A_alpha, ethrq (K,) per channel;
+    C scalar; out (N, K).  See :func:`rtamt.loudness.ansi.specific_loudness_ref`.
+    """
+    N, K = E.shape
+    for n in range(N):
+        for k in range(K):
+            e = E[n, k]
+            # branch-free so that the loop vectorises (exp/log from engine.fastexp)
+            hi = e > 1e10
+            ep = max(e, 1e-300)
+            u = ep * (1.0 / 1.0707) if hi else G[k] * ep + A[k]
+            v = exp_f64((0.2 if hi else alpha[k]) * log_f64(u)) - (0.0 if hi else A_alpha[k])
+            r = 2.0 * e / (e + ethrq[k])
+            v = v * (r * math.sqrt(r)) if e < ethrq[k] else v
+            out[n, k] = C * v if e > 0.0 else 0.0
+
+
+def _triton():
+    from . import specific_loudness_triton as t
+
+    return (t.specific_loudness,)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecificLoudnessParams:
+    """fc: the excitation channels' centre frequencies (Hz); C: the scaling constant
+    (0.046871 in ANSI S3.4-2007; Moore2016 uses 0.06084, see its docstring)."""
+
+    fc: tuple = ()
+    C: float = 0.046871
+
+
+class SpecificLoudness(FrameStage):
+    """Specific loudness (ANSI S3.4-2007 eqs. 17-19) as a frame stage: ``fr['E']`` (R F, K)
+    linear excitation -> ``fr['N']`` (R F, K) sone/Cam."""
+
+    name = "specific_loudness"
+    Params = SpecificLoudnessParams
+    kernels = Kernels(numba=(specific_loudness,), triton=_triton)
+    reads = ("E",)
+    writes = ("N",)
+
+    @staticmethod
+    def design(params: SpecificLoudnessParams) -> SpecificLoudnessCoeffs:
+        return SpecificLoudnessCoeffs(np.asarray(params.fc, dtype=np.float64), params.C)
+
+    def process_tm(self, fr: dict, state: dict) -> None:
+        E = fr["E"]
+        c = self.coeffs
+        coef = self.kern.coef
+        N = fr["N"] = self.kern.buffer(None, E.shape, E)
+        self.kern.specific_loudness(E, coef(c.G), coef(c.A), coef(c.alpha), coef(c.A_alpha),
+                                    coef(c.ethrq), c.C, N)
+
+
+@dataclasses.dataclass(frozen=True)
+class InstantaneousLoudnessParams:
+    """ear_factor: 2 for diotic presentation (both ears hear the signal), 1 monaural."""
+
+    ear_factor: float = 2.0
+
+
+class InstantaneousLoudness(FrameStage):
+    """``fr['N']`` (R F, K) -> ``fr['inst']`` (R, F) = ``ear_factor 0.25 sum_K N'`` sone
+    (Glasberg & Moore 2002, §2.4).  Array operations only (no kernels): the same code on
+    numpy arrays and torch tensors."""
+
+    name = "instantaneous_loudness"
+    Params = InstantaneousLoudnessParams
+    triton_ready = True
+    reads = ("N",)
+    writes = ("inst",)
+
+    @staticmethod
+    def design(params: InstantaneousLoudnessParams) -> float:
+        return float(params.ear_factor)
+
+    def process_tm(self, fr: dict, state: dict) -> None:
+        N = fr["N"]
+        fr["inst"] = self.coeffs * 0.25 * N.reshape(fr["R"], fr["F"], N.shape[1]).sum(axis=2)
