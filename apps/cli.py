@@ -44,6 +44,8 @@ COMMANDS = {
     "monitor": ("monitor", "live pyqtgraph monitor: excitation, loudness, modulation "
                 "spectrum, health (demo, WAV or device; needs the rtamt[monitor] extra)"),
     "calibrate": ("calibrate", "measure a calibrator tone and store spl_ref for the meter"),
+    "loudness": ("loudness", "EBU R128 figures of audio files: integrated loudness, loudness "
+                 "range, true peak (table, JSON or CSV)"),
     "features": ("features", "features of a corpus (WAV files, directories, lhotse "
                  "manifests) as a lhotse CutSet, resumable, on N processes or a Dask cluster"),
 }

@@ -1,0 +1,168 @@
+"""``rtamt loudness FILE|DIR ...``: EBU R128 figures of audio files, one line per file.
+
+For every file: the integrated loudness (LUFS, ITU-R BS.1770-4), the loudness range
+(LU, EBU Tech 3342), the maximum true peak (dB TP, BS.1770-4 Annex 2) and sample peak
+(dBFS) over the channels, measured by :class:`rtamt.loudness.bs1770.LoudnessMeter` (the
+histogram mode: its memory does not depend on the file's length).  A directory stands for
+the audio files below it (``.wav .flac .ogg .oga .opus .aif .aiff .aifc .au .snd .caf
+.w64 .rf64 .mp3``), walked recursively, in sorted order.
+
+Files are read block by block through soundfile (:class:`rtamt.signals.AudioReader`),
+never whole.  Channels are weighted by their layout (``--layout``; default from the
+channel count: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs).
+
+Output (stdout): a table (default), ``--json`` (JSON Lines: one object per file with
+``file, integrated_lufs, lra_lu, true_peak_dbtp, sample_peak_dbfs, true_peak_channels_dbtp,
+duration_s, fs, channels`` or ``file, error``), or ``--csv`` (a header line, then one row per
+file; ``error`` is empty for a measured file).  Values that are not defined (a file of
+digital silence has no integrated loudness) are empty / ``null``.
+
+A file that cannot be read (not audio, truncated, damaged, a sample rate the meter cannot
+run at) is listed as failed, with a one-line reason on stderr (``rtamt loudness: FILE:
+REASON``), and the other files are measured.  Exit status: 0 when every file was
+measured, 1 when at least one failed, 2 for a usage error (no such path, a directory
+without audio files, an option's value).  A progress bar (tqdm, stderr, on a terminal)
+shows the files done when there are at least :data:`PROGRESS_MIN_FILES`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from .args import UsageError, int_range
+
+#: file name endings taken from a directory (formats libsndfile reads)
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
+                  ".snd", ".caf", ".w64", ".rf64", ".mp3")
+#: exit status when at least one file could not be measured
+EXIT_FAILED = 1
+#: a progress bar from this many files on (on a terminal)
+PROGRESS_MIN_FILES = 5
+FIELDS = ("file", "integrated_lufs", "lra_lu", "true_peak_dbtp", "sample_peak_dbfs",
+          "duration_s", "fs", "channels", "error")
+
+
+def add_arguments(p):
+    p.add_argument("paths", nargs="+", metavar="FILE|DIR",
+                   help="audio files, or directories searched recursively for them")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="JSON Lines: one object per file")
+    out.add_argument("--csv", action="store_true", help="CSV with a header line")
+    p.add_argument("--layout", choices=("mono", "stereo", "5.0", "5.1"), default=None,
+                   help="channel layout of every file (default: from its channel count)")
+    p.add_argument("--block", type=int_range(1024, 1 << 22), default=65536,
+                   help="frames read per block (default 65536)")
+    p.add_argument("--mode", choices=("histogram", "exact"), default="histogram",
+                   help="gated statistics from 0.01 LU histograms (default) or every value")
+
+
+def _files(paths) -> list[Path]:
+    """The files named and the audio files below the directories named (sorted)."""
+    out = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*")
+                           if f.is_file() and f.suffix.lower() in AUDIO_SUFFIXES)
+            if not found:
+                raise UsageError(f"{raw}: a directory without audio files "
+                                 f"({', '.join(AUDIO_SUFFIXES)})")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise UsageError(f"{raw}: no such file or directory")
+    return out
+
+
+def _value(v, digits=2):
+    return None if v is None or not math.isfinite(v) else round(float(v), digits)
+
+
+def measure(path, layout=None, block=65536, mode="histogram") -> dict:
+    """EBU R128 figures of one file (a dict of :data:`FIELDS` without ``error``, plus
+    ``true_peak_channels_dbtp``); raises ``ValueError`` / ``OSError`` for a file that
+    cannot be measured."""
+    from rtamt.loudness.bs1770 import LoudnessMeter
+    from rtamt.signals import AudioReader
+
+    with AudioReader(path) as r:
+        lay = layout
+        if lay is not None:
+            from rtamt.loudness.bs1770 import LAYOUTS
+            if len(LAYOUTS[lay]) != r.channels:
+                raise ValueError(f"{path}: {r.channels} channels, --layout {lay} has "
+                                 f"{len(LAYOUTS[lay])}")
+        meter = LoudnessMeter(fs=r.fs, channels=r.channels, layout=lay, mode=mode)
+        while r.pos < r.frames:
+            meter(r.read(block))
+        fs, channels, frames = r.fs, r.channels, r.frames
+    return {"file": str(path), "integrated_lufs": _value(meter.integrated),
+            "lra_lu": _value(meter.loudness_range),
+            "true_peak_dbtp": _value(meter.true_peak),
+            "sample_peak_dbfs": _value(meter.sample_peak),
+            "true_peak_channels_dbtp": [_value(v) for v in meter.true_peak_channels],
+            "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels}
+
+
+def _progress(n: int):
+    if n < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=n, unit="file", desc="rtamt loudness", file=sys.stderr, leave=False)
+
+
+def _cell(v, width, fmt):
+    return f"{'-':>{width}}" if v is None else format(v, fmt).rjust(width)
+
+
+def run(args) -> int:
+    files = _files(args.paths)
+    bar = _progress(len(files))
+    writer = None
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(FIELDS)
+    elif not args.json:
+        print(f"{'I LUFS':>8} {'LRA LU':>7} {'TP dBTP':>8} {'SP dBFS':>8} {'s':>9}  file")
+    failed = 0
+    try:
+        for f in files:
+            try:
+                rec = measure(f, args.layout, args.block, args.mode)
+                err = None
+            except (ValueError, OSError, RuntimeError) as e:
+                failed += 1
+                err = " ".join(str(e).split()) or type(e).__name__
+                if str(f) not in err:
+                    err = f"{f}: {err}"
+                rec = {"file": str(f), "error": err}
+                if bar is not None:
+                    bar.clear()
+                print(f"rtamt loudness: {err}", file=sys.stderr, flush=True)
+            if args.json:
+                print(json.dumps(rec), flush=True)
+            elif writer is not None:
+                writer.writerow([rec.get(k, "") if rec.get(k) is not None else ""
+                                 for k in FIELDS[:-1]] + [err or ""])
+                sys.stdout.flush()
+            elif err is not None:
+                print(f"{'failed':>8} {'':>7} {'':>8} {'':>8} {'':>9}  {f}", flush=True)
+            else:
+                print(f"{_cell(rec['integrated_lufs'], 8, '.1f')} {_cell(rec['lra_lu'], 7, '.1f')} "
+                      f"{_cell(rec['true_peak_dbtp'], 8, '.1f')} "
+                      f"{_cell(rec['sample_peak_dbfs'], 8, '.1f')} "
+                      f"{rec['duration_s']:9.1f}  {f}", flush=True)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    if failed:
+        print(f"rtamt loudness: {failed} of {len(files)} file(s) failed", file=sys.stderr)
+    return EXIT_FAILED if failed else 0
+

@@ -1,0 +1,158 @@
+"""``rtamt loudness FILE|DIR ...`` (apps/loudness.py): EBU R128 figures per file.
+
+* a directory of WAV/FLAC files with one corrupt and one truncated file: the two are
+  listed as failed (one line each on stderr), the rest are measured, exit status 1;
+* table, ``--json`` (JSON Lines) and ``--csv`` carry I, LRA, true peak, sample peak;
+* the values of Tech 3341-like tones (stereo -23 dBFS: -23 LUFS; 5.1 with a loud LFE);
+* files are read in blocks of ``--block`` frames, never whole;
+* usage errors (missing path, empty directory, option values): one line, exit 2;
+* the progress bar appears on a terminal for long lists only.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from rtamt_apps import loudness as app
+from rtamt_apps.cli import main
+
+from _helpers import entry_point
+
+FS = 48000
+
+
+def _tone(path, dbfs=-23.0, seconds=5.0, channels=2, fs=FS, subtype="PCM_24"):
+    t = np.arange(int(seconds * fs)) / fs
+    x = 10 ** (dbfs / 20) * np.sin(2 * np.pi * 1000 * t)
+    sf.write(str(path), np.repeat(x[:, None], channels, axis=1), fs, subtype=subtype)
+    return path
+
+
+@pytest.fixture
+def library(tmp_path):
+    d = tmp_path / "lib"
+    (d / "sub").mkdir(parents=True)
+    _tone(d / "a.wav", -23.0)
+    _tone(d / "sub" / "b.flac", -33.0, subtype="PCM_16")
+    (d / "c_corrupt.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk" * 20)
+    good = (d / "a.wav").read_bytes()
+    (d / "d_truncated.wav").write_bytes(good[: len(good) // 3])
+    (d / "notes.txt").write_text("not audio, not listed")
+    return d
+
+
+def _run(capsys, *argv):
+    capsys.readouterr()
+    rc = main(["loudness", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_directory_with_corrupt_files_table(library, capsys):
+    rc, out, err = _run(capsys, str(library))
+    assert rc == app.EXIT_FAILED == 1
+    lines = out.strip().splitlines()
+    assert lines[0].split()[:4] == ["I", "LUFS", "LRA", "LU"]
+    rows = {ln.split()[-1].split("/")[-1]: ln.split() for ln in lines[1:]}
+    assert set(rows) == {"a.wav", "b.flac", "c_corrupt.wav", "d_truncated.wav"}
+    assert rows["a.wav"][:2] == ["-23.0", "0.0"] and rows["a.wav"][2] == "-23.0"
+    assert rows["b.flac"][0] == "-33.0"
+    assert rows["c_corrupt.wav"][0] == "failed" and rows["d_truncated.wav"][0] == "failed"
+    errs = err.strip().splitlines()
+    assert len(errs) == 3 and all(e.startswith("rtamt loudness: ") for e in errs)
+    assert "c_corrupt.wav: not a readable audio file" in errs[0]
+    assert "d_truncated.wav: truncated" in errs[1]
+    assert errs[2] == "rtamt loudness: 2 of 4 file(s) failed"
+    assert "Traceback" not in err
+
+
+def test_json_and_csv(library, capsys):
+    rc, out, _ = _run(capsys, "--json", str(library / "a.wav"), str(library / "c_corrupt.wav"))
+    assert rc == 1
+    a, c = [json.loads(ln) for ln in out.strip().splitlines()]
+    assert abs(a["integrated_lufs"] + 23.0) <= 0.1 and a["lra_lu"] == 0.0
+    assert abs(a["true_peak_dbtp"] + 23.0) <= 0.1 and abs(a["sample_peak_dbfs"] + 23.0) <= 0.1
+    assert a["channels"] == 2 and a["fs"] == FS and a["duration_s"] == 5.0
+    assert len(a["true_peak_channels_dbtp"]) == 2
+    assert set(c) == {"file", "error"} and "not a readable audio file" in c["error"]
+    rc, out, _ = _run(capsys, "--csv", str(library))
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["file"].split("/")[-1] for r in rows] == ["a.wav", "c_corrupt.wav",
+                                                        "d_truncated.wav", "b.flac"]
+    assert float(rows[0]["integrated_lufs"]) == pytest.approx(-23.0, abs=0.1)
+    assert rows[0]["error"] == "" and rows[1]["error"] and rows[1]["integrated_lufs"] == ""
+
+
+def test_all_good_exit_zero_and_layouts(tmp_path, capsys):
+    """5.1 (L R C LFE Ls Rs): the LFE does not count; silence has no integrated value."""
+    t = np.arange(5 * FS) / FS
+    s = 10 ** (-30 / 20) * np.sin(2 * np.pi * 1000 * t)
+    x = np.stack([s, s, s, 30 * s, s, s], axis=1)
+    sf.write(str(tmp_path / "six.wav"), x, FS, subtype="FLOAT")
+    sf.write(str(tmp_path / "quiet.wav"), np.zeros((FS, 1)), FS)
+    rc, out, err = _run(capsys, "--json", str(tmp_path / "six.wav"), str(tmp_path / "quiet.wav"))
+    assert rc == 0, err
+    six, quiet = [json.loads(ln) for ln in out.strip().splitlines()]
+    # L R C at 1.0, Ls Rs at 1.41, no LFE; a sine at X dBFS in two channels reads X LUFS
+    expect = -30 + 10 * np.log10((3 + 2 * 1.41) / 2)
+    assert abs(six["integrated_lufs"] - expect) <= 0.05
+    assert abs(six["true_peak_dbtp"] - (-30 + 20 * np.log10(30))) <= 0.05   # the LFE's peak
+    assert quiet["integrated_lufs"] is None and quiet["true_peak_dbtp"] is None
+    rc, out, err = _run(capsys, "--layout", "stereo", str(tmp_path / "six.wav"))
+    assert rc == 1 and "6 channels, --layout stereo has 2" in err
+
+
+def test_reads_in_blocks(tmp_path, capsys, monkeypatch):
+    from rtamt.signals import AudioReader
+
+    sizes = []
+    real = AudioReader.read
+
+    def spy(self, n):
+        sizes.append(n)
+        return real(self, n)
+
+    monkeypatch.setattr(AudioReader, "read", spy)
+    _tone(tmp_path / "long.wav", seconds=20.0)
+    rc, out, _ = _run(capsys, "--block", "8192", str(tmp_path / "long.wav"))
+    assert rc == 0 and max(sizes) == 8192 and len(sizes) == -(-20 * FS // 8192)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["/no/such/file.wav"], "no such file or directory"),
+    (["--block", "5", "x.wav"], "argument --block"),
+    (["--json", "--csv", "x.wav"], "not allowed with"),
+    ([], "required"),
+])
+def test_usage_errors_one_line_exit_2(capsys, argv, words):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("rtamt loudness: error: ") and words in err
+
+
+def test_empty_directory_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "readme.txt").write_text("x")
+    rc, _, err = _run(capsys, str(tmp_path))
+    assert rc == 2 and "a directory without audio files" in err
+
+
+def test_progress_bar_only_for_long_lists_on_a_terminal(monkeypatch):
+    monkeypatch.setattr(app.sys.stderr, "isatty", lambda: True, raising=False)
+    assert app._progress(app.PROGRESS_MIN_FILES - 1) is None
+    bar = app._progress(app.PROGRESS_MIN_FILES)
+    assert bar is not None and bar.total == app.PROGRESS_MIN_FILES
+    bar.close()
+    monkeypatch.setattr(app.sys.stderr, "isatty", lambda: False, raising=False)
+    assert app._progress(100) is None
+
+
+def test_entry_point_exit_status(library):
+    r = subprocess.run([entry_point(), "loudness", str(library)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1 and "a.wav" in r.stdout and "2 of 4 file(s) failed" in r.stderr
