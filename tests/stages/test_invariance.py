@@ -233,9 +233,9 @@ class _LeakyIHC(IHCEnvelope):
     """Deliberately broken stage: forgets its filter state at every block boundary."""
 
     @staticmethod
-    def process_tm(coeffs, state, x):
+    def process_tm(coeffs, state, x, out=None):
         state["zi"][...] = 0.0
-        return IHCEnvelope.process_tm(coeffs, state, x)
+        return IHCEnvelope.process_tm(coeffs, state, x, out)
 
 
 def test_harness_detects_a_block_dependent_stage(signals):
