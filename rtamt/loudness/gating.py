@@ -238,6 +238,10 @@ class GatingBlocks(Stage):
 
 
 # ---------------------------------------------------------------- gated statistics
+#: bin centres (geometric mean of the edges) as power dB, ``10 log10(e)``
+_CENTRE_DB = 5.0 * np.log10(BIN_BOUNDS[:-1] * BIN_BOUNDS[1:])
+
+
 @njit(**JIT)
 def _bin_of(e):
     """Histogram bin of power ``e >= BIN_BOUNDS[0]`` (the top bin for louder values)."""
@@ -314,12 +318,7 @@ def hist_lra(counts, sums):
     if n == 0:
         return 0.0
     gate = 10.0 * math.log10(tot / n) + LRA_GATE_LU          # relative gate (power dB)
-    first = N_BINS
-    for i in range(N_BINS):
-        centre = 10.0 * math.log10(math.sqrt(BIN_BOUNDS[i] * BIN_BOUNDS[i + 1]))
-        if centre >= gate:
-            first = i
-            break
+    first = np.searchsorted(_CENTRE_DB, gate, side="left")   # first bin centre >= gate
     m = 0
     for i in range(first, N_BINS):
         m += counts[i]
