@@ -22,7 +22,8 @@ run at) is listed as failed, with a one-line reason on stderr (``rtamt loudness:
 REASON``), and the other files are measured.  Exit status: 0 when every file was
 measured, 1 when at least one failed, 2 for a usage error (no such path, a directory
 without audio files, an option's value).  A progress bar (tqdm, stderr, on a terminal)
-shows the files done when there are at least :data:`PROGRESS_MIN_FILES`.
+shows the files done when there are at least :data:`PROGRESS_MIN_FILES`.  ``--jobs N``
+measures N files at a time in worker processes (the output keeps the files' order).
 """
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def add_arguments(p):
                    help="frames read per block (default 65536)")
     p.add_argument("--mode", choices=("histogram", "exact"), default="histogram",
                    help="gated statistics from 0.01 LU histograms (default) or every value")
+    p.add_argument("--jobs", type=int_range(1, 256), default=1,
+                   help="files measured in parallel by this many processes (default 1); "
+                        "the output keeps the files' order")
 
 
 def _files(paths) -> list[Path]:
@@ -108,6 +112,28 @@ def measure(path, layout=None, block=65536, mode="histogram") -> dict:
             "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels}
 
 
+def _measure_or_error(job) -> dict:
+    """:func:`measure` of ``job = (path, layout, block, mode)``, or ``{'file', 'error'}``
+    (one line) for a file that cannot be measured; runs in a worker process too."""
+    f = job[0]
+    try:
+        return measure(*job)
+    except (ValueError, OSError, RuntimeError) as e:
+        err = " ".join(str(e).split()) or type(e).__name__
+        return {"file": str(f), "error": err if str(f) in err else f"{f}: {err}"}
+
+
+def _results(jobs, n_jobs: int):
+    """The results of ``jobs`` in their order (``n_jobs`` processes for more than one)."""
+    if n_jobs == 1 or len(jobs) < 2:
+        yield from map(_measure_or_error, jobs)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as ex:
+        yield from ex.map(_measure_or_error, jobs)
+
+
 def _progress(n: int):
     if n < PROGRESS_MIN_FILES or not sys.stderr.isatty():
         return None
@@ -130,17 +156,12 @@ def run(args) -> int:
     elif not args.json:
         print(f"{'I LUFS':>8} {'LRA LU':>7} {'TP dBTP':>8} {'SP dBFS':>8} {'s':>9}  file")
     failed = 0
+    jobs = [(f, args.layout, args.block, args.mode) for f in files]
     try:
-        for f in files:
-            try:
-                rec = measure(f, args.layout, args.block, args.mode)
-                err = None
-            except (ValueError, OSError, RuntimeError) as e:
+        for f, rec in zip(files, _results(jobs, args.jobs)):
+            err = rec.get("error")
+            if err is not None:
                 failed += 1
-                err = " ".join(str(e).split()) or type(e).__name__
-                if str(f) not in err:
-                    err = f"{f}: {err}"
-                rec = {"file": str(f), "error": err}
                 if bar is not None:
                     bar.clear()
                 print(f"rtamt loudness: {err}", file=sys.stderr, flush=True)

@@ -72,6 +72,13 @@ def test_directory_with_corrupt_files_table(library, capsys):
     assert "Traceback" not in err
 
 
+def test_jobs_give_the_same_output(library, capsys):
+    """--jobs 2: the same lines in the same order, the same failures and exit status."""
+    rc1, out1, err1 = _run(capsys, "--csv", str(library))
+    rc2, out2, err2 = _run(capsys, "--csv", "--jobs", "2", str(library))
+    assert rc1 == rc2 == 1 and out1 == out2 and err1 == err2
+
+
 def test_json_and_csv(library, capsys):
     rc, out, _ = _run(capsys, "--json", str(library / "a.wav"), str(library / "c_corrupt.wav"))
     assert rc == 1
