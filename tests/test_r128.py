@@ -472,3 +472,59 @@ def test_hist_bins():
     lufs = -0.691 + 10 * np.log10(gating.BIN_BOUNDS)
     np.testing.assert_allclose(lufs[[0, -1]], [-70.0, 30.0], atol=1e-9)
     np.testing.assert_allclose(np.diff(lufs), 0.01, atol=1e-9)
+
+
+# ---------------------------------------------------------------- block invariance, stages
+def _partition(total, rng):
+    out, pos = [], 0
+    while pos < total:
+        n = 1 if rng.random() < 0.4 else int(rng.integers(1, 900))
+        out.append(min(n, total - pos))
+        pos += out[-1]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_stages_bit_exact_under_any_partition(dtype):
+    """K-weighting output, the gating steps (k, e_M, e_S) and the true-peak state are the
+    same bits for one call and for blocks of random sizes, many of 1 sample."""
+    rng = np.random.default_rng(21)
+    x = (0.2 * rng.standard_normal((2, int(3.3 * 8000)))).astype(dtype)
+    x[:, 5000:9000] = 0.0
+    lengths = _partition(x.shape[1], rng)
+    assert lengths.count(1) > 30
+    for cls in (KWeighting, TruePeak):
+        one, many = cls(fs=8000.0), cls(fs=8000.0)
+        y1 = np.asarray(one(x))
+        parts, pos = [], 0
+        for n in lengths:
+            parts.append(np.asarray(many(x[:, pos:pos + n])))
+            pos += n
+        if cls is KWeighting:
+            np.testing.assert_array_equal(np.concatenate(parts, axis=-1), y1)
+        for k, v in one.state.items():
+            np.testing.assert_array_equal(many.state[k], v, err_msg=f"{cls.__name__} {k}")
+    y = np.asarray(KWeighting(fs=8000.0)(x))
+    one, many = GatingBlocks(fs=8000.0, weights=(1.0, 1.41)), \
+        GatingBlocks(fs=8000.0, weights=(1.0, 1.41))
+    s1 = np.asarray(one(y))
+    rows1 = s1[:, s1[0] > 0]
+    rows, pos = [], 0
+    for n in lengths:
+        s = np.asarray(many(y[:, pos:pos + n]))
+        rows.append(s[:, s[0] > 0])
+        pos += n
+    np.testing.assert_array_equal(np.concatenate(rows, axis=-1), rows1)
+    assert rows1.shape[1] == 33
+    for k in ("acc", "fill", "n_fine", "ring_e", "ring_n", "peak"):
+        np.testing.assert_array_equal(many.state[k], one.state[k])
+    # the meter: step values bit-exact as well
+    m1, m2 = LoudnessMeter(fs=8000.0), LoudnessMeter(fs=8000.0)
+    r1 = m1(x)
+    pos, steps = 0, []
+    for n in lengths:
+        steps.append(m2(x[:, pos:pos + n]).step_short_term)
+        pos += n
+    np.testing.assert_array_equal(np.concatenate(steps), r1.step_short_term)
+    assert m2.integrated == m1.integrated and m2.loudness_range == m1.loudness_range
+    assert m2.true_peak == m1.true_peak
