@@ -7,8 +7,10 @@ the loudness model (``moore2016`` default, or ``glasberg2002``), an ITU-R BS.177
 and a sound-level meter.  About 10 updates per second of audio: a terminal line, or
 with ``--json`` one JSON object per update with ``t, stl_sone, ltl_sone, phon,
 stl_phon, spl_db, peak_db, max_peak_db, lufs_momentary, lufs_short_term,
-lufs_integrated, lra_lu, true_peak_dbtp`` (EBU R128: the loudness range after EBU Tech 3342
-and the maximum true peak after ITU-R BS.1770-4 Annex 2, over the channels of the stream)
+lufs_integrated, lra_lu, lra_stable, true_peak_dbtp`` (EBU R128: the loudness range after EBU
+Tech 3342, false in ``lra_stable`` and marked ``~`` on the terminal during the first 60 s as
+EBU Tech 3341 section 2.4 asks, and the maximum true peak after ITU-R BS.1770-4 Annex 2, over
+the channels of the stream)
 (+ per-ear values for moore2016) and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
@@ -116,7 +118,7 @@ class _Updates:
             self.last.update(d)
         b = r.outputs["bs1770"]
         self.last["lufs"] = (b.momentary, b.short_term, b.integrated)
-        self.last["r128"] = (b.loudness_range, b.true_peak)
+        self.last["r128"] = (b.loudness_range, b.true_peak, b.lra_stable)
         t = (r.start + r.frames) / self.fs
         if t + 1e-9 >= self.next_t:
             rec = dict(t=round(t, 4), ms=self.acc_ms / max(self.acc_n, 1), peak=self.acc_peak,
@@ -130,7 +132,7 @@ class _Updates:
 def _record(rec, model, spl_ref, st):
     stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
     m, s, i = rec.get("lufs", (None, None, None))
-    lra, tp = rec.get("r128", (None, None))
+    lra, tp, lra_stable = rec.get("r128", (None, None, False))
     out = dict(t=rec["t"], stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
                phon=round(float(model.phon(ltl)), 2), stl_phon=round(float(model.phon(stl)), 2),
                spl_db=_db(rec["ms"], spl_ref), peak_db=_db(rec["peak"] ** 2, spl_ref),
@@ -139,7 +141,8 @@ def _record(rec, model, spl_ref, st):
                lufs_short_term=None if s is None or not math.isfinite(s) else round(s, 2),
                lufs_integrated=None if i is None or not math.isfinite(i) else round(i, 2),
                lra_lu=None if lra is None or not math.isfinite(lra) else round(lra, 2),
-               true_peak_dbtp=None if tp is None or not math.isfinite(tp) else round(tp, 2))
+               true_peak_dbtp=None if tp is None or not math.isfinite(tp) else round(tp, 2),
+               lra_stable=bool(lra_stable))
     for k in ("stl_left", "stl_right", "ltl_left", "ltl_right"):
         if k in rec:
             out[k] = round(rec[k], 5)
@@ -159,7 +162,8 @@ def _line(d, model_name):
             f"sone {d['phon']:6.1f} phon | SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS "
-            f"LRA {f(d['lra_lu'], '4.1f')} LU TP {f(d['true_peak_dbtp'], '5.1f')} dBTP | "
+            f"LRA {f(d['lra_lu'], '4.1f')}{' ' if d['lra_stable'] else '~'}LU TP "
+            f"{f(d['true_peak_dbtp'], '5.1f')} dBTP | "
             f"drop {d['dropped_frames'] + d['skipped_frames']} {st}"
             + (f" | input stalls {d['source_stalls']}" if d.get("source_stalls") else ""))
 

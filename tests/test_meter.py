@@ -32,8 +32,8 @@ FS = 48000
 
 #: keys of every JSON update (moore2016 adds the per-ear values)
 KEYS = ("t", "stl_sone", "ltl_sone", "phon", "stl_phon", "spl_db", "peak_db", "max_peak_db",
-        "lufs_momentary", "lufs_short_term", "lufs_integrated", "lra_lu", "true_peak_dbtp",
-        "dropped_frames",
+        "lufs_momentary", "lufs_short_term", "lufs_integrated", "lra_lu", "lra_stable",
+        "true_peak_dbtp", "dropped_frames",
         "skipped_frames", "rejected_blocks", "status", "queue_frames", "proc_p99_us", "rtf")
 EAR_KEYS = ("stl_left", "stl_right", "ltl_left", "ltl_right")
 
@@ -174,6 +174,7 @@ def test_wav_r128_loudness_range_and_true_peak(tmp_path, capsys):
                            "glasberg2002")
     assert rc == 0, err
     assert recs[0]["lra_lu"] is None and recs[-1]["lra_lu"] == 0.0
+    assert recs[-1]["lra_stable"] is False           # the first 60 s (EBU Tech 3341 2.4)
     assert abs(recs[-1]["true_peak_dbtp"] + 6.02) <= 0.2, recs[-1]
     assert abs(recs[-1]["max_peak_db"] - (100 - 9.03)) <= 0.05   # sample peak, dB SPL
 

@@ -218,6 +218,7 @@ def test_tech3342_lra(case, levels, expected, mode):
     m = LoudnessMeter(fs=FS, mode=mode)
     r = run(m, x)
     assert abs(r.loudness_range - expected) <= 1.0, (case, r.loudness_range)
+    assert r.lra_stable is (x.shape[1] >= 60 * FS)         # Tech 3341 2.4: 60 s to settle
     assert abs(run(m, x).loudness_range - expected) <= 1.0
 
 

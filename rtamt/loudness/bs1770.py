@@ -270,6 +270,8 @@ class LoudnessResult:
         ``(C,)`` float64 per channel.
     max_momentary / max_short_term: the largest momentary / short-term loudness since the
         stream began, at 10 ms resolution (``None`` before the first full window).
+    lra_stable: False during the first 60 s of the stream, when EBU Tech 3341 (section
+        2.4) asks a meter to show that the loudness range is not yet stable.
     """
 
     momentary: float | None
@@ -286,6 +288,7 @@ class LoudnessResult:
     sample_peak_channels: np.ndarray | None = None
     max_momentary: float | None = None
     max_short_term: float | None = None
+    lra_stable: bool = False
 
     def to_json(self) -> dict:
         """A JSON-serialisable dict (``-inf`` / ``NaN`` -> ``None``)."""
@@ -294,6 +297,7 @@ class LoudnessResult:
             "short_term": lufs_or_none(self.short_term),
             "integrated": lufs_or_none(self.integrated),
             "loudness_range": lufs_or_none(self.loudness_range),
+            "lra_stable": bool(self.lra_stable),
             "true_peak": lufs_or_none(self.true_peak),
             "sample_peak": lufs_or_none(self.sample_peak),
             "max_momentary": lufs_or_none(self.max_momentary),
@@ -311,6 +315,8 @@ class LoudnessResult:
 
 # ---------------------------------------------------------------- the meter
 _SCALARS = ("samples", "block", "momentary", "short_term", "integrated", "loudness_range")
+#: EBU Tech 3341 section 2.4: the LRA is not yet stable during the first 60 s
+LRA_SETTLE_S = 60.0
 
 
 class LoudnessMeter(Registered):
@@ -592,7 +598,8 @@ class LoudnessMeter(Registered):
             samples=s["samples"], loudness_range=_scalar(s["loudness_range"]),
             true_peak=float(tpc.max()), sample_peak=float(spc.max()),
             true_peak_channels=tpc, sample_peak_channels=spc,
-            max_momentary=self.max_momentary, max_short_term=self.max_short_term)
+            max_momentary=self.max_momentary, max_short_term=self.max_short_term,
+            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs)
 
     def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray) -> None:
         """Add this block's gating blocks and short-term values to the statistics and
