@@ -362,6 +362,25 @@ def test_state_size_after_24h_equals_1min(mode):
         assert day > one_min + 864000 * 2 * 8 - 1000
 
 
+@pytest.mark.slow
+def test_state_size_after_24h_stream_equals_1min():
+    """The whole meter run on 24 h of audio, fed as fast as it goes (mono, 4 kHz, blocks
+    of 10 min at changing levels; ~40 s here): the snapshot is as large as after 1 min."""
+    fs = 4000.0
+    rng = np.random.default_rng(6)
+    noise = (0.1 * rng.standard_normal(int(600 * fs))).astype(np.float32)
+    m = LoudnessMeter(fs=fs, channels=1)
+    m(noise[: int(60 * fs)])
+    one_min = _state_bytes(m.state_dict())
+    m.reset()
+    for _ in range(144):                       # 144 x 10 min = 24 h
+        m(noise * np.float32(10 ** (rng.uniform(-30, 0) / 20)))
+    assert m.samples_processed == int(24 * 3600 * fs)
+    assert _state_bytes(m.state_dict()) == one_min
+    assert int(m.state_dict()["arrays"]["gate_n"].sum()) > 800_000
+    assert -60 < m.integrated < -10 and m.loudness_range > 5
+
+
 def test_histogram_matches_exact_mode():
     """Histogram and exact mode agree within the bin width on wide-range material."""
     x = _programme("bursts", 2, 60.0, np.random.default_rng(8))
