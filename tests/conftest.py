@@ -8,9 +8,10 @@
   instead.
 
 Every test of a module that uses the Triton test helpers (``from _triton import ...``) is
-marked ``triton``; a test elsewhere that runs kernels on that device imports the helpers in
-its body and carries ``@pytest.mark.triton`` itself.  ``-m "cuda or triton"`` therefore
-selects the Triton tests wherever they live (the ``tests`` step of ``latency_bench.gpu``).
+marked ``triton``; a Triton test in a module that does not (the toy stage's Triton path, the
+kernels' compile check) carries ``pytest.mark.triton`` itself.  ``-m "cuda or triton"``
+therefore selects the Triton tests wherever they live (the ``tests`` step of
+``latency_bench.gpu``).
 """
 import os
 
