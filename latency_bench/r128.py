@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         return 0
     print(f"EBU R128 meters on {len(rows)} file(s), {audio:.0f} s of audio, blocks of "
           f"{args.block} frames, {report['machine']}")
-    print(f"{'file':32} {'I rtamt/libebur128 LUFS':>26} {'LRA LU':>14} {'TP dBTP':>14}")
+    print(f"{'file (rtamt, libebur128)':32} {'I LUFS':>25} {'LRA LU':>13} {'TP dBTP':>13}")
     for r in rows:
         a, b = r["rtamt"], r["libebur128"]
         print(f"{Path(r['file']).name[:32]:32} {a['I']:12.2f} {b['I']:12.2f} "
