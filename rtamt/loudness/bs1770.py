@@ -249,6 +249,16 @@ def _scalar(v: float) -> float | None:
     return None if math.isnan(v) else v
 
 
+def _lufs(e: float) -> float:
+    """:func:`loudness_of_energy` of one power ``e >= 0`` (no numpy on the per-block path)."""
+    return LOUDNESS_OFFSET_DB + 10.0 * math.log10(e) if e > 0.0 else -math.inf
+
+
+def _dbtp_row(peaks: np.ndarray) -> np.ndarray:
+    """``20 log10`` of a few linear peaks (-inf for 0) without numpy's error state."""
+    return np.array([20.0 * math.log10(v) if v > 0.0 else -math.inf for v in peaks.tolist()])
+
+
 @dataclasses.dataclass
 class LoudnessResult:
     """What one call of :class:`LoudnessMeter` returns (loudness in LUFS, range in LU,
@@ -511,13 +521,13 @@ class LoudnessMeter(Registered):
     def max_momentary(self) -> float | None:
         """Largest momentary loudness so far (LUFS, 10 ms resolution); ``None`` before 400 ms."""
         e = float(self.gating.state["peak"][0, 0])
-        return None if e < 0 else loudness_of_energy(e)
+        return None if e < 0 else _lufs(e)
 
     @property
     def max_short_term(self) -> float | None:
         """Largest short-term loudness so far (LUFS, 10 ms resolution); ``None`` before 3 s."""
         e = float(self.gating.state["peak"][0, 1])
-        return None if e < 0 else loudness_of_energy(e)
+        return None if e < 0 else _lufs(e)
 
     @property
     def true_peak_channels(self) -> np.ndarray:
@@ -583,20 +593,23 @@ class LoudnessMeter(Registered):
             self._gate(e_m, e_s, k)
         s["samples"] += x.shape[1]
         s["block"] += 1
-        mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
         if n:
+            mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
             s["momentary"], s["short_term"] = float(mom[-1]), float(sht[-1])
-        fs = Fraction(p.fs)
-        times = np.array([math.floor(fs * int(i) / 10) for i in k], dtype=np.float64) / p.fs \
-            if n else np.zeros(0)
-        tpc, spc = self.true_peak_channels, self.sample_peak_channels
+            fs = Fraction(p.fs)
+            times = np.array([math.floor(fs * int(i) / 10) for i in k],
+                             dtype=np.float64) / p.fs
+        else:
+            mom = sht = times = np.zeros(0)
+        peaks = tp._state
+        tpc, spc = _dbtp_row(peaks["true_peak"][0]), _dbtp_row(peaks["sample_peak"][0])
         return LoudnessResult(
             momentary=_scalar(s["momentary"]), short_term=_scalar(s["short_term"]),
             integrated=_scalar(s["integrated"]), step_time=times,
             step_momentary=np.asarray(mom, dtype=np.float64).reshape(-1),
             step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
             samples=s["samples"], loudness_range=_scalar(s["loudness_range"]),
-            true_peak=float(tpc.max()), sample_peak=float(spc.max()),
+            true_peak=float(max(tpc)), sample_peak=float(max(spc)),
             true_peak_channels=tpc, sample_peak_channels=spc,
             max_momentary=self.max_momentary, max_short_term=self.max_short_term,
             lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs)

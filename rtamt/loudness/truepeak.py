@@ -82,7 +82,7 @@ def true_peak_fir(h, hist, tp, sp, x, out, work):
     interpolated values ``sum_k h[p, k] x[t - k]`` (BS.1770-4 Annex 2) and the sample
     itself update the running maxima ``tp`` / ``sp`` ``(B, C)``; ``hist`` ``(B, 11, C)``
     holds the previous 11 samples (oldest first).  ``out[b, 0 / 1, c]``: the block's
-    true / sample peak.  ``work``: float64 scratch of at least ``T + 11`` values."""
+    true / sample peak.  ``work``: float64 scratch of at least ``2 T + 11`` values."""
     B, T, C = x.shape
     P, K = h.shape
     H = K - 1
@@ -98,14 +98,20 @@ def true_peak_fir(h, hist, tp, sp, x, out, work):
                 if a > bsp:
                     bsp = a
             btp = 0.0
-            for t in range(T):
-                for p in range(P):
-                    s = 0.0
-                    for k in range(K):
-                        s += h[p, k] * work[H + t - k]
-                    s = abs(s)
-                    if s > btp:
-                        btp = s
+            acc = work[H + T:H + 2 * T]
+            for p in range(P):
+                # tap by tap over the whole block (vectorisable); every output still sums
+                # its taps in the order k = 0..11
+                for t in range(T):
+                    acc[t] = h[p, 0] * work[H + t]
+                for k in range(1, K):
+                    hk = h[p, k]
+                    for t in range(T):
+                        acc[t] += hk * work[H + t - k]
+                for t in range(T):
+                    a = abs(acc[t])
+                    if a > btp:
+                        btp = a
             for i in range(H):
                 hist[b, i, c] = work[T + i]
             if bsp > btp:
@@ -143,8 +149,8 @@ class TruePeak(Stage):
         y = out if (out is not None and out.shape == (B, 2, C) and out.dtype == np.float64) \
             else np.empty((B, 2, C), np.float64)
         work = stage.__dict__.get("_work")
-        if work is None or work.size < x.shape[1] + N_TAPS - 1:
-            work = np.empty(x.shape[1] + N_TAPS - 1)
+        if work is None or work.size < 2 * x.shape[1] + N_TAPS - 1:
+            work = np.empty(2 * x.shape[1] + N_TAPS - 1)
             if not isinstance(stage, type):
                 stage._work = work            # reused by the next block of this size or less
         stage.kern.true_peak_fir(coeffs.phases, state["hist"], state["true_peak"],
