@@ -701,29 +701,22 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
     fill, n_sub = int(a["fill"]), int(a["n_sub"])
     F, R = _G.FINE, _G.RING
     lens = _G.sub_block_lengths(p.fs, 10 * F)
-    w = np.asarray(p.weights, np.float64)
     ring_e, ring_n = np.zeros((1, R)), np.zeros((1, R), np.int64)
     old_e, old_n = np.asarray(a["ring_e"], np.float64), np.asarray(a["ring_n"], np.int64)
     for j in range(min(n_sub, N_SHORT_TERM)):   # old ring: newest last; spread evenly
         k = n_sub - 1 - j
-        part = lens[(np.arange(k * F, (k + 1) * F)) % lens.size]
-        for i in range(F):
-            slot = (k * F + i) % R
-            ring_n[0, slot] = part[i]
-            ring_e[0, slot] = old_e[-1 - j] * part[i] / old_n[-1 - j]
-    n_fine, pos, acc = n_sub * F, 0, np.zeros((1, C))
-    for t in range(fill):                       # the open sub-block, fine block by block
-        acc[0] += buf[:, t] * buf[:, t]
-        pos += 1
-        if pos == lens[n_fine % lens.size]:
-            ring_e[0, n_fine % R], ring_n[0, n_fine % R] = float(np.sum(w * acc[0])), pos
-            acc[0], pos, n_fine = 0.0, 0, n_fine + 1
+        fine = np.arange(k * F, (k + 1) * F)
+        part = lens[fine % lens.size]
+        ring_n[0, fine % R] = part
+        ring_e[0, fine % R] = old_e[-1 - j] * part / old_n[-1 - j]
     fresh = LoudnessMeter(p)
     block = int(a["block"])
     kw, gt, tp = fresh.stages
     kw._state["zi"] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
-    gt._state.update(acc=acc, fill=np.array([pos]), n_fine=np.array([n_fine]),
-                     ring_e=ring_e, ring_n=ring_n)
+    gt._state.update(n_fine=np.array([n_sub * F]), ring_e=ring_e, ring_n=ring_n)
+    if fill:       # the open sub-block's K-weighted samples through the stage's own kernel
+        gt.process_tm(gt.coeffs, gt._state, np.ascontiguousarray(buf[:, :fill].T)[None])
+    gt._state["peak"][:] = -1.0                  # the maxima start empty
     for st in fresh.stages:
         st._block = block
     gate = np.asarray(a["gate_e"], np.float64).ravel()
