@@ -375,6 +375,9 @@ class Scheduler:
                 self._dispatch.quiesce(g)
             g.add(s)
             self._streams.append(s)
+        # outside the lock: deep copies and warm calls
+        g.prebuild(len(g.members), self.threads,
+                   np.zeros((block,) if channels == 1 else (channels, block), dtype))
         if self.freeze_gc and self.running:
             gc.freeze()
         return s

@@ -172,7 +172,7 @@ class Dispatcher:
         g.inflight += 1
         if self.trace is not None:
             g.trace_index = self.trace.group_index(g.key, g.label)
-        return (g, job), wake
+        return (g, job, g.take_out(len(job))), wake
 
     def _service(self, now: float) -> None:
         """Under the lock: take in the input of every stream that was pushed to (a FanOut
@@ -231,13 +231,13 @@ class Dispatcher:
                 with cv:
                     self._idle -= 1
                 continue
-            self._run(*job, wid)
+            self._run(*job, wid=wid)
 
     def _more_work(self, now: float) -> bool:
         """Under the lock: is any stream's block ready and not taken?"""
         return any(s.ready and not s.busy for g in self.groups.values() for s in g.members)
 
-    def _run(self, g, job: list, wid: int = 0) -> None:
+    def _run(self, g, job: list, out=None, wid: int = 0) -> None:
         """Run one call (outside the lock), publish, then hand the streams back (and
         record the call in :attr:`trace`, if any)."""
         tr = self.trace
@@ -245,7 +245,7 @@ class Dispatcher:
         t0 = _perf()
         err = None
         try:
-            outs = g.run(job)
+            outs = g.run(job, out)
         except RtamtInputError as e:      # a block slipped past intake's checks
             outs, err = None, e
         except Exception as e:  # noqa: BLE001 - reported on the streams, the worker lives

@@ -14,6 +14,7 @@ group only runs the call it is given.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from ..engine import contract as streaming
 from ..engine.contract import RtamtInputError
 from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
+from .outputs import OutputPool
 
 if TYPE_CHECKING:
     from .costs import CostModel
@@ -37,6 +39,14 @@ def make_runner(proto, n: int):
     r.load_state_dict(streaming.stack_states([sd] * n))
     leaves = r._state_leaves()
     return r, leaves, [h[k] for h, k, _ in leaves]
+
+
+def _takes_out(proc) -> bool:
+    """``proc(x, out=...)`` writes its output into ``out`` (stages and chains)."""
+    try:
+        return "out" in inspect.signature(proc.__call__).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _split(obj, out, sl):
@@ -71,6 +81,15 @@ class Group:
         self.inflight = 0
         self.frozen = False
         self.runners: dict[int, list] = {}
+        #: batched copies built per batch size (in the pool or in a call)
+        self.built: dict[int, int] = {}
+        #: the processor writes its output into a given array (``proc(x, out=...)``):
+        #: every batched call's output goes to memory from the pool of its batch size
+        #: (:meth:`take_out`, under the scheduler's lock)
+        self.writes_out = proto is not None and _takes_out(proto)
+        self.out_pools: dict[int, OutputPool] = {}
+        #: the most results a member keeps (its ``history``; set by :meth:`add`)
+        self.history = 1
         self.period = block / fs
         #: CUDA groups only (None elsewhere): the group's CUDA stream, on which its calls
         #: copy and launch, and its pinned host staging buffers, a pool per input shape
@@ -139,6 +158,24 @@ class Group:
             self.attach(s)
         self.members.append(s)
         s.group = self
+        s.out_pool = OutputPool() if _takes_out(s.proc) else None
+        self.history = max(self.history, int(s.options.history))
+
+    def out_depth(self, n: int) -> int:
+        """Output arrays the group keeps for calls of ``n`` streams: the calls within the
+        ``history`` + 1 periods that a result may stay held (one call per ``n`` members
+        per period), and one more."""
+        return (self.history + 1) * -(-max(len(self.members), n) // n) + 1
+
+    def take_out(self, n: int):
+        """Under the scheduler's lock, for a call of ``n`` streams: an output array of the
+        pool of that size that no result holds any more, or None (the call makes one)."""
+        if not self.writes_out or self.cuda_stream is not None:
+            return None
+        pool = self.out_pools.get(n)
+        if pool is None:
+            pool = self.out_pools[n] = OutputPool()
+        return pool.take()
 
     def remove(self, s) -> None:
         self.detach(s)
@@ -152,21 +189,59 @@ class Group:
         return tuple(leaf_bytes(self.store[j][s.slot])
                      for j, (a, _, _) in enumerate(self.spec) if a is None)
 
+    #: largest batch size whose copies :meth:`prebuild` makes (a GPU group's batches of
+    #: thousands are built on first use)
+    PREBUILD_MAX = 64
+
+    def prebuild(self, members: int, workers: int, example: np.ndarray) -> None:
+        """Build and warm the batched copies every call of up to ``members`` streams may
+        need (``workers`` of each size from 1 to ``max_batch``), so that no worker builds
+        one (a deep copy, a state allocation, its work buffers, its input and output
+        arrays) on the real-time path.  ``example``: one stream's block as the processor
+        takes it (zeros).  Called by ``open`` outside the scheduler's lock: the warm call
+        runs on the copy's own state, which every real call overwrites with its streams'
+        slots, and the pools' list operations are atomic."""
+        if not self.batchable or getattr(self.proto, "backend", "numba") != "numba":
+            return                 # Triton: a device's copies are built on first use
+        for n in range(1, min(members, self.max_batch, self.PREBUILD_MAX) + 1):
+            while self.built.get(n, 0) < workers:
+                r = self._new_runner(n)
+                x = self._input([example] * n, None, r)
+                out = r[0](self._rows(x, n))
+                if self.writes_out:
+                    self.out_pools.setdefault(n, OutputPool()).keep(out, self.out_depth(n))
+                self.runners.setdefault(n, []).append(r)
+
+    def _rows(self, x, n: int):
+        """A call's stacked input ``x`` (n, …) as the batched copy takes it (a stream of
+        ``stream_batch`` rows: ``n × stream_batch`` rows)."""
+        if self.stream_batch is None:
+            return x
+        return x.reshape((n * self.stream_batch,) + tuple(x.shape[2:]))
+
+    def _new_runner(self, n: int) -> list:
+        """A batched copy for ``n`` streams: ``[obj, leaves, buffers, input buffer]`` (the
+        input buffer made on the first call, when the block's shape is known)."""
+        self.built[n] = self.built.get(n, 0) + 1
+        return [*make_runner(self.proto, n), None]
+
     # -- a call (worker thread, outside the lock) --------------------------------------
     def runner(self, n: int):
         pool = self.runners.setdefault(n, [])
-        return pool.pop() if pool else make_runner(self.proto, n)
+        return pool.pop() if pool else self._new_runner(n)
 
-    def run(self, streams: list) -> list:
+    def run(self, streams: list, out=None) -> list:
         """Process the ready block of every stream in ``streams`` (sorted by slot, same
-        length, same shared state) in one call; returns each stream's output.
+        length, same shared state) in one call; returns each stream's output.  ``out``:
+        the array the batched output is written into (from :meth:`take_out`; None: the
+        call makes one).
 
         A CUDA group stages the input in a pinned host buffer and runs the call on its
         CUDA stream (after the work queued on the device's default stream), then waits
         for that stream: the outputs (tensors on the device) are complete when this
         returns."""
         if self.cuda_stream is None:
-            return self._call(streams, None)
+            return self._call(streams, None, out)
         import torch
         pool, cs = self.staging, self.cuda_stream
         # state written on the default stream (attach, move, restore) comes first
@@ -177,13 +252,20 @@ class Group:
         finally:
             cs.synchronize()
 
-    def _input(self, blocks: list, pool):
+    def _input(self, blocks: list, pool, runner=None):
         """The ready blocks as one call's input: the one block itself, or the blocks
-        stacked (a new numpy array) when ``pool`` is None; otherwise written into a pinned
-        host buffer from ``pool`` (a CPU tensor, so the model's copy to the device reads
-        page-locked memory) that :meth:`_release` returns to the pool after the call."""
+        stacked into the runner's input buffer when ``pool`` is None (allocated on its
+        first call); otherwise written into a pinned host buffer from ``pool`` (a CPU
+        tensor, so the model's copy to the device reads page-locked memory) that
+        :meth:`_release` returns to the pool after the call."""
         if pool is None:
-            return blocks[0] if len(blocks) == 1 else np.stack(blocks)
+            if runner is None:
+                return blocks[0]
+            shape = (len(blocks),) + blocks[0].shape
+            buf = runner[3]
+            if buf is None or buf.shape != shape or buf.dtype != blocks[0].dtype:
+                buf = runner[3] = np.empty(shape, blocks[0].dtype)
+            return np.stack(blocks, out=buf)
         import torch
         shape = blocks[0].shape if len(blocks) == 1 else (len(blocks),) + blocks[0].shape
         key = (shape, blocks[0].dtype.str)
@@ -202,18 +284,24 @@ class Group:
         if pool is not None:
             pool[(tuple(x.shape), x.numpy().dtype.str)].append(x)
 
-    def _call(self, streams: list, pool) -> list:
+    def _call(self, streams: list, pool, out=None) -> list:
         n = len(streams)
-        if n == 1 or not self.batchable:
+        if not self.batchable or (n == 1 and pool is not None):
             s = streams[0]
             if pool is None:
-                return [s.proc(s.block_input())]
+                op = s.out_pool
+                if op is None:
+                    return [s.proc(s.block_input())]
+                y = s.proc(s.block_input(), out=op.take())
+                op.keep(y, self.history + 2)
+                return [y]
             x = self._input([s.block_input()], pool)
             try:
                 return [s.proc(x)]
             finally:
                 self._release(pool, x)
-        obj, leaves, bufs = self.runner(n)
+        runner = self.runner(n)
+        obj, leaves, bufs, _ = runner
         x = None
         try:
             idx = [s.slot for s in streams]
@@ -234,9 +322,13 @@ class Group:
                     v = buf
                 h[k] = v
                 set_.append(v)
-            x = self._input([s.block_input() for s in streams], pool)
-            out = obj(x if self.stream_batch is None else
-                      x.reshape((n * self.stream_batch,) + tuple(x.shape[2:])))
+            x = self._input([s.block_input() for s in streams], pool, runner)
+            xb = self._rows(x, n)
+            if not self.writes_out or pool is not None:
+                out = obj(xb)
+            else:
+                out = obj(xb, out=out)
+                self.out_pools.setdefault(n, OutputPool()).keep(out, self.out_depth(n))
             # write back what does not live in the store already
             for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
                 st = self.store[j]
@@ -266,7 +358,7 @@ class Group:
         finally:
             for (h, k, _), buf in zip(leaves, bufs):
                 h[k] = buf
-            self.runners[n].append((obj, leaves, bufs))
+            self.runners[n].append(runner)
             if x is not None:
                 self._release(pool, x)
 

@@ -215,6 +215,10 @@ class Stream:
     streams keep running).  :meth:`close` drains or discards what is queued and leaves.
     """
 
+    #: the output arrays of the stream's own (unbatched) calls, set by its group
+    #: (:class:`~rtamt.scheduler.outputs.OutputPool`; None: the processor allocates)
+    out_pool = None
+
     def __init__(self, link, proc, name: str, fs: float, channels: int, block: int,
                  budget_s: float, dtype, options: StreamOptions | None = None):
         o = StreamOptions() if options is None else options

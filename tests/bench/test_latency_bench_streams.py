@@ -87,6 +87,10 @@ def test_threads_scaling_small():
     assert res["ratio"] == res["scheduler"]["ratio"] and res["repeats"] == 3
     assert all(len(x["all_blocks_per_s"]) == 3 for x in res["scheduler"]["runs"])
     assert res["scheduler_overhead_us"] >= 0 and res["serial_bound_ratio"] > 0
+    # efficiency: bare models' core time / the scheduler's, per stream-block, one worker
+    one = [res[k]["runs"][0] for k in ("scheduler", "models_only")]
+    per = [x["cpu_util"] * x["wall_s"] / x["blocks"] for x in one]
+    assert res["efficiency"] == pytest.approx(per[1] / per[0], rel=1e-9)
 
 
 @pytest.mark.parametrize("args", [["--budget-ms", "5"], ["--source", "per-stream"],

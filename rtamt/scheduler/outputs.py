@@ -1,0 +1,55 @@
+"""Output memory that already exists: the buffers a processing call writes its outputs
+into, reused once nothing outside the scheduler holds them.
+
+A call's output is one time-major array (a batched call: every stream's rows); each
+stream's :class:`~rtamt.scheduler.stream.Result` holds views of it.  An
+:class:`OutputPool` keeps such arrays (up to a depth its owner gives) and hands one back
+for the next call only when no view of it is alive any more (its reference count is back to the
+pool's own references: the result left the stream's history and every subscriber let
+it go).  So a result never changes under whoever holds it, and a stream whose results
+are dropped in time (``history`` results kept, subscribers that copy what they keep)
+runs on the same few arrays block after block: no allocation on the worker's path.
+When every array is still held the call gets a new one (the pool does not grow past the
+depth; the extra array is freed with its last view).  A pool serves one runner, which one
+worker uses at a time, so taking an array needs no lock.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+__all__ = ["OutputPool"]
+
+#: references to a pooled array while :meth:`OutputPool.take` tests it: the pool's
+#: list, the loop variable and ``sys.getrefcount``'s argument
+_OWN_REFS = 3
+
+
+class OutputPool:
+    """The output arrays of one runner (or of one stream's own calls)."""
+
+    __slots__ = ("arrays",)
+
+    def __init__(self):
+        self.arrays: list[np.ndarray] = []
+
+    def take(self):
+        """An array of the pool that no result holds any more, or None."""
+        for a in self.arrays:
+            if sys.getrefcount(a) <= _OWN_REFS:
+                return a
+        return None
+
+    def keep(self, out, depth: int) -> None:
+        """After a call: adopt the memory of its output ``out`` (a numpy view of the array
+        the processor wrote) if it is new and the pool holds fewer than ``depth``."""
+        if not isinstance(out, np.ndarray):
+            return
+        owner = out if out.base is None else out.base
+        if not isinstance(owner, np.ndarray) or len(self.arrays) >= depth:
+            return
+        for a in self.arrays:
+            if a is owner:
+                return
+        self.arrays.append(owner)
