@@ -115,20 +115,20 @@ def test_streams_opening_and_closing_mid_run_stay_exact(sched, name):
         fed.append([])
         return len(hs) - 1
 
-    def feed(idx, n):
+    def feed_some(idx, n):
         parts = [_signal(1000 + i * 7 + len(fed[i]), n) for i in idx]
         for i, x in zip(idx, parts):
             fed[i].append(x)
         feed([hs[i] for i in idx], parts, rng)
 
     first = [open_one(i) for i in range(3)]
-    feed(first, 3000)
+    feed_some(first, 3000)
     later = [open_one(10 + i) for i in range(3)]
-    feed(first + later, 2500)
+    feed_some(first + later, 2500)
     for i in first[:2]:                       # two leave mid-run
         hs[i].close("drain", timeout=60)
     last = [open_one(20)]
-    feed([first[2]] + later + last, 4100)
+    feed_some([first[2]] + later + last, 4100)
     for h in hs:
         h.close("drain", timeout=60)
     batches = set()
