@@ -28,7 +28,7 @@ from .io.atomic import write_text_atomic
 
 __all__ = ["Calibration", "CalibrationError", "REFERENCE_DB_RANGE", "SPL_REF_RANGE",
            "MODEL_SPL_REF_RANGE", "check_spl_ref", "default_path",
-           "InputCalibration", "INTERNAL_SPL_REF", "MAX_SPL", "spl_limit",
+           "InputCalibration", "CalibratedModel", "INTERNAL_SPL_REF", "MAX_SPL", "spl_limit",
            "load", "save", "measure_tone",
            "resolve_spl_ref"]
 
@@ -128,6 +128,27 @@ class InputCalibration:
         if g == 1.0:
             return x
         return x * g if on_device else x * x.dtype.type(g)
+
+
+class CalibratedModel:
+    """Mixin of the models headed by an :class:`InputCalibration` (``self.calibration``):
+    their ``spl_ref`` and ``max_spl`` are the calibration stage's."""
+
+    calibration: InputCalibration
+
+    @property
+    def spl_ref(self) -> float:
+        """dB SPL of a digital RMS of 1.0 (the calibration stage's)."""
+        return self.calibration.spl_ref
+
+    @property
+    def max_spl(self) -> float:
+        """Physical limit of the input, dB SPL (not part of the design)."""
+        return self.calibration.max_spl
+
+    @max_spl.setter
+    def max_spl(self, value: float) -> None:
+        self.calibration.max_spl = value
 
 
 class CalibrationError(ValueError):

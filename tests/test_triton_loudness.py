@@ -67,11 +67,11 @@ KT = _merged(rowwise_triton, spectrum_triton, excitation_triton, specific_loudne
 
 # (bound kernel set of a stage class, name) of every kernel call site that is recorded
 _SITES = [(Spectrum.kern, "spectrum_chunks"), (Spectrum.kern, "autocorr_frames"),
-          (Spectrum.kern, "group_add"), (Spectrum.kern, "matmul_rows"),
-          (Excitation.kern, "matmul_rows"), (Excitation.kern, "lower_skirt"),
+          (Spectrum.kern, "group_add"), (Spectrum.kern, "rowwise_matmul"),
+          (Excitation.kern, "rowwise_matmul"), (Excitation.kern, "lower_skirt"),
           (SpecificLoudness.kern, "specific_loudness"), (LoudnessIntegrator.kern, "agc"),
           (SpecificLoudnessAGC.kern, "agc_rows"), (BinauralInhibition.kern, "binaural_frames"),
-          (BinauralInhibition.kern, "matmul_rows")]
+          (BinauralInhibition.kern, "rowwise_matmul")]
 
 
 def _copy(a):
@@ -381,9 +381,9 @@ def test_rowwise_matmul(calls):
     """Every product of the stereo block: chunk DFTs, autocorrelation cosine sums,
     level per ERB, upper skirts, spatial smoothing.  A row's result does not depend on
     the other rows (row 0 alone == row 0 of the batch, bit for bit)."""
-    recorded = calls[("stereo", "matmul_rows")]
+    recorded = calls[("stereo", "rowwise_matmul")]
     assert len(recorded) == 9
-    for A, B, rng in recorded:
+    for A, B, rng, _ in recorded:
         ref = KN.matmul_rows(A, B, rng)
         got = KT.matmul_rows(_t(A), _t(B), _t(rng))
         assert _rel(got, ref) <= TOL64
@@ -391,7 +391,7 @@ def test_rowwise_matmul(calls):
         one = KT.rowwise_matmul(_t(A[:1]), _t(B), _t(rng), out1)
         assert torch.equal(one[0], got[0])
     # rng computed by the wrapper, non-contiguous A
-    A, B, rng = recorded[-1]
+    A, B, rng, _ = recorded[-1]
     At = _t(A.T).T
     assert not At.is_contiguous()
     assert _rel(KT.matmul_rows(At, _t(B)), KN.matmul_rows(A, B)) <= TOL64
@@ -400,7 +400,7 @@ def test_rowwise_matmul(calls):
 def test_band_ranges(calls):
     """The band of every recorded coefficient matrix, and a matrix with an all-zero row,
     interior zeros and a single nonzero: equal to numba's."""
-    for _, B, rng in calls[("stereo", "matmul_rows")]:
+    for _, B, rng, _ in calls[("stereo", "rowwise_matmul")]:
         assert np.array_equal(host(KT.band_ranges(_t(B))), rng)
     M = np.zeros((70, 9))
     M[1, 3] = 1.0

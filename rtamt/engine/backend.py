@@ -252,6 +252,16 @@ class NumbaKernels(_Bound):
         return host_buffer(out, tuple(shape), like.dtype)
 
     @staticmethod
+    def empty(shape, like):
+        """A new uninitialised array of ``shape`` in ``like``'s dtype."""
+        return np.empty(shape, like.dtype)
+
+    @staticmethod
+    def zeros(shape, like):
+        """A new zeroed array of ``shape`` in ``like``'s dtype."""
+        return np.zeros(shape, like.dtype)
+
+    @staticmethod
     def contiguous(x):
         return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
@@ -292,6 +302,18 @@ class TritonKernels(_Bound):
     @staticmethod
     def buffer(out, shape, like):
         return device_buffer(out, tuple(shape), like)
+
+    @staticmethod
+    def empty(shape, like):
+        import torch
+
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    @staticmethod
+    def zeros(shape, like):
+        import torch
+
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
 
     @staticmethod
     def contiguous(x):

@@ -22,7 +22,7 @@ from .backend import Kernels
 from .jit import INLINE as _INL
 from .jit import JIT as _JIT
 
-__all__ = ["band_ranges", "rowwise_matmul", "matmul_rows", "ROWWISE"]
+__all__ = ["band_ranges", "rowwise_matmul", "matmul_rows", "product", "ROWWISE"]
 
 
 @njit(**_JIT)
@@ -113,6 +113,14 @@ def matmul_rows(A, B, rng=None):
         rng = band_ranges(B)
     out = np.empty((A.shape[0], B.shape[1]))
     return rowwise_matmul(A, B, rng, out)
+
+
+def product(kern, A, B, rng):
+    """``A @ B`` by the bound kernel set ``kern``'s :func:`rowwise_matmul` (a set that uses
+    :data:`ROWWISE`): ``A`` (M, K) float64 (made contiguous if it is not), ``B``, ``rng``
+    as that set takes them (design-time arrays), the output a new (M, J) array."""
+    A = kern.contiguous(A)
+    return kern.rowwise_matmul(A, B, rng, kern.empty((A.shape[0], B.shape[1]), A))
 
 
 def _triton():

@@ -116,7 +116,7 @@ class LoudnessIntegrator(FrameStage):
         x = fr[p.source]
         if p.transpose:
             x = self.kern.contiguous(x.T)
-        y = fr[p.key] = self.kern.buffer(None, x.shape, x)
+        y = fr[p.key] = self.kern.empty(x.shape, x)
         self.kern.agc(x, state[p.key], p.attack, p.release, y)
 
 
@@ -149,5 +149,5 @@ class SpecificLoudnessAGC(FrameStage):
         p = self.params
         R, F = fr["R"], fr["F"]
         N = self.kern.contiguous(fr["N"]).reshape(R, F, p.channels)
-        st = fr["st"] = self.kern.buffer(None, (F, R, p.channels), N)
+        st = fr["st"] = self.kern.empty((F, R, p.channels), N)
         self.kern.agc_rows(N, state["st"], p.attack, p.release, st)

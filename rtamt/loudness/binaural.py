@@ -26,7 +26,7 @@ from ..engine.backend import Kernels
 from ..engine.fastexp import exp_f64, log_f64
 from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
-from ..engine.rowwise import ROWWISE, band_ranges
+from ..engine.rowwise import ROWWISE, band_ranges, product
 from .agc import _agc_step
 from .frames import FrameStage
 
@@ -152,16 +152,16 @@ class BinauralInhibition(FrameStage):
         return {"lt": np.zeros(R)}
 
     def process_tm(self, fr: dict, state: dict) -> None:
-        p, c, kern = self.params, self.coeffs, self.kern
+        p, c, kern = self.params, self.kc, self.kern
         st = fr["st"]
         F, R, K = st.shape
         B = 1 if R == 1 else R // 2
-        S = kern.matmul_rows(st.reshape(F * R, K), kern.coef(c.smooth),     # spatial smoothing
-                             kern.coef(c.smooth_rng)).reshape(F, R, K)
+        S = product(kern, st.reshape(F * R, K), c.smooth,     # spatial smoothing
+                    c.smooth_rng).reshape(F, R, K)
         E = kern.contiguous(fr["E"]).reshape(R, F, K)
-        spec = fr["spec"] = kern.buffer(None, (B, 2, K, F), st)
-        exc = fr["exc"] = kern.buffer(None, (B, 2, K, F), st)
-        ste = fr["ste"] = kern.buffer(None, (B, 2, F), st)
-        lte = fr["lte"] = kern.buffer(None, (B, 2, F), st)
+        spec = fr["spec"] = kern.empty((B, 2, K, F), st)
+        exc = fr["exc"] = kern.empty((B, 2, K, F), st)
+        ste = fr["ste"] = kern.empty((B, 2, F), st)
+        lte = fr["lte"] = kern.empty((B, 2, F), st)
         kern.binaural_frames(st, S, E, state["lt"], p.attack, p.release, p.p, spec, exc,
                              ste, lte)

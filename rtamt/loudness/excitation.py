@@ -31,7 +31,7 @@ from numba import njit, types
 from ..engine.backend import Kernels
 from ..engine.fastexp import exp2_neg_f32, log_f64
 from ..engine.jit import JIT as _JIT
-from ..engine.rowwise import ROWWISE, band_ranges
+from ..engine.rowwise import ROWWISE, band_ranges, product
 from .ansi import cam_to_hz, erb_hz
 from .frames import FrameStage
 
@@ -161,16 +161,15 @@ def design_excitation(comp_hz: np.ndarray) -> ExcitationCoeffs:
 def excitation(c: ExcitationCoeffs, P, kern=None):
     """Excitation (N, nf), linear, from component powers ``P`` (N, J), linear, float64.
     ``kern``: the kernels to run (:attr:`Excitation.kern`, bound by the model's ``to()``:
-    numpy arrays on numba, torch tensors on Triton); default the numba set."""
+    numpy arrays on numba, torch tensors on Triton), ``c``'s arrays as they take them
+    (:attr:`Excitation.kcoeffs`); default the numba set."""
     kern = Excitation.kern if kern is None else kern
-    coef = kern.coef
     P = kern.contiguous(P)
     # row-wise products (rtamt.engine.rowwise): a frame's bits do not depend on how many
     # frames and streams are computed together
-    lvl = kern.matmul_rows(P, coef(c.sym_t), coef(c.sym_rng))
-    E = kern.matmul_rows(P, coef(c.up_t), coef(c.up_rng))
-    kern.lower_skirt(P, lvl, c.c_slope, coef(c.a), coef(c.b), coef(c.i0), coef(c.seg),
-                     coef(c.cnt), E)
+    lvl = product(kern, P, c.sym_t, c.sym_rng)
+    E = product(kern, P, c.up_t, c.up_rng)
+    kern.lower_skirt(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, E)
     return E
 
 
@@ -230,6 +229,6 @@ class Excitation(FrameStage):
         return design_excitation(np.asarray(params.comp_hz, dtype=np.float64))
 
     def process_tm(self, fr: dict, state: dict) -> None:
-        E = fr["E"] = excitation(self.coeffs, fr["P"], self.kern)
+        E = fr["E"] = excitation(self.kc, fr["P"], self.kern)
         if self.params.level_db:
             fr["E_db"] = self.kern.excitation_db(E)

@@ -38,6 +38,7 @@ union of the stages' states.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -93,6 +94,8 @@ class FrameStage(Registered):
             params = dataclasses.replace(params, **kwargs)
         self.params = params
         self.coeffs = self.design(params)
+        #: the coefficients as the bound kernels take them (:attr:`kcoeffs`)
+        self.kc = self.coeffs
         self._state = None
         self._rows = None
         self._block = 0
@@ -116,10 +119,20 @@ class FrameStage(Registered):
         the kernels bound once, the class's numba set back on ``'numba'``."""
         if backend == "numba" or self.kernels is None:
             self.__dict__.pop("kern", None)
+            self.kc = self.coeffs
             return
         if not self.triton_ready:
             raise _B.RtamtBackendError(f"{self.name} has no Triton kernels; use backend='numba'")
         self.kern = self.kernels.bind(backend, device)
+        self.kc = _on_backend(self.coeffs, self.kern.coef)
+
+    @property
+    def kcoeffs(self):
+        """:attr:`coeffs` with every array as the bound kernels take it (``kern.coef``: the
+        arrays themselves on numba, cached float64 tensors on the device on Triton), made
+        once per binding (:meth:`bind`): the per-block code passes no array through
+        ``kern.coef``."""
+        return self.kc
 
     def design_identity(self) -> dict:
         """``{'name', 'fingerprint'}`` of the stage's params and designed coefficients."""
@@ -210,6 +223,23 @@ class FrameStage(Registered):
         out = _C.split_leaf(cls.__name__, state, i, {}, cls.shared_state, rows)
         out["stream"]["batch"] = 1          # one stream
         return out
+
+
+def _on_backend(obj, coef):
+    """``obj`` (coefficients: arrays, dicts, lists, dataclasses, plain objects) with every
+    numpy array replaced by ``coef(array)``; containers are new, everything else shared."""
+    if isinstance(obj, np.ndarray):
+        return coef(obj)
+    if isinstance(obj, dict):
+        return {k: _on_backend(v, coef) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_backend(v, coef) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        new = copy.copy(obj)
+        for k, v in vars(obj).items():
+            setattr(new, k, _on_backend(v, coef))
+        return new
+    return obj
 
 
 def state_on(st: dict, backend: str, device) -> dict:

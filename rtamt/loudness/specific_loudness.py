@@ -80,11 +80,9 @@ class SpecificLoudness(FrameStage):
 
     def process_tm(self, fr: dict, state: dict) -> None:
         E = fr["E"]
-        c = self.coeffs
-        coef = self.kern.coef
-        N = fr["N"] = self.kern.buffer(None, E.shape, E)
-        self.kern.specific_loudness(E, coef(c.G), coef(c.A), coef(c.alpha), coef(c.A_alpha),
-                                    coef(c.ethrq), c.C, N)
+        c = self.kc
+        N = fr["N"] = self.kern.empty(E.shape, E)
+        self.kern.specific_loudness(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq, c.C, N)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
-from ..engine.rowwise import ROWWISE, band_ranges
+from ..engine.rowwise import ROWWISE, band_ranges, product
 from .ansi import ear_gain_db, hz_to_cam
 from .frames import FrameStage
 
@@ -153,7 +153,7 @@ class SpectrumCoeffs:
 
     @property
     def n_comp(self) -> int:
-        return self.comp_hz.size
+        return int(self.comp_hz.shape[0])
 
     def ring_shapes(self, R: int) -> dict:
         """Shapes of the chunk-DFT state for R rows: ``{'ring<w>': (R, C + 2, 2 nF)}`` (the
@@ -294,15 +294,6 @@ def new_rings(c: SpectrumCoeffs, R: int) -> dict:
     return {k: np.zeros(s) for k, s in c.ring_shapes(R).items()}
 
 
-def _chunk_span(c: SpectrumCoeffs, a: dict, F: int, e0: int, prime: bool):
-    """``(H, lag, n_new, st)`` of a ``chunk`` window: hop, hops between window end and frame
-    end, chunks entering the window in this call (F, plus C - 1 when priming) and the
-    first sample of the first of them in z."""
-    C, H, lag = a["rc"].shape[0], c.hop, a["lag"]
-    n_new = F + (C - 1 if prime else 0)
-    return H, lag, n_new, e0 - (lag + 1) * H - (n_new - F) * H
-
-
 @njit(**_JIT)
 def spectrum_chunks(D, k0, lag, F, n_prime, rc, rs, wn, ring, offs, cm, cp, gain, grp, P):
     """Hann-windowed DFT powers of one analysis window from hop-long chunk DFTs
@@ -440,6 +431,12 @@ def concat_history(hist, rows):
     return np.concatenate([hist, rows], axis=1)
 
 
+def clamp_negative(x):
+    """``x = max(x, 0)`` in place (rounding leaves tiny negative powers where the true
+    power is ~0)."""
+    np.maximum(x, 0.0, out=x)
+
+
 def window_frames(z, st, F, hop, n):
     """The ``F`` segments ``z[:, st + f hop:][:n]`` of each row as (R F, n) (a copy)."""
     R = z.shape[0]
@@ -448,8 +445,25 @@ def window_frames(z, st, F, hop, n):
     return view.reshape(R * F, n)
 
 
+def _plan_args(c: SpectrumCoeffs) -> tuple:
+    """Per window ``(w, method, n, start, arguments)``: what :func:`frame_powers` passes to
+    its kernels, taken from the plans once."""
+    out = []
+    for w, pl in enumerate(c.plans):
+        a = pl.arrays
+        if pl.method == "chunk":
+            args = (a["tab"], a["tab_rng"], a["lag"], a["rc"].shape[0], a["rc"], a["rs"],
+                    a["wn"], a["offs"], a["cm"], a["cp"], a["gain"], a["grp"])
+        elif pl.method == "autocorr":
+            args = (a["win"], a["cg"], a["cg_rng"], a["g0"])
+        else:
+            args = (a["mat"], a["mat_rng"], a["gain"], a["grp"])
+        out.append((w, pl.method, pl.n, pl.start, args))
+    return tuple(out)
+
+
 def frame_powers(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None = None,
-                 k0: int = 0, kern=None):
+                 k0: int = 0, kern=None, plans=None):
     """Component powers of the frames whose analysis history ends at ``ends``.
 
     z     : (R, L) float64 signal rows (history + block).
@@ -460,52 +474,51 @@ def frame_powers(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None = No
             are filled from ``z``, which then needs ``nmax`` samples before ``ends[0]``).
     k0    : absolute index of the first frame (ring slot = chunk index mod C).
     kern  : the kernels to run (:attr:`Spectrum.kern`, bound by the model's ``to()``:
-            numpy arrays on numba, torch tensors on Triton); default the numba set.
+            numpy arrays on numba, torch tensors on Triton); default the numba set.  ``c``'s
+            arrays must be as ``kern`` takes them (:attr:`Spectrum.kcoeffs`).
+    plans : ``_plan_args(c)``, if the caller keeps it.
     Tested against ``numpy.fft.rfft`` of the windowed, zero-padded segments
     (``tests/test_spectrum.py``).
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
     kern = Spectrum.kern if kern is None else kern
-    coef = kern.coef
     R = z.shape[0]
     F = ends.size
     z = kern.contiguous(z)
-    P = kern.buffer(None, (R * F, c.n_comp), z)
-    P[...] = 0.0
+    P = kern.zeros((R * F, c.comp_hz.shape[0]), z)
     if F == 0:
         return P
     e0 = int(ends[0])
+    H = c.hop
     prime = rings is None
     if prime:
-        rings = {}
-        for k, shape in c.ring_shapes(R).items():
-            rings[k] = kern.buffer(None, shape, z)
-            rings[k][...] = 0.0
-    for w, pl in enumerate(c.plans):
-        a = pl.arrays
-        if pl.method == "chunk":
+        rings = {k: kern.zeros(shape, z) for k, shape in c.ring_shapes(R).items()}
+    for w, method, n, start, a in (_plan_args(c) if plans is None else plans):
+        if method == "chunk":
             # the chunks entering the window in this block are contiguous in z: their
             # DFTs are one matrix product (chunk-local phase), the rest is compiled
-            H, lag, n_new, st = _chunk_span(c, a, F, e0, prime)
+            tab, tab_rng, lag, C, rc, rs, wn, offs, cm, cp, gain, grp = a
+            n_new = F + (C - 1 if prime else 0)
+            st = e0 - (lag + 1) * H - (n_new - F) * H     # first sample of the new chunks
             seg = z[:, st:st + n_new * H].reshape(R * n_new, H)
-            D = kern.matmul_rows(seg, coef(a["tab"]), coef(a["tab_rng"])).reshape(R, n_new, -1)
-            kern.spectrum_chunks(D, k0, lag, F, n_new - F, coef(a["rc"]), coef(a["rs"]),
-                                 coef(a["wn"]), rings[f"ring{w}"], coef(a["offs"]),
-                                 coef(a["cm"]), coef(a["cp"]), coef(a["gain"]),
-                                 coef(a["grp"]), P)
-        elif pl.method == "autocorr":
-            ac = kern.buffer(None, (R * F, pl.n), z)
-            kern.autocorr_frames(z, e0, F, c.hop, pl.start, coef(a["win"]), ac)
+            D = product(kern, seg, tab, tab_rng).reshape(R, n_new, -1)
+            kern.spectrum_chunks(D, k0, lag, F, n_new - F, rc, rs, wn, rings[f"ring{w}"], offs,
+                                 cm, cp, gain, grp, P)
+        elif method == "autocorr":
+            win, cg, cg_rng, g0 = a
+            ac = kern.empty((R * F, n), z)
+            kern.autocorr_frames(z, e0, F, H, start, win, ac)
             # |X(f)|^2 = r_0 + 2 sum_d r_d cos(2 pi f d), summed per group; rounding can
             # leave tiny negative values where the true power is ~0
-            pg = kern.matmul_rows(ac, coef(a["cg"]), coef(a["cg_rng"]))
-            pg[pg < 0.0] = 0.0
-            P[:, a["g0"]:a["g0"] + pg.shape[1]] += pg
+            pg = product(kern, ac, cg, cg_rng)
+            kern.clamp_negative(pg)
+            P[:, g0:g0 + pg.shape[1]] += pg
         else:
-            seg = kern.window_frames(z, e0 + pl.start, F, c.hop, pl.n)
-            y = kern.matmul_rows(seg, coef(a["mat"]), coef(a["mat_rng"]))
+            mat, mat_rng, gain, grp = a
+            seg = kern.window_frames(z, e0 + start, F, H, n)
+            y = product(kern, seg, mat, mat_rng)
             h = y.shape[1] // 2
-            kern.group_add(y[:, :h] ** 2 + y[:, h:] ** 2, coef(a["gain"]), coef(a["grp"]), P)
+            kern.group_add(y[:, :h] ** 2 + y[:, h:] ** 2, gain, grp, P)
     return P
 
 
@@ -513,7 +526,7 @@ def _triton():
     from . import spectrum_triton as t
 
     return (t.spectrum_chunks, t.autocorr_frames, t.group_add, t.concat_history,
-            t.window_frames)
+            t.window_frames, t.clamp_negative)
 
 
 class Spectrum(FrameStage):
@@ -526,7 +539,7 @@ class Spectrum(FrameStage):
     name = "spectrum"
     Params = SpectrumParams
     kernels = Kernels(numba=(spectrum_chunks, autocorr_frames, group_add, concat_history,
-                             window_frames), triton=_triton, uses=(ROWWISE,))
+                             window_frames, clamp_negative), triton=_triton, uses=(ROWWISE,))
     shared_state = ("n",)
     reads = ("rows",)
     writes = ("P", "ends")
@@ -537,6 +550,15 @@ class Spectrum(FrameStage):
     @staticmethod
     def design(params: SpectrumParams) -> SpectrumCoeffs:
         return design_spectrum(params)
+
+    def __init__(self, params=None, **kwargs):
+        super().__init__(params, **kwargs)
+        self._ring_keys = tuple(self.coeffs.ring_shapes(1))
+        self._plans = _plan_args(self.kc)
+
+    def bind(self, backend: str, device=None) -> None:
+        super().bind(backend, device)
+        self._plans = _plan_args(self.kc)
 
     # ------------------------------------------------------------------ the frame clock
     @property
@@ -581,11 +603,11 @@ class Spectrum(FrameStage):
         c = self.coeffs
         hop, L = c.hop, c.nmax
         n0 = int(state["n"][0])
-        ends = self.frame_ends(n0, T)
+        ends = np.arange((n0 // hop + 1) * hop, n0 + T + 1, hop, dtype=np.int64)  # frame_ends
         F = ends.size
         z = self.kern.concat_history(state["hist"], rows)
-        rings = {k: v for k, v in state.items() if k.startswith("ring")}
-        P = frame_powers(c, z, ends - n0 + L, rings, n0 // hop, kern=self.kern)
+        rings = {k: state[k] for k in self._ring_keys}
+        P = frame_powers(self.kc, z, ends - n0 + L, rings, n0 // hop, self.kern, self._plans)
         state["hist"][...] = z[:, -L:]
         state["n"][0] = n0 + T
         fr.update(P=P, ends=ends, R=R, F=F)

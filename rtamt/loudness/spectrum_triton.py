@@ -19,6 +19,11 @@ def concat_history(hist, rows):
     return torch.cat([hist, rows], dim=1)
 
 
+def clamp_negative(x):
+    """``x = max(x, 0)`` in place (mirrors :func:`rtamt.loudness.spectrum.clamp_negative`)."""
+    x.clamp_min_(0.0)
+
+
 def window_frames(z, st, F, hop, n):
     """The ``F`` segments ``z[:, st + f hop:][:n]`` of each row as (R F, n) (mirrors
     :func:`rtamt.loudness.spectrum.window_frames`)."""

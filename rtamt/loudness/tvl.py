@@ -37,7 +37,7 @@ import dataclasses
 
 import numpy as np
 
-from ..calibration import INTERNAL_SPL_REF, InputCalibration
+from ..calibration import INTERNAL_SPL_REF, CalibratedModel, InputCalibration
 from ..engine import backend as _B
 from ..engine import contract as _C
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
@@ -61,7 +61,7 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
-class TimeVaryingLoudness(Registered):
+class TimeVaryingLoudness(CalibratedModel, Registered):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`
     (see the module docstring).
 
@@ -118,20 +118,6 @@ class TimeVaryingLoudness(Registered):
 
     # ------------------------------------------------------------------ calibration
     @property
-    def spl_ref(self) -> float:
-        """dB SPL of a digital RMS of 1.0 (the calibration stage's)."""
-        return self.calibration.spl_ref
-
-    @property
-    def max_spl(self) -> float:
-        """Physical limit of the input, dB SPL (not part of the design)."""
-        return self.calibration.max_spl
-
-    @max_spl.setter
-    def max_spl(self, value: float) -> None:
-        self.calibration.max_spl = value
-
-    @property
     def input_limit(self) -> float:
         """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
         return self.calibration.limit
@@ -174,8 +160,9 @@ class TimeVaryingLoudness(Registered):
         return f"row {r}"
 
     # ------------------------------------------------------------------ state
-    def _init_state(self, R: int) -> dict:
-        """The initial state of ``R`` rows (numpy): the union of the stages' states."""
+    def _init_state(self, R: int, mode=None) -> dict:
+        """The initial state of ``R`` rows (numpy): the union of the stages' states (the
+        same for every ``mode``)."""
         st: dict = {}
         for s in self.stages:
             st.update(s.init_state(R))
@@ -370,25 +357,24 @@ class TimeVaryingLoudness(Registered):
             import torch
 
             r64 = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64))
-            r64 = self.calibration.apply(r64.to(self._device), on_device=True)
-            out = self.process(self.coeffs, self._state, r64, lead, mode)
+            out = self.process(self.coeffs, self._state, r64.to(self._device), lead, mode)
             self._block += 1
             tdt = torch.float32 if dt == np.float32 else torch.float64
             return {k: (v.to(tdt) if k != "frame_time" else
                         torch.from_numpy(v).to(self._device)) for k, v in out.items()}
-        r64 = self.calibration.apply(rows.astype(np.float64, copy=False))
-        out = self.process(self.coeffs, self._state, r64, lead, mode)
+        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead,
+                           mode)
         self._block += 1
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
 
     def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:
-        """Pure form: advance ``state`` over ``rows`` (R, T) float64 in internal units (no
-        validation, no calibration); returns the outputs of the completed frames
-        (float64).  On the Triton backend ``rows`` is a tensor on the model's device, the
-        state holds tensors there (the frame clock ``n`` a host array) and the outputs
-        are tensors there, ``frame_time`` (F,) a host numpy array (s).  ``coeffs`` is
-        :attr:`coeffs` (the stages hold their designs)."""
-        fr = {"rows": rows}
+        """Pure form: advance ``state`` over ``rows`` (R, T) float64 digital samples (no
+        validation): the calibration gain into internal units, then the stages; returns the
+        outputs of the completed frames (float64).  On the Triton backend ``rows`` is a
+        tensor on the model's device, the state holds tensors there (the frame clock ``n``
+        a host array) and the outputs are tensors there, ``frame_time`` (F,) a host numpy
+        array (s).  ``coeffs`` is :attr:`coeffs` (the stages hold their designs)."""
+        fr = {"rows": self.calibration.apply(rows, on_device=self._backend == "triton")}
         for s in self.stages:
             s.process_tm(fr, state)
         out = self._pack(fr, lead, mode)

@@ -2,11 +2,11 @@
 share: the calibration stage at the head of the chain and centre-frequency accessors."""
 from __future__ import annotations
 
-from ..calibration import InputCalibration
+from ..calibration import CalibratedModel, InputCalibration
 from ..engine.stage import Chain
 
 
-class ModulationModel(Chain):
+class ModulationModel(CalibratedModel, Chain):
     """A :class:`Chain` headed by an :class:`~rtamt.calibration.InputCalibration` stage
     and ending in a modulation filterbank stage named ``modfb``.
 
@@ -30,20 +30,6 @@ class ModulationModel(Chain):
         super().__init__(stages, calibration=calibration)
         if backend is not None or device is not None:
             self.to(device, backend=backend)
-
-    @property
-    def spl_ref(self) -> float:
-        """dB SPL of a digital RMS of 1.0 (the calibration stage's)."""
-        return self.calibration.spl_ref
-
-    @property
-    def max_spl(self) -> float:
-        """Physical limit of the input, dB SPL (not part of the design)."""
-        return self.calibration.max_spl
-
-    @max_spl.setter
-    def max_spl(self, value: float) -> None:
-        self.calibration.max_spl = value
 
     @property
     def fc(self):
