@@ -33,7 +33,7 @@ from rtamt.loudness.kweighting import KWeighting
 from rtamt.loudness.truepeak import BS1770_TRUE_PEAK_PHASES, TruePeak
 
 FS = 48000
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 # ---------------------------------------------------------------- signal generators
