@@ -8,9 +8,9 @@ input port exists the test connects the tone to it instead of ``system:capture_1
 
 The monitor's final report must show the tone's SPL (74 dB within 1 dB) and loudness level (74
 phon within 1.5), the Dau1997 modulation panel filled, frames displayed, and the runtime healthy
-(no drops / rejected blocks).  As in tests/apps/test_jack_meter.py an attempt spoiled by JACK xruns or
-a starved processing thread on a busy machine is repeated with a fresh server (at most
-MAX_ATTEMPTS); the last one may have a few flags, and then only the level is checked.
+(no drops / rejected blocks).  As in tests/apps/test_jack_meter.py an attempt spoiled by JACK
+xruns or a starved processing thread on a busy machine is repeated with a fresh server (at
+most MAX_ATTEMPTS); the last one may have a few flags, and then only the level is checked.
 """
 from __future__ import annotations
 
