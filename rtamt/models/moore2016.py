@@ -95,7 +95,7 @@ class Moore2016(TimeVaryingLoudness):
                  C: float = 0.06084,
                  alpha_st=(0.045, 0.033),
                  alpha_lt=(0.01, 0.00133), sigma: float = 0.08, width_cam: float = 18.0,
-                 p: float = P_INHIBIT, backend: str | None = None, device=None):
+                 p: float = 1.5978, backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
