@@ -26,7 +26,7 @@ The first stage, :class:`rtamt.loudness.spectrum.Spectrum`, produces the frames:
 the frame clock (hop, analysis length, samples consumed, the input history) and turns
 sample blocks ``(R, T)`` into the frames completed in them.  Every frame computation is a
 fixed function of the state and that frame's input, so any block partition gives the
-same frames as one call (``tests/test_loudness_stages.py``).
+same frames as one call (``tests/loudness/test_loudness_stages.py``).
 
 A frame stage is also a streaming object of its own (:class:`rtamt.engine.contract.
 Streaming`), on frames: ``stage(fr)`` (= ``stage.process_all(fr)``) advances the stage's

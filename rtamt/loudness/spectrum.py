@@ -478,7 +478,7 @@ def frame_powers(c: SpectrumCoeffs, z, ends: np.ndarray, rings: dict | None = No
             arrays must be as ``kern`` takes them (:attr:`Spectrum.kcoeffs`).
     plans : ``_plan_args(c)``, if the caller keeps it.
     Tested against ``numpy.fft.rfft`` of the windowed, zero-padded segments
-    (``tests/test_spectrum.py``).
+    (``tests/loudness/test_spectrum.py``).
     Returns (R*F, J) row-major (row r, frame f at ``r*F + f``), linear power.
     """
     kern = Spectrum.kern if kern is None else kern

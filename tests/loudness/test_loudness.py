@@ -15,7 +15,7 @@ from rtamt.models import Glasberg2002, Moore2016
 from rtamt.models.moore2016 import sech_pow_equal
 from rtamt_apps.process import block_sizes
 
-DATA = pathlib.Path(__file__).parent / "data"
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 TABLE7 = np.loadtxt(DATA / "ansi_s34_2007_table7.csv", delimiter=",", skiprows=1)
 FS = 32000
 

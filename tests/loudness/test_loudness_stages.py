@@ -304,7 +304,7 @@ def test_snapshots_of_the_former_models_load_and_continue_exactly():
     import pathlib
     import pickle
 
-    path = pathlib.Path(__file__).parent / "data" / "loudness_v1_state.pkl.gz"
+    path = pathlib.Path(__file__).resolve().parents[1] / "data" / "loudness_v1_state.pkl.gz"
     with gzip.open(path, "rb") as f:
         saved = pickle.load(f)
     rng = np.random.default_rng(30)
