@@ -195,16 +195,18 @@ class Group:
 
     def prebuild(self, members: int, workers: int, example: np.ndarray) -> None:
         """Build and warm the batched copies every call of up to ``members`` streams may
-        need (``workers`` of each size from 1 to ``max_batch``), so that no worker builds
-        one (a deep copy, a state allocation, its work buffers, its input and output
-        arrays) on the real-time path.  ``example``: one stream's block as the processor
-        takes it (zeros).  Called by ``open`` outside the scheduler's lock: the warm call
-        runs on the copy's own state, which every real call overwrites with its streams'
-        slots, and the pools' list operations are atomic."""
+        need, so that no worker builds one (a deep copy, a state allocation, its work
+        buffers, its input and output arrays) on the real-time path: of each size ``n``
+        from 1 to ``max_batch``, as many as calls of that size can run at once
+        (``min(workers, members // n)``: a stream is in one call at a time).  ``example``:
+        one stream's block as the processor takes it (zeros).  Called by ``open`` outside
+        the scheduler's lock: the warm call runs on the copy's own state, which every real
+        call overwrites with its streams' slots, and the pools' list operations are
+        atomic."""
         if not self.batchable or getattr(self.proto, "backend", "numba") != "numba":
             return                 # Triton: a device's copies are built on first use
         for n in range(1, min(members, self.max_batch, self.PREBUILD_MAX) + 1):
-            while self.built.get(n, 0) < workers:
+            while self.built.get(n, 0) < min(workers, members // n):
                 r = self._new_runner(n)
                 x = self._input([example] * n, None, r)
                 out = r[0](self._rows(x, n))
