@@ -649,7 +649,7 @@ def threads_scaling(args, log=print, repeats: int = 3) -> dict:
     over = max(per_s - per_m, 0.0)
     out["scheduler_overhead_us"] = over
     # efficiency: the bare batched models' core time over the scheduler's for the same
-    # stream-blocks, one worker (both single-threaded: CPU time per stream-block)
+    # stream-blocks, one worker (process CPU time per stream-block, µs)
     cpu_s = out["scheduler"]["runs"][0]["cpu_util"] * per_s
     cpu_m = out["models_only"]["runs"][0]["cpu_util"] * per_m
     out["efficiency"] = cpu_m / cpu_s if cpu_s > 0 else 0.0
@@ -658,7 +658,7 @@ def threads_scaling(args, log=print, repeats: int = 3) -> dict:
         f"the models alone: the scheduler adds {over:.1f} us; were all of it serial (GIL), "
         f"{tt[1]} threads could reach at most a ratio of {out['serial_bound_ratio']:.2f}")
     log(f"efficiency (one worker): {out['efficiency']:.2f} (bare batched models' core time "
-        f"/ the scheduler's, {cpu_m * 1e6:.1f} / {cpu_s * 1e6:.1f} core-us per stream-block)")
+        f"/ the scheduler's, {cpu_m:.1f} / {cpu_s:.1f} core-us per stream-block)")
     out["ratio"] = out["scheduler"]["ratio"]
     return out
 
