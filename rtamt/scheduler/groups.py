@@ -167,15 +167,19 @@ class Group:
         per period), and one more."""
         return (self.history + 1) * -(-max(len(self.members), n) // n) + 1
 
+    def _out_pool(self, n: int) -> OutputPool:
+        """The output pool of calls of ``n`` streams (made on first use)."""
+        pool = self.out_pools.get(n)
+        if pool is None:
+            pool = self.out_pools[n] = OutputPool()
+        return pool
+
     def take_out(self, n: int):
         """Under the scheduler's lock, for a call of ``n`` streams: an output array of the
         pool of that size that no result holds any more, or None (the call makes one)."""
         if not self.writes_out or self.cuda_stream is not None:
             return None
-        pool = self.out_pools.get(n)
-        if pool is None:
-            pool = self.out_pools[n] = OutputPool()
-        return pool.take()
+        return self._out_pool(n).take()
 
     def remove(self, s) -> None:
         self.detach(s)
@@ -211,7 +215,7 @@ class Group:
                 x = self._input([example] * n, None, r)
                 out = r[0](self._rows(x, n))
                 if self.writes_out:
-                    self.out_pools.setdefault(n, OutputPool()).keep(out, self.out_depth(n))
+                    self._out_pool(n).keep(out, self.out_depth(n))
                 self.runners.setdefault(n, []).append(r)
 
     def _rows(self, x, n: int):
@@ -229,8 +233,12 @@ class Group:
 
     # -- a call (worker thread, outside the lock) --------------------------------------
     def runner(self, n: int):
-        pool = self.runners.setdefault(n, [])
-        return pool.pop() if pool else self._new_runner(n)
+        pool = self.runners.get(n)
+        if pool:
+            return pool.pop()
+        if pool is None:
+            self.runners[n] = []
+        return self._new_runner(n)
 
     def run(self, streams: list, out=None) -> list:
         """Process the ready block of every stream in ``streams`` (sorted by slot, same
@@ -330,7 +338,7 @@ class Group:
                 out = obj(xb)
             else:
                 out = obj(xb, out=out)
-                self.out_pools.setdefault(n, OutputPool()).keep(out, self.out_depth(n))
+                self._out_pool(n).keep(out, self.out_depth(n))
             # write back what does not live in the store already
             for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
                 st = self.store[j]
