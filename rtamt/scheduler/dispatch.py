@@ -30,7 +30,6 @@ import numpy as np
 
 from ..engine.contract import RtamtInputError
 from ..engine.denormal import ensure_ftz
-from ..engine.parallel import Parallel
 from ..engine.realtime import request_realtime
 
 __all__ = ["Dispatcher"]
@@ -133,15 +132,25 @@ class Dispatcher:
         for g in self.groups.values():
             if g.frozen or not g.members:
                 continue
-            ready = [s for s in g.members if s.ready and not s.busy]
-            if not ready:
+            # one pass over the members: the ready ones, their earliest deadline, whether
+            # one is a partial block, and how many members are expected to be ready soon
+            # (ready, or pushed to within two periods)
+            ready, d, partial, expected = [], math.inf, False, 0
+            recent, B = now - 2.0 * g.period, g.block
+            for s in g.members:
+                if s.busy:
+                    continue
+                if s.ready:
+                    ready.append(s)
+                    expected += 1
+                    if s.deadline < d:
+                        d = s.deadline
+                    if s.fill != B:
+                        partial = True
+                elif s.t_push > recent and not s.closed:
+                    expected += 1
+            if not ready or d >= best_d:
                 continue
-            d = min(s.deadline for s in ready)
-            if d >= best_d:
-                continue
-            partial = any(s.fill != g.block for s in ready)
-            expected = sum(1 for s in g.members if not s.busy and not s.closed and
-                           (s.ready or now - s.t_push < 2.0 * g.period))
             if not partial and len(ready) < min(expected, g.max_batch):
                 n_exp = min(expected, g.max_batch)
                 t0 = min(s.t_ready for s in ready)
@@ -189,6 +198,7 @@ class Dispatcher:
             t, k = s.t_push, s.push_n
             for m in fan:
                 m.t_push, m.push_n = t, k
+            for m in s.take_in(now):          # the compiled intake, then the others
                 self._take(m, now)
         if now - self._t_watch > 0.02:
             self._t_watch = now
@@ -254,11 +264,11 @@ class Dispatcher:
         n = len(job)
         if outs is not None:
             g.cost.observe(n, job[0].fill, t1 - t0)
+            share = (t1 - t0) / n
             for s, o in zip(job, outs):
-                key = getattr(s.proc, "name", "out")
+                key = s.out_key
                 try:
-                    s.publish(o if isinstance(s.proc, Parallel) else {key: o}, t0, t1,
-                               (t1 - t0) / n, n)
+                    s.publish(o if key is None else {key: o}, t0, t1, share, n)
                 except Exception as e:  # noqa: BLE001 - the worker and the others live
                     self.report((g.key, "publish", type(e)), s.publish_failed(e))
         else:

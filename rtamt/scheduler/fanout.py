@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from ..engine.contract import RtamtInputError
-from .ring import InputRing, RingBank
+from .ring import InputRing, RingBank, take_rows
 from .stream import callback_latency, mark_pushed, push_waiting
 
 _perf = time.perf_counter
@@ -75,6 +75,11 @@ class FanOut:
             s.ring = m
             s.fan = self
         self.bank = bank
+        # the compiled intake's work lists (preallocated: nothing is built per push)
+        n = len(self.streams)
+        self._fast = [None] * n
+        self._cols, self._slots = np.zeros(n, np.intp), np.zeros(n, np.intp)
+        self._ok = np.zeros(n, np.bool_)
         self.notified = False
         self.t_push = _perf()
         self.push_n = 0
@@ -145,6 +150,43 @@ class FanOut:
                             lambda m: bool((bank.room(m) | ~bank.active).all()),
                             lambda: not bank.active.any(), put, status, lat, self.fs, t0,
                             timeout)
+
+    def take_in(self, now: float) -> list:
+        """Under the scheduler's lock, after a push: the compiled intake.  When the newest
+        chunk is one whole block (status 0, not wrapping round the ring), every stream
+        that can take it as its next block (:meth:`Stream.takes_whole_block`) and is in
+        the first such stream's group gets it in one nogil call for all of them
+        (:func:`~rtamt.scheduler.ring.take_rows`: the frames copied into the group's
+        input rows and checked, one verdict per stream), then
+        :meth:`Stream.took_block` makes each block ready.  Returns the streams left to
+        the per-stream intake (all of them when the chunk is not one whole block)."""
+        bank, B = self.bank, self.block
+        wc = bank.w_chunk
+        i = (wc - 1) % bank.max_chunks
+        pos = bank.m_pos[i] % bank.capacity
+        if not wc or bank.m_frames[i] != B or bank.m_status[i] or pos + B > bank.capacity:
+            return self.streams
+        hole = bank.hole[i] if bank.holes[i] else None
+        fast, cols, slots, ok = self._fast, self._cols, self._slots, self._ok
+        rest, g0, n = [], None, 0
+        for c, m in enumerate(self.streams):
+            if (hole is None or not hole[c]) and m.takes_whole_block(wc - 1):
+                if g0 is None:
+                    g0 = m.group
+                if m.group is g0:
+                    fast[n] = m
+                    cols[n] = c
+                    slots[n] = m.slot
+                    n += 1
+                    continue
+            rest.append(m)
+        if n:
+            take_rows(bank.data, cols[:n], pos, B, g0.inbuf, slots[:n], fast[0].limit, ok)
+            t_capture = bank.m_tpush[i] - bank.m_inlat[i] + (B - 1) / self.fs
+            for j in range(n):
+                fast[j].took_block(bool(ok[j]), t_capture, now)
+                fast[j] = None
+        return rest
 
     def callback(self, indata, frames, time_info, status) -> None:
         """A ``sounddevice.InputStream`` callback (see :meth:`Stream.callback`)."""

@@ -111,6 +111,10 @@ class Group:
         else:
             self.spec, self.has_shared, self.store, self.slots = [], False, [], []
 
+    #: the members' block buffers, one row per slot: ``(slots, channels, block)`` in the
+    #: streams' dtype (None until the first member; see :meth:`_share_input`)
+    inbuf = None
+
     def _alloc(self, S: int) -> None:
         old = getattr(self, "store", None)
         self.store = [zeros_like_leaf((S,) + shape, like) for _, shape, like in self.spec]
@@ -134,13 +138,47 @@ class Group:
                 v[...] = h[k]
                 h[k] = v
 
+    def _share_input(self, s) -> None:
+        """Make the stream's block buffer (``s.block_buf``, ``(block, channels)``) a view of its
+        slot's row of :attr:`inbuf` (``(channels, block)``, transposed), keeping what it
+        holds: the blocks of streams in neighbouring slots then lie side by side, and a
+        call of contiguous slots reads its input without stacking it.  CPU groups only
+        (a CUDA group stages its input in pinned memory)."""
+        if self.cuda_stream is not None:
+            return
+        acc = s.block_buf
+        shape = (len(self.slots), acc.shape[1], acc.shape[0])
+        old = buf = self.inbuf
+        if buf is not None and (buf.shape[1:] != shape[1:] or buf.dtype != acc.dtype):
+            return                                   # not of the group's layout
+        if buf is None or buf.shape[0] < shape[0]:
+            buf = np.zeros(shape, acc.dtype)
+            if old is not None:
+                buf[:old.shape[0]] = old
+            self.inbuf = buf
+            for m in self.members:                  # move the others' rows along
+                if m is not s and m.slot >= 0 and old is not None and m.block_buf.base is old:
+                    m.block_buf = buf[m.slot].T
+        view = buf[s.slot].T
+        if acc is not view:
+            view[...] = acc
+            s.block_buf = view
+
+    def shares_input(self, s) -> bool:
+        """Does the stream's block buffer live in its slot's row of :attr:`inbuf`?"""
+        buf = self.inbuf
+        return buf is not None and s.slot >= 0 and s.block_buf.base is buf
+
     def detach(self, s) -> None:
-        """Give the processor its own copy of the state (the slot is freed)."""
+        """Give the processor its own copy of the state, and the stream its own block
+        buffer (the slot is freed)."""
         s.flush_bumps()
         if self.batchable and s.slot >= 0:
             leaves = s.proc._state_leaves() or []
             for h, k, _ in leaves:
                 h[k] = copy_leaf(h[k])
+            if self.shares_input(s):
+                s.block_buf = s.block_buf.copy()
             self.slots[s.slot] = None
         s.slot = -1
 
@@ -156,6 +194,7 @@ class Group:
             s.slot = free[0]
             self.slots[s.slot] = s
             self.attach(s)
+            self._share_input(s)
         self.members.append(s)
         s.group = self
         s.out_pool = OutputPool() if _takes_out(s.proc) else None
@@ -289,6 +328,21 @@ class Group:
             np.stack(blocks, out=dst)
         return buf
 
+    def _input_rows(self, idx: list, contiguous: bool, runner):
+        """A call's input from :attr:`inbuf`: the rows of slots ``idx`` (full blocks), a
+        view when they are contiguous, else gathered into the runner's input buffer;
+        ``(n, block)`` for one channel, ``(n, channels, block)`` otherwise."""
+        buf = self.inbuf
+        n = len(idx)
+        if contiguous:
+            x = buf[idx[0]:idx[0] + n]
+        else:
+            x = runner[3]
+            if x is None or x.shape != (n,) + buf.shape[1:] or x.dtype != buf.dtype:
+                x = runner[3] = np.empty((n,) + buf.shape[1:], buf.dtype)
+            np.take(buf, idx, axis=0, out=x)
+        return x[:, 0] if x.shape[1] == 1 else x
+
     @staticmethod
     def _release(pool, x) -> None:
         if pool is not None:
@@ -332,7 +386,11 @@ class Group:
                     v = buf
                 h[k] = v
                 set_.append(v)
-            x = self._input([s.block_input() for s in streams], pool, runner)
+            if pool is None and all(s.block_buf.base is self.inbuf and s.fill == self.block
+                                    for s in streams):
+                x = self._input_rows(idx, contiguous, runner)
+            else:
+                x = self._input([s.block_input() for s in streams], pool, runner)
             xb = self._rows(x, n)
             if not self.writes_out or pool is not None:
                 out = obj(xb)

@@ -22,8 +22,32 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from numba import njit
 
+from ..engine.jit import JIT
 from ..engine.stage import RtamtInputError
+
+#: the largest finite float64: ``|v| <= DBL_MAX`` is false exactly for NaN and +-inf
+_DBL_MAX = 1.7976931348623157e308
+
+
+@njit(**JIT)
+def take_rows(src, cols, pos, n, dst, slots, limit, ok):
+    """The compiled intake of one chunk for many streams (no Python per stream):
+    ``dst[slots[j], c, t] = src[cols[j], pos + t, c]`` for ``t < n`` and every channel
+    ``c`` (a ring bank's ``(streams, capacity, channels)`` frames into a group's input
+    rows ``(slots, channels, block)``, converted to ``dst``'s dtype), and ``ok[j]``: every
+    value written for ``j`` is finite and ``|v| <= limit`` (the check a stream's block
+    passes before it is processed).  ``j < cols.shape[0]``; ``pos + n`` within the ring."""
+    lim = min(limit, _DBL_MAX)
+    for j in range(cols.shape[0]):
+        a, b = cols[j], slots[j]
+        good = True
+        for c in range(src.shape[2]):
+            for t in range(n):
+                dst[b, c, t] = src[a, pos + t, c]
+                good &= abs(dst[b, c, t]) <= lim
+        ok[j] = good
 
 _perf = time.perf_counter
 

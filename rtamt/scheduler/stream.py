@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..engine.contract import RtamtInputError, reject_nonfinite
+from ..engine.parallel import Parallel
 from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
@@ -238,6 +239,9 @@ class Stream:
         self.on_error = o.on_error
         self.admission = o.admission
         self.limit = float(proc.input_limit)
+        #: the name a result's single output is published under (None: the processor
+        #: returns its outputs by name already, a :class:`~rtamt.engine.parallel.Parallel`)
+        self.out_key = None if isinstance(proc, Parallel) else getattr(proc, "name", "out")
         cap = max(int(round(o.ring_seconds * self.fs)), 4 * self.block)
         self.max_backlog = max(int(round(o.max_backlog_s * self.fs)), self.block)
         if o.policy == "drop-oldest" and self.max_backlog > cap:
@@ -245,7 +249,9 @@ class Stream:
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
                               self.dtype if o.sample_dtype is None else o.sample_dtype)
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
-        self._acc = np.zeros((self.block, self.channels), self.dtype)
+        #: the block being assembled, ``(block, channels)`` (a view of the group's input
+        #: rows while the stream is in a batchable CPU group)
+        self.block_buf = np.zeros((self.block, self.channels), self.dtype)
         #: frames in the block buffer (written by this stream; the scheduler reads it)
         self.fill = 0
         self._coff = 0                 # frames of the ring's head chunk already consumed
@@ -257,7 +263,7 @@ class Stream:
         self.group = None
         self.slot = -1
         self.busy = False              # a block (or a command) of this stream is in flight
-        self.ready = False             # _acc holds a full block waiting for a worker
+        self.ready = False             # block_buf holds a full block waiting for a worker
         self.deadline = 0.0
         self.t_ready = 0.0
         self.t_capture = None
@@ -494,7 +500,7 @@ class Stream:
             return {
                 "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
                 "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
-                "pending": self._acc[:self.fill].copy(),
+                "pending": self.block_buf[:self.fill].copy(),
                 "pending_start": int(self._blk_start if self.fill else self._next),
                 "state": self.proc.state_dict(),
             }
@@ -528,7 +534,7 @@ class Stream:
             self.proc.load_state_dict(snap["state"])
             self.link.attach_state(self)
             self.fill = pend.shape[0]
-            self._acc[:self.fill] = pend
+            self.block_buf[:self.fill] = pend
             self._blk_start = int(snap["pending_start"])
             if not started:
                 self._seq = int(snap["seq"])
@@ -665,7 +671,7 @@ class Stream:
             if self.fill == 0:
                 self._blk_start = start + off
             m = min(n - off, B - self.fill)
-            ring.copy_frames(pos, off, m, self._acc[self.fill:self.fill + m])
+            ring.copy_frames(pos, off, m, self.block_buf[self.fill:self.fill + m])
             self.fill += m
             off += m
             if off == n:
@@ -678,15 +684,56 @@ class Stream:
                 # capture time of the block's last sample (frame off-1 of this chunk)
                 self._make_ready(tpush - inlat + (off - 1) / self.fs, now)
 
+    def takes_whole_block(self, r_chunk: int) -> bool:
+        """Under the scheduler lock: can this stream's next block be the ring bank's chunk
+        ``r_chunk`` whole, written by its FanOut's compiled intake
+        (:meth:`~rtamt.scheduler.FanOut.take_in`)?  True when that chunk is the only one
+        queued for it, nothing of a block is pending, the stream is idle and open with a
+        healthy source, and its block buffer lies in its group's input rows."""
+        g = self.group
+        return (self.fill == 0 and not self.ready and not self.busy and self._coff == 0
+                and self.closing is None and not self.closed and self._src_err_t is None
+                and self.ring.r_chunk == r_chunk and g is not None
+                and self.block_buf.base is g.inbuf)
+
+    def took_block(self, ok: bool, t_capture: float, now: float) -> None:
+        """Under the scheduler lock, after the compiled intake wrote the ring's head chunk
+        (one whole block, status 0) into :attr:`block_buf`: account for it as
+        :meth:`intake` would, release the chunk and make the block ready; ``ok``: its
+        values passed the check (else the block is checked here again and rejected with
+        the message that names the sample); ``t_capture``: capture time of its last
+        sample."""
+        ring = self.ring
+        start = ring.chunk()[0]
+        B = self.block
+        if start != self._next:
+            self._blk_gap = True
+        self._blk_start = start
+        self._next = start + B
+        self.fill = B
+        ring.release(B)
+        if B > self._queue_max:
+            self._queue_max = B
+        if ok:
+            self.ready = True
+            self.t_capture = t_capture
+            self.t_ready = now
+            self.deadline = t_capture + self.budget_s
+        else:
+            self._make_ready(t_capture, now)
+
     def _make_ready(self, t_capture: float | None, now: float) -> None:
         """The block buffer is complete: validate it (a bad block is rejected here, alone)
         and mark it ready with its deadline."""
-        x = self._acc[:self.fill]
+        x = self.block_buf[:self.fill]
+        ts, ch = 0, 1                   # the index of a sample, of a channel in x
+        if not x.flags.c_contiguous:    # a view of the group's input rows: check (C, T)
+            x, ts, ch = x.T, 1, 0
         try:
             reject_nonfinite(
                 x, lambda: f"{self.name}: block {self._seq}",
-                lambda b: f"channel {b[1]}, sample {b[0]} (stream sample "
-                          f"{self._blk_start + b[0]}); the stream's state unchanged",
+                lambda b: f"channel {b[ch]}, sample {b[ts]} (stream sample "
+                          f"{self._blk_start + b[ts]}); the stream's state unchanged",
                 limit=self.limit, limit_text="the processor's input_limit")
         except RtamtInputError as e:
             self.reject_block(e, str(e), self.on_error == "stop")
@@ -698,7 +745,7 @@ class Stream:
 
     def block_input(self):
         """The ready block in the processor's layout: ``(T,)`` or ``(channels, T)``."""
-        x = self._acc[:self.fill]
+        x = self.block_buf[:self.fill]
         return x[:, 0] if self.channels == 1 else x.T
 
     def publish(self, outputs, t_start: float, t_done: float, share: float, batch: int) -> None:

@@ -23,14 +23,13 @@ import pytest
 from rtamt.models import MODELS
 from rtamt.scheduler import RtamtClosedError, Scheduler
 
+from _streams import tone_in_noise
+
 FS = 48000
 
 
 def _signal(seed: int, n: int, dtype="float64") -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    t = np.arange(n) / FS
-    x = 0.1 * np.sin(2 * np.pi * rng.uniform(300, 3000) * t) + 0.02 * rng.standard_normal(n)
-    return x.astype(dtype)
+    return tone_in_noise(seed, n, FS, dtype)
 
 
 def _collect(h) -> list:

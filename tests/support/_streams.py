@@ -30,3 +30,11 @@ def feed(handles: list, signals: list, rng, lo: int = 1, hi: int = 700) -> None:
                 x = signals[i][..., pos[i]:pos[i] + n]
                 assert h.push(x.T if x.ndim == 2 else x, wait=True, timeout=30)
                 pos[i] += n
+
+
+def tone_in_noise(seed: int, n: int, fs: float = 48000.0, dtype="float64") -> np.ndarray:
+    """A tone of random frequency (300-3000 Hz, amplitude 0.1) in noise (RMS 0.02), (n,)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / fs
+    x = 0.1 * np.sin(2 * np.pi * rng.uniform(300, 3000) * t) + 0.02 * rng.standard_normal(n)
+    return x.astype(dtype)
