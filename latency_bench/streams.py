@@ -163,10 +163,15 @@ class _BareProbe(threading.Thread):
     """A bare model (one stream, no scheduler) called once per block period on its own
     thread, in the same process: each call's start and end.  A call much slower than the
     probe's median marks a moment when the whole process stalled (a memory-reclaim burst,
-    another task on the core), whatever the scheduler did."""
+    another task on the core), whatever the scheduler did.  ``realtime``: the workers'
+    SCHED_FIFO priority, which the probe takes too (at normal priority it would be starved
+    by the workers themselves whenever both cores run them, and every busy moment would
+    look like a stall)."""
 
-    def __init__(self, args, t0: float, period: float, n_blocks: int):
+    def __init__(self, args, t0: float, period: float, n_blocks: int,
+                 realtime: int | None = None):
         super().__init__(name="bench-bare-probe", daemon=True)
+        self.realtime = realtime
         from rtamt.models import MODELS
 
         kw = {} if args.config is None else {"config": args.config}
@@ -182,6 +187,9 @@ class _BareProbe(threading.Thread):
     def run(self):
         from rtamt.engine.denormal import ensure_ftz
         ensure_ftz()
+        if self.realtime is not None:
+            from rtamt.engine.realtime import request_realtime
+            request_realtime(self.realtime)
         m, x, c = self.model, self.x, self.calls
         try:
             for k in range(self.n):
@@ -315,7 +323,8 @@ def run_trial(args, n: int, trace_path: str | None = None) -> dict:
             srcs = [_Source(_pusher([s], ch), buf[:, c * ch:(c + 1) * ch], B, period, n_blocks,
                             t0 + c * period / n, f"bench-source-{c}", src_rt)
                     for c, s in enumerate(streams)]
-        probe_thread = None if trace is None else _BareProbe(args, t0, period, n_blocks)
+        probe_thread = None if trace is None else _BareProbe(
+            args, t0, period, n_blocks, rt["priority"] if rt["workers"] else None)
         for src in srcs + ([] if probe_thread is None else [probe_thread]):
             src.start()
         t_warm = t0 + k_warm * period
@@ -529,11 +538,19 @@ def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
         streams, _, _ = _open(sched, args, n, policy="drop-newest",
                               ring_seconds=(k + warm) * B / args.fs + 1.0)
         last = [[0.0, 0] for _ in streams]
+        # the main thread sleeps on one event until the last block is published (a
+        # polling wait would take the GIL from the workers thousands of times a second
+        # and count its own CPU time against the scheduler's)
+        todo = [0]
+        done = threading.Event()
 
         def mark(slot):
             def sub(r):
                 slot[0] = r.t_done
                 slot[1] += 1
+                todo[0] -= 1             # one GIL-held decrement per block
+                if todo[0] == 0:
+                    done.set()
             return sub
         for s, slot in zip(streams, last):
             s.subscribe(mark(slot))
@@ -542,10 +559,13 @@ def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
         def run(blocks: int) -> tuple[float, float]:
             for j in range(blocks):
                 push(buf[j * B:(j + 1) * B], None)
+            todo[0] = n * blocks
+            done.clear()
             c0, t0 = time.process_time(), _perf()
             sched.start()
-            for s in streams:
-                s.wait_idle(timeout=600.0)
+            if not done.wait(timeout=600.0):
+                raise RuntimeError(f"threads={threads}: {todo[0]} of {n * blocks} blocks "
+                                   "not published within 600 s")
             t1 = max(v[0] for v in last)
             c1 = time.process_time()
             sched.stop()
