@@ -162,16 +162,21 @@ def _pcts(a: np.ndarray) -> tuple[float, float, float]:
 class _BareProbe(threading.Thread):
     """A bare model (one stream, no scheduler) called once per block period on its own
     thread, in the same process: each call's start and end.  A call much slower than the
-    probe's median marks a moment when the whole process stalled (a memory-reclaim burst,
-    another task on the core), whatever the scheduler did.  ``realtime``: the workers'
-    SCHED_FIFO priority, which the probe takes too (at normal priority it would be starved
-    by the workers themselves whenever both cores run them, and every busy moment would
-    look like a stall)."""
+    probe's median, or one that starts well after its time, marks a moment when the whole
+    process (or the core it was on) stalled: a memory-reclaim burst, the hypervisor taking
+    the virtual CPU, another task; whatever the scheduler did.  ``realtime``: a SCHED_FIFO
+    priority above the workers' (the source thread's), so that the probe starts on time
+    unless something outside the scheduler holds it (at normal priority the workers
+    themselves would starve it and every busy moment would look like a stall).  ``cpu``:
+    the one CPU the probe runs on (a trial runs one probe per CPU: a virtual CPU that the
+    hypervisor takes away stalls the threads on it and not the others).
+    ``calls[k]``: scheduled time, start and end of call ``k``."""
 
     def __init__(self, args, t0: float, period: float, n_blocks: int,
-                 realtime: int | None = None):
-        super().__init__(name="bench-bare-probe", daemon=True)
-        self.realtime = realtime
+                 realtime: int | None = None, cpu: int | None = None):
+        super().__init__(name=f"bench-bare-probe{'' if cpu is None else f'-cpu{cpu}'}",
+                         daemon=True)
+        self.realtime, self.cpu = realtime, cpu
         from rtamt.models import MODELS
 
         kw = {} if args.config is None else {"config": args.config}
@@ -181,24 +186,27 @@ class _BareProbe(threading.Thread):
             shape), dtype=args.dtype)
         self.model(self.x)                       # compiled and warm before the trial
         self.t0, self.period, self.n = t0, period, n_blocks
-        self.calls = np.zeros((n_blocks, 2))
+        self.calls = np.zeros((n_blocks, 3))
         self.error: BaseException | None = None
 
     def run(self):
         from rtamt.engine.denormal import ensure_ftz
         ensure_ftz()
+        if self.cpu is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {self.cpu})      # this thread only (Linux)
         if self.realtime is not None:
             from rtamt.engine.realtime import request_realtime
             request_realtime(self.realtime)
         m, x, c = self.model, self.x, self.calls
         try:
             for k in range(self.n):
-                d = self.t0 + (k + 0.5) * self.period - _perf()
+                tk = self.t0 + (k + 0.5) * self.period
+                d = tk - _perf()
                 if d > 0:
                     time.sleep(d)
                 a = _perf()
                 m(x)
-                c[k] = a, _perf()
+                c[k] = tk, a, _perf()
         except BaseException as e:  # noqa: BLE001 - reported by the trial
             self.error = e
 
@@ -206,16 +214,22 @@ class _BareProbe(threading.Thread):
 #: a probe call this many times its median, and at least STALL_MIN_S longer, is a stall
 STALL_FACTOR = 3.0
 STALL_MIN_S = 1e-3
+#: so is a probe call that starts this much after its time (s)
+PROBE_LATE_S = 2e-3
 #: a push at least this late (s) is a late source
 LATE_PUSH_S = 1e-3
 
 
 def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarray,
-                         period: float) -> dict:
+                         period: float, budget: float | None = None) -> dict:
     """Why each late call (published after its deadline) was late, the first cause that applies:
 
-    * ``stall``: a bare-probe call overlapping it took over ``STALL_FACTOR`` × the
-      probe's median (and ``STALL_MIN_S`` more): the process as a whole was held up;
+    * ``stall``: the bare probe was held up during the life of the call's blocks (from the
+      capture of the oldest block's last sample, ``deadline - budget``, to publication;
+      without ``budget`` from the call's start): one of its calls overlapping that time
+      took over ``STALL_FACTOR`` × the probe's median (and ``STALL_MIN_S`` more), or
+      started over ``PROBE_LATE_S`` after its time (the stall spans its time to its start):
+      the process, or the core, was held up;
     * ``late_source``: a push within one period before the call started was at least
       ``LATE_PUSH_S`` late (the input itself arrived late);
     * ``slow_call``: the call took over ``STALL_FACTOR`` × the median of calls of its batch
@@ -225,7 +239,8 @@ def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarra
     * ``other``.
 
     ``calls``: :data:`rtamt.scheduler.trace.RECORD` rows; ``pushes`` (P, 2) scheduled
-    and actual push times; ``probe`` (Q, 2) start and end of the probe's calls (s)."""
+    and actual push times; ``probe`` (Q, 3 or more) scheduled time, start and end of the
+    probes' calls (s; further columns ignored; (Q, 2) start and end: never late)."""
     late = calls[calls["published"] > calls["deadline"]]
     out = {"calls": int(calls.size), "late_calls": int(late.size), "stall": 0,
            "late_source": 0, "slow_call": 0, "queued": 0, "other": 0}
@@ -233,14 +248,20 @@ def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarra
         return out
     dur = calls["end"] - calls["start"]
     med = {int(b): float(np.median(dur[calls["batch"] == b])) for b in np.unique(late["batch"])}
-    pd = probe[:, 1] - probe[:, 0] if probe.size else np.zeros(0)
-    stalls = probe[pd > np.maximum(STALL_FACTOR * np.median(pd), np.median(pd) + STALL_MIN_S)] \
-        if pd.size else np.zeros((0, 2))
+    if probe.size and probe.shape[1] == 2:
+        probe = np.concatenate([probe[:, :1], probe], axis=1)
+    probe = probe[:, :3]
+    stalls = np.zeros((0, 2))
+    if probe.size:
+        pd = probe[:, 2] - probe[:, 1]
+        slow = pd > np.maximum(STALL_FACTOR * np.median(pd), np.median(pd) + STALL_MIN_S)
+        held = probe[:, 1] - probe[:, 0] > PROBE_LATE_S
+        stalls = np.concatenate([probe[slow][:, 1:], probe[held][:, :2]])
     lp = pushes[pushes[:, 1] - pushes[:, 0] >= LATE_PUSH_S] if pushes.size else pushes
     for c in late:
         m = med[int(c["batch"])]
-        if stalls.size and np.any((stalls[:, 0] < c["published"])
-                                  & (stalls[:, 1] > c["start"])):
+        since = c["start"] if budget is None else c["deadline"] - budget
+        if stalls.size and np.any((stalls[:, 0] < c["published"]) & (stalls[:, 1] > since)):
             out["stall"] += 1
         elif lp.size and np.any((lp[:, 1] <= c["start"]) & (lp[:, 1] > c["start"] - period)):
             out["late_source"] += 1
@@ -257,7 +278,8 @@ def write_trace(path: str, calls: np.ndarray, labels: list, pushes: np.ndarray,
                 probe: np.ndarray, origin: float) -> None:
     """One CSV of every event (times in s after ``origin``): ``kind`` ``call`` (start,
     end of processing, publication, deadline, batch, group label, worker), ``push``
-    (scheduled, actual) and ``probe`` (start, end of a bare-model call)."""
+    (scheduled, actual) and ``probe`` (start, end of a bare-model call, its scheduled
+    time in the deadline column and the probe's CPU in the worker column)."""
     import csv
 
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -273,9 +295,9 @@ def write_trace(path: str, calls: np.ndarray, labels: list, pushes: np.ndarray,
         for a, b in pushes:
             w.writerow(["push", f"{a - origin:.6f}", f"{b - origin:.6f}", "", "", "", "", "",
                         int(b - a >= LATE_PUSH_S)])
-        for a, b in probe:
-            w.writerow(["probe", f"{a - origin:.6f}", f"{b - origin:.6f}", "", "", 1, "", "",
-                        ""])
+        for t, a, b, cpu in probe:
+            w.writerow(["probe", f"{a - origin:.6f}", f"{b - origin:.6f}", "",
+                        f"{t - origin:.6f}", 1, "", int(cpu), ""])
 
 
 # ---------------------------------------------------------------------------- paced run
@@ -323,9 +345,10 @@ def run_trial(args, n: int, trace_path: str | None = None) -> dict:
             srcs = [_Source(_pusher([s], ch), buf[:, c * ch:(c + 1) * ch], B, period, n_blocks,
                             t0 + c * period / n, f"bench-source-{c}", src_rt)
                     for c, s in enumerate(streams)]
-        probe_thread = None if trace is None else _BareProbe(
-            args, t0, period, n_blocks, rt["priority"] if rt["workers"] else None)
-        for src in srcs + ([] if probe_thread is None else [probe_thread]):
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
+        probes = [] if trace is None else [
+            _BareProbe(args, t0, period, n_blocks, src_rt, cpu) for cpu in cpus]
+        for src in srcs + probes:
             src.start()
         t_warm = t0 + k_warm * period
         time.sleep(max(t_warm - _perf(), 0.0))
@@ -333,8 +356,8 @@ def run_trial(args, n: int, trace_path: str | None = None) -> dict:
         for src in srcs:
             src.join()
         w1, c1 = _perf(), time.process_time()
-        if probe_thread is not None:
-            probe_thread.join()
+        for p in probes:
+            p.join()
         closed = True
         try:
             sched.close("drain", timeout=max(10.0, 2.0 * args.seconds))
@@ -348,8 +371,7 @@ def run_trial(args, n: int, trace_path: str | None = None) -> dict:
     errors += list(sched.errors)
     traced = None
     if trace is not None:
-        if probe_thread.error is not None:
-            errors.append(f"bare probe: {probe_thread.error!r}")
+        errors += [f"{p.name}: {p.error!r}" for p in probes if p.error is not None]
         calls = trace.records()
         calls = calls[calls["start"] >= t_warm]
         pushes = np.concatenate([np.stack([t0 + (np.arange(k_warm, n_blocks) + 1) * period
@@ -358,9 +380,10 @@ def run_trial(args, n: int, trace_path: str | None = None) -> dict:
                                  + np.stack([np.zeros(n_blocks - k_warm), src.late[k_warm:]],
                                             axis=1)
                                  for c, src in enumerate(srcs)])
-        probe_calls = probe_thread.calls[k_warm:]
+        probe_calls = np.concatenate([np.column_stack([p.calls[k_warm:], np.full(
+            n_blocks - k_warm, -1 if p.cpu is None else p.cpu)]) for p in probes])
         write_trace(trace_path, calls, trace.group_labels, pushes, probe_calls, t_warm)
-        traced = dict(attribute_late_calls(calls, pushes, probe_calls, period),
+        traced = dict(attribute_late_calls(calls, pushes, probe_calls, period, budget),
                       file=trace_path, overwritten=trace.overwritten)
     if not closed:
         errors.append("the streams did not drain within the close timeout")

@@ -3,6 +3,7 @@
 capacity that ``--find-capacity`` prints beside the capacity."""
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -94,6 +95,20 @@ def test_each_late_call_gets_its_cause():
     # without late calls every count is 0
     r = attribute_late_calls(_calls(ok), pushes, probe, period)
     assert r["late_calls"] == 0 and r["stall"] == 0
+    # probe rows with their scheduled time: a probe call that started 6 ms after its time,
+    # during the life of the queued call's block (captured 10 ms before its deadline), makes
+    # that call a stall; one that started 1 ms late (a busy core, not a stall) does not
+    sched = np.array([[t, t, t + 0.0005] for t in np.arange(0.0, 6.0, period)
+                      if not 3.99 < t < 4.0001] + [[1.002, 1.002, 1.009]])
+    held = np.concatenate([sched, [[3.992, 3.998, 3.9985]]])
+    r = attribute_late_calls(calls, pushes, held, period, budget=0.010)
+    assert (r["stall"], r["queued"]) == (2, 0)
+    busy = np.concatenate([sched, [[3.992, 3.993, 3.9935]]])
+    r = attribute_late_calls(calls, pushes, busy, period, budget=0.010)
+    assert (r["stall"], r["queued"]) == (1, 1)
+    # without the budget only stalls from the call's start count
+    r = attribute_late_calls(calls, pushes, held, period)
+    assert (r["stall"], r["queued"]) == (1, 1)
 
 
 def test_bench_trace_file(tmp_path):
@@ -109,7 +124,14 @@ def test_bench_trace_file(tmp_path):
     kinds = [row["kind"] for row in rows]
     k = round(0.4 * FS / B)
     assert kinds.count("push") == k                 # one FanOut source, measured window
-    assert kinds.count("probe") == k                # the bare probe, once per period
+    cpus = sorted(os.sched_getaffinity(0))
+    assert kinds.count("probe") == k * len(cpus)    # a bare probe per CPU, once per period
+    assert sorted({int(row["worker"]) for row in rows if row["kind"] == "probe"}) == cpus
+    for cpu in cpus:      # each probe's scheduled times: one per period, never after its start
+        pr = [row for row in rows if row["kind"] == "probe" and int(row["worker"]) == cpu]
+        due = np.array([float(row["deadline_s"]) for row in pr])
+        assert np.allclose(np.diff(due), B / FS, atol=2e-6)
+        assert all(float(row["start_s"]) >= float(row["deadline_s"]) - 2e-6 for row in pr)
     assert kinds.count("call") == tr["calls"] > 0
     calls = [row for row in rows if row["kind"] == "call"]
     assert sum(int(c["batch"]) for c in calls) >= res["n_blocks"] - 2 * 2
