@@ -70,6 +70,28 @@ def test_whole_blocks_go_through_the_compiled_intake_exactly(dtype, took):
         assert np.array_equal(np.concatenate(outs[c], axis=-1), want), (m, c)
 
 
+def test_streams_without_input_rows_take_the_per_stream_intake(took):
+    """Moore2016 diotic streams have no batch form (one stream per call, no input rows):
+    fed one whole block per push they go through the per-stream intake, exactly."""
+    fs, K = 32000, 12
+    x = np.stack([tone_in_noise(95 + c, K * B, fs) for c in range(2)], axis=1)
+    with Scheduler(threads=2) as s:
+        hs = [s.open("moore2016", fs, B, admission="best-effort", budget_ms=1000)
+              for _ in range(2)]
+        assert not any(h.group.batchable for h in hs)
+        outs = [[] for _ in hs]
+        for h, o in zip(hs, outs):
+            h.subscribe(lambda r, o=o: o.append(np.array(r.outputs["moore2016"]["stl"])))
+        fan = FanOut(hs)
+        _paced(fan, hs, x, K)
+        fan.stop("drain", timeout=60)
+    assert took[0] == 0
+    for c in range(2):
+        assert hs[c].stats().blocks == K
+        want = MODELS["moore2016"](fs)(x[:, c])["stl"]
+        assert np.array_equal(np.concatenate(outs[c], axis=-1), want)
+
+
 def test_a_bad_value_rejects_that_stream_block_alone(took):
     """A NaN in one stream's block and a value beyond the model's input limit in another's,
     both arriving through the compiled intake: those two blocks are rejected (named by
