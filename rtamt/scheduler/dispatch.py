@@ -198,7 +198,13 @@ class Dispatcher:
             t, k = s.t_push, s.push_n
             for m in fan:
                 m.t_push, m.push_n = t, k
-            for m in s.take_in(now):          # the compiled intake, then the others
+            try:
+                rest = s.take_in(now)         # the compiled intake, then the others
+            except Exception as e:  # noqa: BLE001 - the worker lives; one by one instead
+                self.report(("take_in", type(e)), f"FanOut: the compiled intake failed "
+                            f"({e!r}); its streams take their input one by one")
+                rest = fan
+            for m in rest:
                 self._take(m, now)
         if now - self._t_watch > 0.02:
             self._t_watch = now

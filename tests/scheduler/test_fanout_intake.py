@@ -147,3 +147,29 @@ def test_take_rows_copies_converts_and_checks_each_row():
     assert not dst[[1, 3, 4, 7]].any()
     take_rows(src, cols, 8, 16, dst, slots, np.inf, ok)
     assert ok.tolist() == [True, False, True, True]
+
+
+def test_a_failing_compiled_intake_falls_back_and_says_so(monkeypatch):
+    """Should the compiled intake raise, the worker lives, the error is listed once in
+    Scheduler.errors, and every stream takes its input one by one, exactly."""
+    from rtamt.scheduler import fanout
+
+    def broken(*a):
+        raise RuntimeError("kernel unavailable")
+    monkeypatch.setattr(fanout, "take_rows", broken)
+    N, K = 3, 6
+    x = np.stack([_signal(70 + c, K * B) for c in range(N)], axis=1)
+    with Scheduler(threads=2) as s:
+        hs = [s.open("dau1997", FS, B, admission="best-effort", budget_ms=1000,
+                     sample_dtype="float64") for _ in range(N)]
+        outs = [[] for _ in hs]
+        for h, o in zip(hs, outs):
+            h.subscribe(lambda r, o=o: o.append(np.array(r.outputs["dau1997"])))
+        fan = FanOut(hs)
+        _paced(fan, hs, x, K)
+        fan.stop("drain", timeout=60)
+        errors = list(s.errors)
+    assert len(errors) == 1 and "compiled intake failed" in errors[0], errors
+    for c in range(N):
+        assert np.array_equal(np.concatenate(outs[c], axis=-1),
+                              MODELS["dau1997"](FS)(x[:, c]))
