@@ -33,6 +33,7 @@ drop-oldest policy, or in a rejected block), mean batch size.  CPU: process CPU 
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -563,16 +564,17 @@ def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
         last = [[0.0, 0] for _ in streams]
         # the main thread sleeps on one event until the last block is published (a
         # polling wait would take the GIL from the workers thousands of times a second
-        # and count its own CPU time against the scheduler's)
-        todo = [0]
+        # and count its own CPU time against the scheduler's).  Workers publish at once:
+        # blocks are counted with next() of an itertools.count (one C call, atomic), not
+        # a read-modify-write of a Python int, which two workers could interleave
+        count, todo = [itertools.count(1)], [0]
         done = threading.Event()
 
         def mark(slot):
             def sub(r):
                 slot[0] = r.t_done
                 slot[1] += 1
-                todo[0] -= 1             # one GIL-held decrement per block
-                if todo[0] == 0:
+                if next(count[0]) == todo[0]:
                     done.set()
             return sub
         for s, slot in zip(streams, last):
@@ -582,13 +584,13 @@ def _scheduler_rate(args, threads: int, n: int, k: int, warm: int) -> dict:
         def run(blocks: int) -> tuple[float, float]:
             for j in range(blocks):
                 push(buf[j * B:(j + 1) * B], None)
-            todo[0] = n * blocks
+            count[0], todo[0] = itertools.count(1), n * blocks
             done.clear()
             c0, t0 = time.process_time(), _perf()
             sched.start()
             if not done.wait(timeout=600.0):
-                raise RuntimeError(f"threads={threads}: {todo[0]} of {n * blocks} blocks "
-                                   "not published within 600 s")
+                raise RuntimeError(f"threads={threads}: not all of {n * blocks} blocks "
+                                   "published within 600 s")
             t1 = max(v[0] for v in last)
             c1 = time.process_time()
             sched.stop()

@@ -386,7 +386,7 @@ class Group:
                     v = buf
                 h[k] = v
                 set_.append(v)
-            if pool is None and all(s.block_buf.base is self.inbuf and s.fill == self.block
+            if pool is None and all(s.fill == self.block and self.shares_input(s)
                                     for s in streams):
                 x = self._input_rows(idx, contiguous, runner)
             else:

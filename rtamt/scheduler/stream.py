@@ -693,8 +693,7 @@ class Stream:
         g = self.group
         return (self.fill == 0 and not self.ready and not self.busy and self._coff == 0
                 and self.closing is None and not self.closed and self._src_err_t is None
-                and self.ring.r_chunk == r_chunk and g is not None
-                and g.inbuf is not None and self.block_buf.base is g.inbuf)
+                and self.ring.r_chunk == r_chunk and g is not None and g.shares_input(self))
 
     def took_block(self, ok: bool, t_capture: float, now: float) -> None:
         """Under the scheduler lock, after the compiled intake wrote the ring's head chunk
