@@ -241,7 +241,10 @@ class Group:
         need, so that no worker builds one (a deep copy, a state allocation, its work
         buffers, its input and output arrays) on the real-time path: of each size ``n``
         from 1 to ``max_batch``, as many as calls of that size can run at once
-        (``min(workers, members // n)``: a stream is in one call at a time).  ``example``:
+        (``min(workers, members // n)``: a stream is in one call at a time).  The output
+        pool of the largest of these sizes is filled to its depth with arrays already
+        written once (a fresh array's first write maps its pages, about 0.3 ms per MB,
+        and two workers mapping at once wait on each other).  ``example``:
         one stream's block as the processor takes it (zeros).  Called by ``open`` outside
         the scheduler's lock: the warm call runs on the copy's own state, which every real
         call overwrites with its streams' slots, and the pools' list operations are
@@ -256,6 +259,9 @@ class Group:
                 if self.writes_out:
                     self._out_pool(n).keep(out, self.out_depth(n))
                 self.runners.setdefault(n, []).append(r)
+        if self.writes_out:     # the full calls' outputs, mapped before the first block
+            n = min(members, self.max_batch, self.PREBUILD_MAX)
+            self._out_pool(n).fill(self.out_depth(n))
 
     def _rows(self, x, n: int):
         """A call's stacked input ``x`` (n, …) as the batched copy takes it (a stream of

@@ -41,6 +41,15 @@ class OutputPool:
                 return a
         return None
 
+    def fill(self, depth: int) -> None:
+        """Add arrays like the first one, each written once (so that its pages are
+        mapped now, not by the call that first writes it), until the pool holds
+        ``depth``; nothing when it is empty."""
+        while self.arrays and len(self.arrays) < depth:
+            a = np.empty_like(self.arrays[0])
+            a.fill(0)
+            self.arrays.append(a)
+
     def keep(self, out, depth: int) -> None:
         """After a call: adopt the memory of its output ``out`` (a numpy view of the array
         the processor wrote) if it is new and the pool holds fewer than ``depth``."""

@@ -76,6 +76,47 @@ def test_outputs_are_views_of_reused_arrays_and_never_change_under_a_holder():
     assert all(not o.flags.owndata for o in latest)   # views of pooled arrays
 
 
+def test_full_calls_find_their_output_arrays_mapped_from_the_first_block():
+    """Opening a stream fills the output pool of the group's full calls to its depth, with
+    arrays written once: the first blocks' calls take them instead of making new ones
+    (whose first write would map memory on the worker's path)."""
+    x = (np.random.default_rng(2).standard_normal((12 * B, 16)) * 0.01).astype(np.float32)
+    with Scheduler(threads=1, realtime=None, max_batch=8) as s:
+        hs = [s.open("dau1997", FS, B, budget_ms=1000, policy="drop-newest",
+                     dtype="float32") for _ in range(16)]
+        g = hs[0].group
+        depth = g.out_depth(8)
+        pool = g.out_pools[8].arrays
+        # addresses, not references: a reference held here would make the pool think
+        # the array is still in use
+        where = [a.ctypes.data for a in pool]
+        assert depth == (g.history + 1) * 2 + 1 and len(where) == depth
+        assert len(set(where)) == depth                         # distinct memory
+        assert all(a.shape == pool[0].shape and a.dtype == np.float32 for a in pool)
+        span = pool[0].nbytes
+        pooled = []                    # per result: its output lies in one of those arrays
+        for h in hs:
+            h.subscribe(lambda r: pooled.append(any(
+                w <= r.outputs["dau1997"].ctypes.data < w + span for w in where)))
+        del pool
+        fan = FanOut(hs)
+        _feed(hs, fan, x, 12)
+        assert [a.ctypes.data for a in g.out_pools[8].arrays] == where   # none added
+    assert len(pooled) == 16 * 12 and all(pooled)
+
+
+def test_pool_fill_writes_arrays_like_the_first():
+    pool = OutputPool()
+    pool.fill(3)
+    assert pool.arrays == []                       # nothing to copy the shape from
+    pool.keep(np.ones((2, 4, 3)), depth=3)
+    pool.fill(3)
+    assert len(pool.arrays) == 3 and pool.take() is pool.arrays[0]
+    assert all(a.shape == (2, 4, 3) and not a.any() for a in pool.arrays[1:])
+    pool.fill(2)                                   # never shrinks
+    assert len(pool.arrays) == 3
+
+
 def test_pool_hands_out_only_arrays_nobody_holds():
     pool = OutputPool()
     assert pool.take() is None
