@@ -33,6 +33,7 @@ drop-oldest policy, or in a rejected block), mean batch size.  CPU: process CPU 
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import os
@@ -162,10 +163,15 @@ def _pcts(a: np.ndarray) -> tuple[float, float, float]:
 
 class _BareProbe(threading.Thread):
     """A bare model (one stream, no scheduler) called once per block period on its own
-    thread, in the same process: each call's start and end.  A call much slower than the
-    probe's median, or one that starts well after its time, marks a moment when the whole
-    process (or the core it was on) stalled: a memory-reclaim burst, the hypervisor taking
-    the virtual CPU, another task; whatever the scheduler did.  ``realtime``: a SCHED_FIFO
+    thread, in the same process, on a block of the streams' size, writing its output into
+    one array (a stream-block's memory traffic: a slowdown of memory shows in it as in the
+    workers' calls, where a short block's work in cache would hide it): each call's start
+    and end.  A call much slower than the probe's median, or one that starts well after
+    its time, marks a moment when the whole process (or the core it was on) stalled, and
+    calls a little
+    slower than the median in a row mark a slowdown (:func:`probe_events`): a
+    memory-reclaim burst, the hypervisor taking the virtual CPU, a neighbour on the host,
+    another task; whatever the scheduler did.  ``realtime``: a SCHED_FIFO
     priority above the workers' (the source thread's), so that the probe starts on time
     unless something outside the scheduler holds it (at normal priority the workers
     themselves would starve it and every busy moment would look like a stall).  ``cpu``:
@@ -185,7 +191,14 @@ class _BareProbe(threading.Thread):
         shape = (args.channels, args.block) if args.channels > 1 else (args.block,)
         self.x = np.ascontiguousarray(_noise(args.block, args.channels, seed=99).T.reshape(
             shape), dtype=args.dtype)
-        self.model(self.x)                       # compiled and warm before the trial
+        y = self.model(self.x)                   # compiled and warm before the trial
+        # its output written into one array, like the scheduler's output pools: no
+        # allocation per call (a fresh output array is memory mapped and unmapped again,
+        # and each unmapping interrupts the threads on the other CPUs)
+        while isinstance(y, np.ndarray) and isinstance(y.base, np.ndarray):
+            y = y.base
+        takes_out = "out" in inspect.signature(self.model.__call__).parameters
+        self.out = y if takes_out and isinstance(y, np.ndarray) else None
         self.t0, self.period, self.n = t0, period, n_blocks
         self.calls = np.zeros((n_blocks, 3))
         self.error: BaseException | None = None
@@ -199,6 +212,7 @@ class _BareProbe(threading.Thread):
             from rtamt.engine.realtime import request_realtime
             request_realtime(self.realtime)
         m, x, c = self.model, self.x, self.calls
+        kw = {} if self.out is None else {"out": self.out}
         try:
             for k in range(self.n):
                 tk = self.t0 + (k + 0.5) * self.period
@@ -206,7 +220,7 @@ class _BareProbe(threading.Thread):
                 if d > 0:
                     time.sleep(d)
                 a = _perf()
-                m(x)
+                m(x, **kw)
                 c[k] = tk, a, _perf()
         except BaseException as e:  # noqa: BLE001 - reported by the trial
             self.error = e
@@ -217,62 +231,156 @@ STALL_FACTOR = 3.0
 STALL_MIN_S = 1e-3
 #: so is a probe call that starts this much after its time (s)
 PROBE_LATE_S = 2e-3
+#: two consecutive calls of one probe, each over this many times its median: the machine
+#: ran slow between them (a neighbour on the host, a reclaim burst), not stalled
+SLOW_FACTOR = 1.25
 #: a push at least this late (s) is a late source
 LATE_PUSH_S = 1e-3
+#: the causes :func:`attribute_late_calls` counts, in the order it tries them
+CAUSES = ("stall", "slowdown", "late_source", "slow_call", "backlog", "queued", "other")
+
+
+def probe_events(probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The moments the bare probes saw the machine held up, from their calls ``probe``
+    (Q, 3: scheduled time, start, end; (Q, 4): and the probe's CPU, each probe judged
+    against its own median; (Q, 2): start and end, never late).  Returns ``(stalls,
+    slowdowns)``, each (K, 2) start and end (s):
+
+    * a stall: a call over ``STALL_FACTOR`` × its probe's median (and ``STALL_MIN_S``
+      longer), from its start to its end; or a call that started over ``PROBE_LATE_S``
+      after its time, from its time to its start;
+    * a slowdown: two consecutive calls of one probe each over ``SLOW_FACTOR`` × its median,
+      from the first's start to the second's end."""
+    empty = np.zeros((0, 2))
+    if not probe.size:
+        return empty, empty
+    if probe.shape[1] == 2:
+        probe = np.concatenate([probe[:, :1], probe], axis=1)
+    ids = probe[:, 3] if probe.shape[1] > 3 else np.zeros(len(probe))
+    stalls, slows = [empty], [empty]
+    for i in np.unique(ids):
+        p = probe[ids == i][:, :3]
+        p = p[np.argsort(p[:, 1], kind="stable")]
+        d = p[:, 2] - p[:, 1]
+        med = float(np.median(d))
+        stall = d > max(STALL_FACTOR * med, med + STALL_MIN_S)
+        held = p[:, 1] - p[:, 0] > PROBE_LATE_S
+        stalls += [p[stall][:, 1:], p[held][:, :2]]
+        slow = d > SLOW_FACTOR * med
+        pair = slow[:-1] & slow[1:]
+        slows.append(np.column_stack([p[:-1][pair, 1], p[1:][pair, 2]]))
+    return np.concatenate(stalls), np.concatenate(slows)
+
+
+def busy_periods(calls: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's busy period: the calls whose lives, from the capture of their oldest
+    block's last sample (``deadline - budget``) to publication, overlap in a chain, so that
+    the scheduler had blocks waiting or in work throughout.  Returns ``(period index per
+    call, start of each period)`` (s)."""
+    born = calls["deadline"] - budget
+    order = np.argsort(born, kind="stable")
+    idx = np.empty(calls.size, np.int64)
+    starts, k, reach = [], -1, -np.inf
+    for j in order:                       # trace analysis after the run, not a real-time path
+        if born[j] > reach:
+            k += 1
+            starts.append(born[j])
+        idx[j] = k
+        reach = max(reach, calls["published"][j])
+    return idx, np.array(starts)
+
+
+def _overlaps(ev: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return (ev[:, 0] < hi) & (ev[:, 1] > lo) if ev.size else np.zeros(0, bool)
 
 
 def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarray,
                          period: float, budget: float | None = None) -> dict:
-    """Why each late call (published after its deadline) was late, the first cause that applies:
+    """Why each late call (published after its deadline) was late, the first cause of
+    :data:`CAUSES` that applies, with the probes' events of :func:`probe_events`:
 
-    * ``stall``: the bare probe was held up during the life of the call's blocks (from the
-      capture of the oldest block's last sample, ``deadline - budget``, to publication;
-      without ``budget`` from the call's start): one of its calls overlapping that time
-      took over ``STALL_FACTOR`` × the probe's median (and ``STALL_MIN_S`` more), or
-      started over ``PROBE_LATE_S`` after its time (the stall spans its time to its start):
-      the process, or the core, was held up;
+    * ``stall``: a probe stall overlaps the life of the call's blocks (from the capture of
+      the oldest block's last sample, ``deadline - budget``, to publication; without
+      ``budget`` from the call's start);
+    * ``slowdown``: a probe slowdown overlaps it;
     * ``late_source``: a push within one period before the call started was at least
       ``LATE_PUSH_S`` late (the input itself arrived late);
     * ``slow_call``: the call took over ``STALL_FACTOR`` × the median of calls of its batch
       size;
+    * ``backlog`` (with ``budget``): a stall or slowdown happened earlier in the call's busy
+      period (:func:`busy_periods`), at most one period plus the budget after that period
+      began: the scheduler had caught up before the machine was held up, and the call
+      queued behind the work that piled up then.  In an overload the busy period began long
+      before any such event, and its late calls stay ``queued``;
     * ``queued``: it started after its deadline less that median (it waited behind other
       calls);
     * ``other``.
 
-    ``calls``: :data:`rtamt.scheduler.trace.RECORD` rows; ``pushes`` (P, 2) scheduled
-    and actual push times; ``probe`` (Q, 3 or more) scheduled time, start and end of the
-    probes' calls (s; further columns ignored; (Q, 2) start and end: never late)."""
-    late = calls[calls["published"] > calls["deadline"]]
-    out = {"calls": int(calls.size), "late_calls": int(late.size), "stall": 0,
-           "late_source": 0, "slow_call": 0, "queued": 0, "other": 0}
+    Also returns ``probe_flagged_s``, the time covered by stalls and slowdowns, beside
+    ``probe_span_s``, the time the probes ran: a cause that covers much of the run explains
+    little.  ``calls``: :data:`rtamt.scheduler.trace.RECORD` rows; ``pushes`` (P, 2)
+    scheduled and actual push times; ``probe``: see :func:`probe_events`."""
+    late_mask = calls["published"] > calls["deadline"]
+    late = calls[late_mask]
+    out = {"calls": int(calls.size), "late_calls": int(late.size)}
+    out.update({c: 0 for c in CAUSES})
+    stalls, slows = probe_events(probe)
+    events = np.concatenate([stalls, slows])
+    se = probe[:, -2:] if probe.size and probe.shape[1] == 2 else probe[:, 1:3]
+    out["probe_span_s"] = float(se[:, 1].max() - se[:, 0].min()) if probe.size else 0.0
+    out["probe_flagged_s"] = _union_length(events)
     if not late.size:
         return out
     dur = calls["end"] - calls["start"]
     med = {int(b): float(np.median(dur[calls["batch"] == b])) for b in np.unique(late["batch"])}
-    if probe.size and probe.shape[1] == 2:
-        probe = np.concatenate([probe[:, :1], probe], axis=1)
-    probe = probe[:, :3]
-    stalls = np.zeros((0, 2))
-    if probe.size:
-        pd = probe[:, 2] - probe[:, 1]
-        slow = pd > np.maximum(STALL_FACTOR * np.median(pd), np.median(pd) + STALL_MIN_S)
-        held = probe[:, 1] - probe[:, 0] > PROBE_LATE_S
-        stalls = np.concatenate([probe[slow][:, 1:], probe[held][:, :2]])
     lp = pushes[pushes[:, 1] - pushes[:, 0] >= LATE_PUSH_S] if pushes.size else pushes
-    for c in late:
+    if budget is not None:
+        bp, bstart = busy_periods(calls, budget)
+        bp = bp[late_mask]
+    for i, c in enumerate(late):
         m = med[int(c["batch"])]
         since = c["start"] if budget is None else c["deadline"] - budget
-        if stalls.size and np.any((stalls[:, 0] < c["published"]) & (stalls[:, 1] > since)):
-            out["stall"] += 1
+        if _overlaps(stalls, since, c["published"]).any():
+            cause = "stall"
+        elif _overlaps(slows, since, c["published"]).any():
+            cause = "slowdown"
         elif lp.size and np.any((lp[:, 1] <= c["start"]) & (lp[:, 1] > c["start"] - period)):
-            out["late_source"] += 1
+            cause = "late_source"
         elif c["published"] - c["start"] > STALL_FACTOR * m:
-            out["slow_call"] += 1
+            cause = "slow_call"
+        elif budget is not None and _began_backlog(events, bstart[bp[i]], c["published"],
+                                                   period + budget):
+            cause = "backlog"
         elif c["start"] > c["deadline"] - m:
-            out["queued"] += 1
+            cause = "queued"
         else:
-            out["other"] += 1
+            cause = "other"
+        out[cause] += 1
     return out
+
+
+def _began_backlog(events: np.ndarray, begun: float, published: float,
+                   within: float) -> bool:
+    """An event overlaps ``[begun, published]`` and started at most ``within`` after ``begun``
+    (the busy period's start)."""
+    if not events.size:
+        return False
+    return bool(np.any(_overlaps(events, begun, published) & (events[:, 0] <= begun + within)))
+
+
+def _union_length(iv: np.ndarray) -> float:
+    """Total length of the union of intervals ``iv`` (K, 2)."""
+    if not iv.size:
+        return 0.0
+    iv = iv[np.argsort(iv[:, 0])]
+    total, lo, hi = 0.0, iv[0, 0], iv[0, 1]
+    for a, b in iv[1:]:
+        if a > hi:
+            total += hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    return float(total + hi - lo)
 
 
 def write_trace(path: str, calls: np.ndarray, labels: list, pushes: np.ndarray,
@@ -490,12 +598,17 @@ def find_capacity(args, log=print) -> dict:
         good = passed(r, getattr(args, "max_miss_rate", 0.0) or 0.0)
         trials.append({"streams": n, "pass": good, "misses": r["misses"], "drops": r["drops"],
                        "latency_p99_us": r["latency_p99_us"], "cpu_util": r["cpu_util"],
-                       "batch_mean": r["batch_mean"]})
+                       "batch_mean": r["batch_mean"], "trace": r.get("trace")})
         log(f"trial {len(trials):2d}: {n:4d} streams  misses {r['misses']:5d}  drops "
             f"{r['drops']:7d}  p99 {r['latency_p99_us'] / 1e3:7.2f} ms  max "
             f"{r['latency_max_us'] / 1e3:7.2f} ms  cpu {r['cpu_util']:.2f} cores  batch "
             f"{r['batch_mean']:.1f}  {'ok' if good else 'FAIL'}"
             + (f"  errors: {r['errors'][0]}" if r["errors"] else ""))
+        tr = r.get("trace")
+        if tr and tr["late_calls"]:
+            log(f"          {tr['late_calls']} late calls: "
+                + ", ".join(f"{c.replace('_', ' ')} {tr[c]}" for c in CAUSES if tr[c])
+                + f" (probes flagged {tr['probe_flagged_s']:.2f} of {tr['probe_span_s']:.1f} s)")
         return good
 
     cap = args.max_streams
@@ -757,9 +870,10 @@ def print_report(r: dict, file=sys.stdout) -> None:
         w(f"error: {e}")
     tr = r.get("trace")
     if tr:
-        w(f"trace {tr['file']}: {tr['calls']} calls, {tr['late_calls']} late: stall "
-          f"{tr['stall']}, late source {tr['late_source']}, slow call {tr['slow_call']}, "
-          f"queued {tr['queued']}, other {tr['other']}"
+        w(f"trace {tr['file']}: {tr['calls']} calls, {tr['late_calls']} late: "
+          + ", ".join(f"{c.replace('_', ' ')} {tr[c]}" for c in CAUSES)
+          + f"; probes saw a stall or slowdown during {tr['probe_flagged_s']:.2f} s of "
+          f"{tr['probe_span_s']:.2f} s"
           + (f" ({tr['overwritten']} calls overwritten)" if tr["overwritten"] else ""))
     if r.get("capacity") is not None:
         w(f"capacity: {r['capacity']} streams"

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from latency_bench.streams import attribute_late_calls
+from latency_bench.streams import CAUSES, attribute_late_calls, busy_periods, probe_events
 from rtamt.scheduler import CallTrace, Scheduler
 from rtamt.scheduler.trace import RECORD
 
@@ -90,8 +90,10 @@ def test_each_late_call_gets_its_cause():
     probe = np.array([[t, t + 0.0005] for t in np.arange(0.0, 6.0, period)]
                      + [[1.002, 1.009]])
     r = attribute_late_calls(calls, pushes, probe, period)
-    assert r == {"calls": len(ok) + 5, "late_calls": 5, "stall": 1, "late_source": 1,
-                 "slow_call": 1, "queued": 1, "other": 1}
+    assert {k: r[k] for k in ("calls", "late_calls") + CAUSES} == {
+        "calls": len(ok) + 5, "late_calls": 5, "stall": 1, "slowdown": 0, "late_source": 1,
+        "slow_call": 1, "backlog": 0, "queued": 1, "other": 1}
+    assert r["probe_flagged_s"] == pytest.approx(0.007)     # the one stalled probe call
     # without late calls every count is 0
     r = attribute_late_calls(_calls(ok), pushes, probe, period)
     assert r["late_calls"] == 0 and r["stall"] == 0
@@ -109,6 +111,68 @@ def test_each_late_call_gets_its_cause():
     # without the budget only stalls from the call's start count
     r = attribute_late_calls(calls, pushes, held, period)
     assert (r["stall"], r["queued"]) == (1, 1)
+
+
+def _probes(t_end, slow=(), period=0.005, dur=0.0005):
+    """Two probes (CPUs 0 and 1), one call per period at mid-period; ``slow``: (cpu, time)
+    of calls that take 1.6x as long."""
+    rows = [[t + period / 2, t + period / 2, t + period / 2 + dur, cpu]
+            for t in np.arange(0.0, t_end, period) for cpu in (0, 1)]
+    for cpu, t in slow:
+        for r in rows:
+            if r[3] == cpu and abs(r[0] - t - period / 2) < 1e-9:
+                r[2] = r[1] + 1.6 * dur
+    return np.array(rows)
+
+
+def test_probe_events_stall_and_slowdown():
+    # two calls in a row of one probe 1.6x its median: a slowdown from the first's start to
+    # the second's end; the same two calls on different probes, or one alone, are not
+    st, sl = probe_events(_probes(0.1, slow=[(0, 0.050), (0, 0.055)]))
+    assert st.size == 0 and sl == pytest.approx(np.array([[0.0525, 0.0583]]))
+    for slow in ([(0, 0.050), (1, 0.055)], [(0, 0.050)]):
+        st, sl = probe_events(_probes(0.1, slow=slow))
+        assert st.size == 0 and sl.size == 0
+    # a call 3x its probe's median and 1 ms longer is a stall, not a slowdown
+    p = _probes(0.1)
+    p[10, 2] = p[10, 1] + 0.002
+    st, sl = probe_events(p)
+    assert st == pytest.approx(p[10:11, 1:3]) and sl.size == 0
+
+
+def test_a_miss_in_the_backlog_a_slowdown_left_is_blamed_on_it_unless_overloaded():
+    period, budget = 0.005, 0.010
+
+    def run(chain_from):
+        # bursts captured at t, done within 2.5 ms; from chain_from the scheduler lags: each
+        # call published 6.5 ms after its capture (overlapping the next block's life), up
+        # to a call captured at 1.030 published 3 ms after its deadline
+        rows = [(t + 0.0005, t + 0.0025, t + budget, 2)
+                for t in np.arange(0.0, chain_from - 1e-9, period)]
+        rows += [(t + 0.004, t + 0.0065, t + budget, 2)
+                 for t in np.arange(chain_from, 1.030 - 1e-9, period)]
+        rows += [(1.041, 1.043, 1.040, 2)]
+        rows += [(t + 0.0005, t + 0.0025, t + budget, 2) for t in np.arange(1.05, 1.2, period)]
+        calls = _calls(rows)
+        pushes = np.array([[t, t + 1e-5] for t in np.arange(0.0, 1.2, period)])
+        probe = _probes(1.2, slow=[(0, 1.000), (0, 1.005)])   # a slowdown 1.0025-1.0083
+        return calls, attribute_late_calls(calls, pushes, probe, period, budget)
+
+    calls, r = run(1.000)         # caught up at 0.9975; the slowdown 2.5 ms into the period
+    idx, starts = busy_periods(calls, budget)
+    miss = int(np.flatnonzero(calls["deadline"] == 1.040)[0])
+    assert starts[idx[miss]] == pytest.approx(1.0)          # its busy period began at 1.0
+    assert starts[idx[miss + 1]] == pytest.approx(1.05)     # and ended before 1.05
+    assert len(starts) == 200 + 1 + 30      # one per burst, the lagging ones as one
+    assert (r["late_calls"], r["backlog"], r["queued"]) == (1, 1, 0)
+    assert r["probe_flagged_s"] == pytest.approx(0.0058)
+    _, r = run(0.900)             # lagging since 0.9: an overload the slowdown did not start
+    assert (r["late_calls"], r["backlog"], r["queued"]) == (1, 0, 1)
+    # without the budget there are no lives to chain: queued
+    calls, _ = run(1.000)
+    r = attribute_late_calls(calls, np.zeros((0, 2)), _probes(1.2, slow=[(0, 1.0), (0, 1.005)]),
+                             period)
+    assert (r["backlog"], r["queued"]) == (0, 1)
 
 
 def test_bench_trace_file(tmp_path):
@@ -136,8 +200,8 @@ def test_bench_trace_file(tmp_path):
     calls = [row for row in rows if row["kind"] == "call"]
     assert sum(int(c["batch"]) for c in calls) >= res["n_blocks"] - 2 * 2
     assert tr["late_calls"] == sum(int(c["late"]) for c in calls)
-    assert tr["late_calls"] == sum(tr[c] for c in ("stall", "late_source", "slow_call",
-                                                   "queued", "other"))
+    assert tr["late_calls"] == sum(tr[c] for c in CAUSES)
+    assert 0 <= tr["probe_flagged_s"] <= tr["probe_span_s"] <= 0.4 + 2 * B / FS
     assert all(float(c["start_s"]) <= float(c["end_s"]) <= float(c["published_s"])
                for c in calls)
 
