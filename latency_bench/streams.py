@@ -584,7 +584,10 @@ def passed(r: dict, max_miss_rate: float = 0.0) -> bool:
 def find_capacity(args, log=print) -> dict:
     """Largest ``N`` that :func:`passed` (doubling from ``args.streams``, or halving if it
     fails, then bisection), at most ``args.max_streams``.  Returns the report of the
-    largest passing trial (of ``N = 1`` if none passed) with ``capacity`` and ``trials``."""
+    largest passing trial (of ``N = 1`` if none passed) with ``capacity`` and ``trials``,
+    and the ideal capacity (:func:`ideal_capacity`) timed before and after the trials
+    (``ideal_before``, ``ideal_after``; ``ideal`` is the larger, and ``capacity_fraction``
+    the capacity over it)."""
     results: dict[int, dict] = {}
     trials = []
 
@@ -611,6 +614,7 @@ def find_capacity(args, log=print) -> dict:
                 + f" (probes flagged {tr['probe_flagged_s']:.2f} of {tr['probe_span_s']:.1f} s)")
         return good
 
+    before = ideal_capacity(args, 1)["bare_core_s_per_stream_s"]
     cap = args.max_streams
     n = min(args.streams or 1, cap)
     good, bad = 0, None
@@ -641,11 +645,19 @@ def find_capacity(args, log=print) -> dict:
     rep["max_miss_rate"] = getattr(args, "max_miss_rate", 0.0) or 0.0
     rep["capacity_limited_by_max"] = good == cap
     rep["trials"] = trials
-    rep.update(ideal_capacity(args, rep["threads"]))
+    # the machine's speed drifts: the bare model is timed before and after the trials, and
+    # the capacity is given as a fraction of the larger ideal (the kernels at their best)
+    after = ideal_capacity(args, rep["threads"])
+    ideal_before = rep["threads"] / before if before > 0 else 0.0
+    rep.update(after)
+    if ideal_before > after["ideal"]:
+        rep.update(ideal=ideal_before, bare_core_s_per_stream_s=before)
+    rep["ideal_before"], rep["ideal_after"] = ideal_before, after["ideal"]
     rep["capacity_fraction"] = good / rep["ideal"] if rep["ideal"] else None
     log(f"ideal {rep['ideal']:.1f} streams ({rep['threads']} workers / "
         f"{rep['bare_core_s_per_stream_s']:.4f} core-s per stream-s of the bare batched "
-        f"model, batch {args.batch}); capacity {good} = {rep['capacity_fraction']:.2f} of ideal")
+        f"model, batch {args.batch}; {ideal_before:.1f} before the trials, "
+        f"{after['ideal']:.1f} after); capacity {good} = {rep['capacity_fraction']:.2f} of ideal")
     return rep
 
 

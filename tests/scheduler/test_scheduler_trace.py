@@ -228,5 +228,9 @@ def test_find_capacity_prints_the_ideal(tmp_path):
     assert res["ideal"] > 0 and res["bare_core_s_per_stream_s"] > 0
     assert res["ideal"] == pytest.approx(res["threads"] / res["bare_core_s_per_stream_s"])
     assert res["capacity_fraction"] == pytest.approx(res["capacity"] / res["ideal"])
+    # timed before and after the trials; the capacity is a fraction of the larger
+    assert res["ideal"] == pytest.approx(max(res["ideal_before"], res["ideal_after"]))
+    assert min(res["ideal_before"], res["ideal_after"]) > 0
+    assert "before the trials" in r.stderr
     assert (tmp_path / "cap.trial01.csv").exists()
     assert "of ideal" in r.stderr
