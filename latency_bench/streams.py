@@ -168,9 +168,8 @@ class _BareProbe(threading.Thread):
     workers' calls, where a short block's work in cache would hide it): each call's start
     and end.  A call much slower than the probe's median, or one that starts well after
     its time, marks a moment when the whole process (or the core it was on) stalled, and
-    calls a little
-    slower than the median in a row mark a slowdown (:func:`probe_events`): a
-    memory-reclaim burst, the hypervisor taking the virtual CPU, a neighbour on the host,
+    calls a little slower than the median in a row mark a slowdown (:func:`probe_events`):
+    a memory-reclaim burst, the hypervisor taking the virtual CPU, a neighbour on the host,
     another task; whatever the scheduler did.  ``realtime``: a SCHED_FIFO
     priority above the workers' (the source thread's), so that the probe starts on time
     unless something outside the scheduler holds it (at normal priority the workers
