@@ -27,6 +27,9 @@ from numba import njit
 
 from .jit import JIT as _JIT
 
+#: the largest finite float64: ``|v| <= DBL_MAX`` is false exactly for NaN and +-inf
+DBL_MAX = 1.7976931348623157e308
+
 LANES = 32
 """Channel loops run over a lane count rounded up to a multiple of this.  LLVM vectorises
 them 32 float64 lanes per iteration (8 per AVX-512 register, 4 registers interleaved)
@@ -73,5 +76,5 @@ def all_finite(x):
     a = x.ravel()
     ok = True
     for i in range(a.size):
-        ok &= abs(a[i]) <= 1.7976931348623157e308
+        ok &= abs(a[i]) <= DBL_MAX
     return ok

@@ -25,10 +25,8 @@ import numpy as np
 from numba import njit
 
 from ..engine.jit import JIT
+from ..engine.kernels import DBL_MAX
 from ..engine.stage import RtamtInputError
-
-#: the largest finite float64: ``|v| <= DBL_MAX`` is false exactly for NaN and +-inf
-_DBL_MAX = 1.7976931348623157e308
 
 
 @njit(**JIT)
@@ -39,7 +37,7 @@ def take_rows(src, cols, pos, n, dst, slots, limit, ok):
     rows ``(slots, channels, block)``, converted to ``dst``'s dtype), and ``ok[j]``: every
     value written for ``j`` is finite and ``|v| <= limit`` (the check a stream's block
     passes before it is processed).  ``j < cols.shape[0]``; ``pos + n`` within the ring."""
-    lim = min(limit, _DBL_MAX)
+    lim = min(limit, DBL_MAX)
     for j in range(cols.shape[0]):
         a, b = cols[j], slots[j]
         good = True

@@ -713,17 +713,21 @@ class Stream:
         ring.release(B)
         if B > self._queue_max:
             self._queue_max = B
-        if ok:
-            self.ready = True
-            self.t_capture = t_capture
-            self.t_ready = now
-            self.deadline = t_capture + self.budget_s
-        else:
-            self._make_ready(t_capture, now)
+        self._make_ready(t_capture, now, checked=ok)
 
-    def _make_ready(self, t_capture: float | None, now: float) -> None:
-        """The block buffer is complete: validate it (a bad block is rejected here, alone)
-        and mark it ready with its deadline."""
+    def _make_ready(self, t_capture: float | None, now: float, checked: bool = False) -> None:
+        """The block buffer is complete: validate it unless ``checked`` (a bad block is
+        rejected here, alone) and mark it ready with its deadline."""
+        if not checked and not self._block_ok():
+            return
+        self.ready = True
+        self.t_capture = t_capture
+        self.t_ready = now
+        self.deadline = (now if t_capture is None else t_capture) + self.budget_s
+
+    def _block_ok(self) -> bool:
+        """Check the block buffer (finite, within the input limit); a bad block is
+        rejected (:meth:`reject_block`) and False returned."""
         x = self.block_buf[:self.fill]
         ts, ch = 0, 1                   # the index of a sample, of a channel in x
         if not x.flags.c_contiguous:    # a view of the group's input rows: check (C, T)
@@ -736,11 +740,8 @@ class Stream:
                 limit=self.limit, limit_text="the processor's input_limit")
         except RtamtInputError as e:
             self.reject_block(e, str(e), self.on_error == "stop")
-            return
-        self.ready = True
-        self.t_capture = t_capture
-        self.t_ready = now
-        self.deadline = (now if t_capture is None else t_capture) + self.budget_s
+            return False
+        return True
 
     def block_input(self):
         """The ready block in the processor's layout: ``(T,)`` or ``(channels, T)``."""
