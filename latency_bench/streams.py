@@ -33,7 +33,6 @@ drop-oldest policy, or in a rejected block), mean batch size.  CPU: process CPU 
 """
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import os
@@ -184,6 +183,7 @@ class _BareProbe(threading.Thread):
                          daemon=True)
         self.realtime, self.cpu = realtime, cpu
         from rtamt.models import MODELS
+        from rtamt.scheduler.outputs import output_owner, takes_out
 
         kw = {} if args.config is None else {"config": args.config}
         self.model = MODELS[args.model](args.fs, **kw)
@@ -194,10 +194,7 @@ class _BareProbe(threading.Thread):
         # its output written into one array, like the scheduler's output pools: no
         # allocation per call (a fresh output array is memory mapped and unmapped again,
         # and each unmapping interrupts the threads on the other CPUs)
-        while isinstance(y, np.ndarray) and isinstance(y.base, np.ndarray):
-            y = y.base
-        takes_out = "out" in inspect.signature(self.model.__call__).parameters
-        self.out = y if takes_out and isinstance(y, np.ndarray) else None
+        self.out = output_owner(y) if takes_out(self.model) else None
         self.t0, self.period, self.n = t0, period, n_blocks
         self.calls = np.zeros((n_blocks, 3))
         self.error: BaseException | None = None
@@ -253,8 +250,7 @@ def probe_events(probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     empty = np.zeros((0, 2))
     if not probe.size:
         return empty, empty
-    if probe.shape[1] == 2:
-        probe = np.concatenate([probe[:, :1], probe], axis=1)
+    probe = _probe_rows(probe)
     ids = probe[:, 3] if probe.shape[1] > 3 else np.zeros(len(probe))
     stalls, slows = [empty], [empty]
     for i in np.unique(ids):
@@ -271,6 +267,12 @@ def probe_events(probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(stalls), np.concatenate(slows)
 
 
+def _probe_rows(probe: np.ndarray) -> np.ndarray:
+    """Probe calls as (Q, 3 or more) rows: scheduled time, start, end[, CPU]; (Q, 2) rows
+    (start, end) are taken as scheduled at their start."""
+    return np.concatenate([probe[:, :1], probe], axis=1) if probe.shape[1] == 2 else probe
+
+
 def busy_periods(calls: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
     """Each call's busy period: the calls whose lives, from the capture of their oldest
     block's last sample (``deadline - budget``) to publication, overlap in a chain, so that
@@ -278,15 +280,13 @@ def busy_periods(calls: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarr
     call, start of each period)`` (s)."""
     born = calls["deadline"] - budget
     order = np.argsort(born, kind="stable")
+    b = born[order]
+    reach = np.maximum.accumulate(calls["published"][order])
+    new = np.ones(b.size, bool)             # a call born after all before it published
+    new[1:] = b[1:] > reach[:-1]
     idx = np.empty(calls.size, np.int64)
-    starts, k, reach = [], -1, -np.inf
-    for j in order:                       # trace analysis after the run, not a real-time path
-        if born[j] > reach:
-            k += 1
-            starts.append(born[j])
-        idx[j] = k
-        reach = max(reach, calls["published"][j])
-    return idx, np.array(starts)
+    idx[order] = np.cumsum(new) - 1
+    return idx, b[new]
 
 
 def _overlaps(ev: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -325,7 +325,7 @@ def attribute_late_calls(calls: np.ndarray, pushes: np.ndarray, probe: np.ndarra
     out.update({c: 0 for c in CAUSES})
     stalls, slows = probe_events(probe)
     events = np.concatenate([stalls, slows])
-    se = probe[:, -2:] if probe.size and probe.shape[1] == 2 else probe[:, 1:3]
+    se = _probe_rows(probe)[:, 1:3] if probe.size else None
     out["probe_span_s"] = float(se[:, 1].max() - se[:, 0].min()) if probe.size else 0.0
     out["probe_flagged_s"] = _union_length(events)
     if not late.size:

@@ -14,7 +14,6 @@ group only runs the call it is given.
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from ..engine import contract as streaming
 from ..engine.contract import RtamtInputError
 from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
-from .outputs import OutputPool
+from .outputs import OutputPool, takes_out
 
 if TYPE_CHECKING:
     from .costs import CostModel
@@ -39,14 +38,6 @@ def make_runner(proto, n: int):
     r.load_state_dict(streaming.stack_states([sd] * n))
     leaves = r._state_leaves()
     return r, leaves, [h[k] for h, k, _ in leaves]
-
-
-def _takes_out(proc) -> bool:
-    """``proc(x, out=...)`` writes its output into ``out`` (stages and chains)."""
-    try:
-        return "out" in inspect.signature(proc.__call__).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
 
 
 def _split(obj, out, sl):
@@ -86,7 +77,7 @@ class Group:
         #: the processor writes its output into a given array (``proc(x, out=...)``):
         #: every batched call's output goes to memory from the pool of its batch size
         #: (:meth:`take_out`, under the scheduler's lock)
-        self.writes_out = proto is not None and _takes_out(proto)
+        self.writes_out = proto is not None and takes_out(proto)
         self.out_pools: dict[int, OutputPool] = {}
         #: the most results a member keeps (its ``history``; set by :meth:`add`)
         self.history = 1
@@ -197,7 +188,7 @@ class Group:
             self._share_input(s)
         self.members.append(s)
         s.group = self
-        s.out_pool = OutputPool() if _takes_out(s.proc) else None
+        s.out_pool = OutputPool() if takes_out(s.proc) else None
         self.history = max(self.history, int(s.options.history))
 
     def out_depth(self, n: int) -> int:

@@ -15,11 +15,30 @@ worker uses at a time, so taking an array needs no lock.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 import numpy as np
 
-__all__ = ["OutputPool"]
+__all__ = ["OutputPool", "output_owner", "takes_out"]
+
+
+def takes_out(proc) -> bool:
+    """``proc(x, out=...)`` writes its output into ``out`` (stages and chains)."""
+    try:
+        return "out" in inspect.signature(proc.__call__).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def output_owner(out):
+    """The array whose memory a processor's output ``out`` (a numpy view of the array it
+    wrote) lies in, the one to hand back as ``out=``; None for an output that is not a
+    numpy array (a dict of outputs, a tensor)."""
+    if not isinstance(out, np.ndarray):
+        return None
+    owner = out if out.base is None else out.base
+    return owner if isinstance(owner, np.ndarray) else None
 
 #: references to a pooled array while :meth:`OutputPool.take` tests it: the pool's
 #: list, the loop variable and ``sys.getrefcount``'s argument
@@ -53,10 +72,8 @@ class OutputPool:
     def keep(self, out, depth: int) -> None:
         """After a call: adopt the memory of its output ``out`` (a numpy view of the array
         the processor wrote) if it is new and the pool holds fewer than ``depth``."""
-        if not isinstance(out, np.ndarray):
-            return
-        owner = out if out.base is None else out.base
-        if not isinstance(owner, np.ndarray) or len(self.arrays) >= depth:
+        owner = output_owner(out)
+        if owner is None or len(self.arrays) >= depth:
             return
         for a in self.arrays:
             if a is owner:
