@@ -10,8 +10,9 @@ Where none can be written (a read-only install with no writable ``HOME``, an
 unwritable ``NUMBA_CACHE_DIR``), numba refuses to define a cached function at all
 ("cannot cache function ...: no locator available").  :func:`_choose_cache` checks this
 once, before any kernel is defined, and falls back to a private folder under the
-system's temporary directory (kept across runs), or, failing that, to compiling in
-memory; it logs one warning (logger ``rtamt``) saying which.
+system's temporary directory (kept across runs), or, failing that (no writable temporary
+directory either: ``tempfile.gettempdir()`` raises), to compiling in memory; it logs one
+warning (logger ``rtamt``) saying which.
 """
 import contextlib
 import logging
@@ -37,7 +38,7 @@ def _numba_can_cache() -> bool:
 
     try:
         FunctionCache(_cache_probe)
-    except RuntimeError:                    # "cannot cache function ...: no locator"
+    except (RuntimeError, OSError):         # "cannot cache function ...: no locator"
         return False
     return True
 
@@ -73,8 +74,12 @@ def _choose_cache() -> None:
 
     log = logging.getLogger("rtamt")
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    path = os.path.join(tempfile.gettempdir(), f"rtamt-numba-cache-{uid}")
-    if hasattr(os, "getuid") and _private_dir(path):
+    try:
+        tmp = tempfile.gettempdir()
+    except OSError:       # FileNotFoundError: "No usable temporary directory found"
+        tmp = None
+    path = None if tmp is None else os.path.join(tmp, f"rtamt-numba-cache-{uid}")
+    if path is not None and hasattr(os, "getuid") and _private_dir(path):
         old = config.CACHE_DIR
         config.CACHE_DIR = path
         if _numba_can_cache():
@@ -87,8 +92,8 @@ def _choose_cache() -> None:
     JIT["cache"] = False
     log.warning("rtamt: numba cannot write its kernel cache anywhere (NUMBA_CACHE_DIR, the "
                 "package folder, ~/.cache, %s); compiling kernels in memory, every run "
-                "(set NUMBA_CACHE_DIR to a writable folder to keep them)", path)
-
+                "(set NUMBA_CACHE_DIR to a writable folder to keep them)",
+                path or "no writable temporary directory")
 
 _choose_cache()
 
@@ -184,6 +189,9 @@ class WarmupReport:
 
     def describe(self) -> str:
         """One line, e.g. ``kernels: loaded from cache in 0.41 s (5 kernels)``."""
+        if self.cold and not JIT["cache"]:
+            return (f"kernels: compiled in {self.seconds:.1f} s ({self.compiled} compiled, in "
+                    "memory: not cached, no writable cache folder; set NUMBA_CACHE_DIR)")
         if self.cold:
             return (f"kernels: compiled in {self.seconds:.1f} s (once; {self.compiled} compiled, "
                     f"{self.loaded} from cache; later runs load them from the cache)")
