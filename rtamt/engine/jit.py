@@ -214,6 +214,32 @@ def _dispatchers():
     return list(seen.values())
 
 
+def _parts(obj, seen=None):
+    """``obj`` and every streaming object inside it (a chain's ``stages``, a
+    :class:`~rtamt.engine.parallel.Parallel`'s children, a wrapper's ``model``), each once."""
+    seen = set() if seen is None else seen
+    if obj is None or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    yield obj
+    kids = list(getattr(obj, "stages", None) or ())
+    kids += list((getattr(obj, "children_map", None) or {}).values())
+    kids.append(getattr(obj, "model", None))
+    for k in kids:
+        if not isinstance(k, (str, int, float, bytes)):
+            yield from _parts(k, seen)
+
+
+def _hooks(model) -> list:
+    """The objects in ``model`` (see :func:`_parts`) with a ``warm_kernels()`` method.
+    An object defines it when some of its kernels are reached only later in a stream than
+    a short warm-up signal goes (e.g. the loudness meter's integrated loudness, after its
+    first 400 ms gating block, and loudness range, after 3 s): the method calls them with
+    arguments of the types real processing passes, leaving the object's state as it was."""
+    return [p for p in _parts(model) if callable(getattr(p, "warm_kernels", None))
+            and not isinstance(p, type)]
+
+
 def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> WarmupReport:
     """Run ``model`` once on a short signal so that every kernel it uses is loaded from
     numba's disk cache (or compiled, on a first run) before real processing starts.
@@ -226,7 +252,9 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
     come in).  ``block`` defaults to 0.1 s of signal (4800 samples at 48 kHz),
     long enough for the models that work in frames.  ``progress(step)`` is called with
     a :class:`WarmupStep` when a kernel starts compiling and after each stage; nothing
-    is printed here.  Returns a :class:`WarmupReport`.
+    is printed here.  Objects whose kernels a short signal does not reach (see
+    :func:`_hooks`) then load them too, each as one more step named after the object.
+    Returns a :class:`WarmupReport`.
     """
     import copy
     import time
@@ -256,6 +284,8 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
 
     names = [getattr(s, "name", type(s).__name__) for s in stages] or [
         getattr(work, "name", type(work).__name__)]
+    hooks = _hooks(work)
+    names += [getattr(h, "name", type(h).__name__) for h in hooks]
     total = len(names)
     cur = {"i": 1, "compiled": 0, "report": False}
     steps = []
@@ -306,6 +336,8 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
                 y = _f(*a)
                 if cur["report"]:
                     finish(_i)
+                    # what the model does after its last stage is the first hook's step
+                    cur["i"] = min(_i + (_i == len(stages)), total)
                 return y
             st.process_tm = timed
         last.update(t=time.perf_counter(), hits=hits_start)
@@ -315,5 +347,10 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
         work(x)
         if not stages:
             finish(1)
+        cur["report"] = False
+        for i, h in enumerate(hooks, total - len(hooks) + 1):
+            cur["i"] = i
+            h.warm_kernels()
+            finish(i)
     return WarmupReport(time.perf_counter() - t_start, hits() - hits_start,
                         cur["compiled"], steps)
