@@ -58,7 +58,7 @@ from .inputs import (
     open_input,
     open_per_channel,
 )
-from .warm import warm_up
+from .warm import warm_chains
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
 
@@ -204,8 +204,7 @@ def run(args) -> int:
         print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch"
               f"{', one stream per channel' if args.per_channel else ''}), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
-    for name in ("loudness", "bs1770"):   # kernels loaded (or compiled) before streaming
-        warm_up(chains[name], np.float64, () if ch == 1 else (ch,), name)
+    warm_chains(chains, np.float64, ch)     # kernels loaded (or compiled) before streaming
     if args.per_channel:
         def open_one(sched, c, name, **skw):
             return sched.open(chains if c == 0 else chains_of(), fs, args.block, name=name,

@@ -147,6 +147,7 @@ def build_pipeline(s: MonitorSettings):
 
     from .feed import ModulationPower, MonitorFeed, SoundLevel
     from .inputs import Live, open_input
+    from .warm import warm_chains
 
     inp = open_input(s.input, hostapi=s.hostapi, fs=s.fs, channels=s.channels,
                      blocksize=s.blocksize, realtime=True, seconds=s.seconds,
@@ -169,6 +170,7 @@ def build_pipeline(s: MonitorSettings):
         cls = Dau1997 if s.modulation_model == "dau1997" else King2019
         mod = ModulationPower(cls(fs, fhigh=min(8000.0, 0.45 * fs), spl_ref=s.spl_ref))
         chains["modulation"] = mod
+    warm_chains(chains, np.float64, ch)     # kernels loaded (or compiled) before streaming
     rt = Runtime(chains, fs, channels=ch, block=s.block, policy="drop-oldest",
                  max_backlog_s=s.max_backlog_s, source_timeout=s.source_timeout)
     feed = MonitorFeed(fs, s.block, lm, mod, channels=ch, spl_ref=s.spl_ref,

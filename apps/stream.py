@@ -39,6 +39,7 @@ from .inputs import (
     open_input,
     open_per_channel,
 )
+from .warm import warm_chains
 
 
 def add_arguments(p):
@@ -179,10 +180,14 @@ def _run(args) -> int:
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
     outputs = None
+    model = MODELS[args.model](inp.fs, **kw)
+    # kernels loaded (or compiled) before the first block; one stream per channel takes 1
+    warm_chains({args.model: model}, np.float64, 1 if args.per_channel else inp.channels)
     if args.per_channel:
         def open_one(sched, c, name, **skw):
-            return sched.open(args.model, inp.fs, args.block, model_kwargs=kw or None,
-                              name=name, policy=policy, max_backlog_s=args.max_backlog, **skw)
+            return sched.open(model if c == 0 else args.model, inp.fs, args.block,
+                              model_kwargs=None if c == 0 else kw or None, name=name,
+                              policy=policy, max_backlog_s=args.max_backlog, **skw)
 
         rt = open_per_channel(args, inp, open_one)
         streams = rt.streams
@@ -194,7 +199,6 @@ def _run(args) -> int:
                 print(f"rtamt stream: --out {args.out}: {e}", file=sys.stderr)
                 return 2
     else:
-        model = MODELS[args.model](inp.fs, **kw)
         rt = Runtime(model, inp.fs, channels=inp.channels, block=args.block, policy=policy,
                      max_backlog_s=args.max_backlog, source_timeout=args.source_timeout)
         streams = [rt]

@@ -1,5 +1,9 @@
-"""Kernel warm-up for the apps: load the model's compiled kernels before processing, and
-say so on stderr when a first run has to compile them (minutes of silence otherwise)."""
+"""Kernel warm-up for the apps: load every compiled kernel a run will use before its first
+block (before the app is ready), and say so on stderr when a first run has to compile them
+(minutes of silence otherwise).  Every app calls :func:`warm_up` (one model) or
+:func:`warm_chains` (the named chains of a runtime) with the dtype and the channels of one
+stream; what the runtime or scheduler adds (their input checks, the scheduler's batched
+intake) they load themselves when they are built or started."""
 from __future__ import annotations
 
 import sys
@@ -29,3 +33,11 @@ def warm_up(model, dtype, lead, label: str, stream=None) -> WarmupReport:
                   file=out, flush=True)
 
     return warmup(model, dtype, lead=lead, progress=progress)
+
+
+def warm_chains(chains: dict, dtype, channels: int, stream=None) -> list:
+    """:func:`warm_up` for each of ``chains`` (``{name: streaming object}``, as given to a
+    :class:`rtamt.runtime.Runtime` or ``Scheduler.open``), labelled by its name, for
+    blocks of ``channels`` channels; returns the reports."""
+    lead = () if channels == 1 else (channels,)
+    return [warm_up(c, dtype, lead, name, stream) for name, c in chains.items()]

@@ -10,8 +10,9 @@ Where none can be written (a read-only install with no writable ``HOME``, an
 unwritable ``NUMBA_CACHE_DIR``), numba refuses to define a cached function at all
 ("cannot cache function ...: no locator available").  :func:`_choose_cache` checks this
 once, before any kernel is defined, and falls back to a private folder under the
-system's temporary directory (kept across runs), or, failing that, to compiling in
-memory; it logs one warning (logger ``rtamt``) saying which.
+system's temporary directory (kept across runs), or, failing that (no writable temporary
+directory either: ``tempfile.gettempdir()`` raises), to compiling in memory; it logs one
+warning (logger ``rtamt``) saying which.
 """
 import contextlib
 import logging
@@ -37,7 +38,7 @@ def _numba_can_cache() -> bool:
 
     try:
         FunctionCache(_cache_probe)
-    except RuntimeError:                    # "cannot cache function ...: no locator"
+    except (RuntimeError, OSError):         # "cannot cache function ...: no locator"
         return False
     return True
 
@@ -73,8 +74,12 @@ def _choose_cache() -> None:
 
     log = logging.getLogger("rtamt")
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    path = os.path.join(tempfile.gettempdir(), f"rtamt-numba-cache-{uid}")
-    if hasattr(os, "getuid") and _private_dir(path):
+    try:
+        tmp = tempfile.gettempdir()
+    except OSError:       # FileNotFoundError: "No usable temporary directory found"
+        tmp = None
+    path = None if tmp is None else os.path.join(tmp, f"rtamt-numba-cache-{uid}")
+    if path is not None and hasattr(os, "getuid") and _private_dir(path):
         old = config.CACHE_DIR
         config.CACHE_DIR = path
         if _numba_can_cache():
@@ -87,8 +92,8 @@ def _choose_cache() -> None:
     JIT["cache"] = False
     log.warning("rtamt: numba cannot write its kernel cache anywhere (NUMBA_CACHE_DIR, the "
                 "package folder, ~/.cache, %s); compiling kernels in memory, every run "
-                "(set NUMBA_CACHE_DIR to a writable folder to keep them)", path)
-
+                "(set NUMBA_CACHE_DIR to a writable folder to keep them)",
+                path or "no writable temporary directory")
 
 _choose_cache()
 
@@ -184,6 +189,9 @@ class WarmupReport:
 
     def describe(self) -> str:
         """One line, e.g. ``kernels: loaded from cache in 0.41 s (5 kernels)``."""
+        if self.cold and not JIT["cache"]:
+            return (f"kernels: compiled in {self.seconds:.1f} s ({self.compiled} compiled, in "
+                    "memory: not cached, no writable cache folder; set NUMBA_CACHE_DIR)")
         if self.cold:
             return (f"kernels: compiled in {self.seconds:.1f} s (once; {self.compiled} compiled, "
                     f"{self.loaded} from cache; later runs load them from the cache)")
@@ -206,6 +214,32 @@ def _dispatchers():
     return list(seen.values())
 
 
+def _parts(obj, seen=None):
+    """``obj`` and every streaming object inside it (a chain's ``stages``, a
+    :class:`~rtamt.engine.parallel.Parallel`'s children, a wrapper's ``model``), each once."""
+    seen = set() if seen is None else seen
+    if obj is None or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    yield obj
+    kids = list(getattr(obj, "stages", None) or ())
+    kids += list((getattr(obj, "children_map", None) or {}).values())
+    kids.append(getattr(obj, "model", None))
+    for k in kids:
+        if not isinstance(k, (str, int, float, bytes)):
+            yield from _parts(k, seen)
+
+
+def _hooks(model) -> list:
+    """The objects in ``model`` (see :func:`_parts`) with a ``warm_kernels()`` method.
+    An object defines it when some of its kernels are reached only later in a stream than
+    a short warm-up signal goes (e.g. the loudness meter's integrated loudness, after its
+    first 400 ms gating block, and loudness range, after 3 s): the method calls them with
+    arguments of the types real processing passes, leaving the object's state as it was."""
+    return [p for p in _parts(model) if callable(getattr(p, "warm_kernels", None))
+            and not isinstance(p, type)]
+
+
 def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> WarmupReport:
     """Run ``model`` once on a short signal so that every kernel it uses is loaded from
     numba's disk cache (or compiled, on a first run) before real processing starts.
@@ -218,7 +252,9 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
     come in).  ``block`` defaults to 0.1 s of signal (4800 samples at 48 kHz),
     long enough for the models that work in frames.  ``progress(step)`` is called with
     a :class:`WarmupStep` when a kernel starts compiling and after each stage; nothing
-    is printed here.  Returns a :class:`WarmupReport`.
+    is printed here.  Objects whose kernels a short signal does not reach (see
+    :func:`_hooks`) then load them too, each as one more step named after the object.
+    Returns a :class:`WarmupReport`.
     """
     import copy
     import time
@@ -248,6 +284,8 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
 
     names = [getattr(s, "name", type(s).__name__) for s in stages] or [
         getattr(work, "name", type(work).__name__)]
+    hooks = _hooks(work)
+    names += [getattr(h, "name", type(h).__name__) for h in hooks]
     total = len(names)
     cur = {"i": 1, "compiled": 0, "report": False}
     steps = []
@@ -298,6 +336,8 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
                 y = _f(*a)
                 if cur["report"]:
                     finish(_i)
+                    # what the model does after its last stage is the first hook's step
+                    cur["i"] = min(_i + (_i == len(stages)), total)
                 return y
             st.process_tm = timed
         last.update(t=time.perf_counter(), hits=hits_start)
@@ -307,5 +347,10 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
         work(x)
         if not stages:
             finish(1)
+        cur["report"] = False
+        for i, h in enumerate(hooks, total - len(hooks) + 1):
+            cur["i"] = i
+            h.warm_kernels()
+            finish(i)
     return WarmupReport(time.perf_counter() - t_start, hits() - hits_start,
                         cur["compiled"], steps)

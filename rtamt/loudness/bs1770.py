@@ -637,6 +637,20 @@ class LoudnessMeter(Registered):
             if (~np.isnan(e_s)).any():
                 s["loudness_range"] = _G.exact_lra(self._lists["lra_e"].view())
 
+    def warm_kernels(self) -> None:
+        """Load (or compile) the gating kernels of this meter's mode that a stream reaches
+        only after its first 400 ms gating block (the integrated loudness) and its first
+        3 s short-term value (the loudness range): :meth:`_gate` once on a copy of the
+        statistics, with one block of power 1e-3 (-30 LUFS, inside every gate) as float64
+        arrays like real blocks give.  The meter's state is not changed.  Called by
+        :func:`rtamt.engine.jit.warmup` (the apps' warm-up), so that no kernel loads on
+        the real-time path."""
+        w = copy.copy(self)
+        w._s = copy.deepcopy(self._s)
+        w._lists = {k: _Growing() for k in self._lists}
+        e = np.full(1, 1e-3)
+        w._gate(e, e.copy(), np.full(1, float(N_SHORT_TERM)))
+
 
 class _Growing:
     """A float64 list with amortised appends (the exact mode's values)."""

@@ -128,16 +128,18 @@ class Runtime:
     # ================================================================ lifecycle
     def warmup(self) -> None:
         """Compile / load every chain's kernels before the stream starts (numba JIT
-        would otherwise stall the first block).  Runs each chain on one block of zeros
-        and restores its exact state afterwards."""
+        would otherwise stall the first block).  Runs the chains as the stream calls them
+        (their :class:`~rtamt.engine.parallel.Parallel`, whose input check is a kernel
+        too) on one block of zeros in the stream's layout and restores their exact state
+        afterwards; kernels that a short signal does not reach are the apps' warm-up's
+        (:func:`rtamt.engine.jit.warmup`)."""
         z = np.zeros((self.block, self.channels), self.dtype)
         xin = z[:, 0] if self.channels == 1 else z.T
 
         def _do():
-            for c in self.chains.values():
-                sd = c.state_dict()
-                c(xin)
-                c.load_state_dict(sd)
+            sd = self.proc.state_dict()
+            self.proc(xin)
+            self.proc.load_state_dict(sd)
             self.stream.state_replaced()
         self.stream.between_blocks(_do)
 

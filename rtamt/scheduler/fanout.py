@@ -83,6 +83,21 @@ class FanOut:
         self.notified = False
         self.t_push = _perf()
         self.push_n = 0
+        self._warm_intake()
+
+    def _warm_intake(self) -> None:
+        """Load (or compile) :func:`~rtamt.scheduler.ring.take_rows` for the argument types
+        of :meth:`take_in` (the bank's sample dtype, each group's input rows) now, with no
+        column to copy, rather than on the first push (a compile there took 0.2 s and
+        missed the first blocks' deadlines).  Should it fail, the first push meets the
+        failure and falls back to the per-stream intake, saying so (as it would anyway)."""
+        for inbuf in {id(s.group.inbuf): s.group.inbuf for s in self.streams
+                      if s.group is not None and s.group.shares_input(s)}.values():
+            try:
+                take_rows(self.bank.data, self._cols[:0], 0, self.block, inbuf,
+                          self._slots[:0], self.streams[0].limit, self._ok)
+            except Exception:  # noqa: BLE001 - reported by take_in's fallback
+                return
 
     def _check(self, block, want: str, ok) -> np.ndarray:
         block = np.asarray(block)

@@ -209,3 +209,88 @@ def test_process_demo_runs_with_an_unwritable_numba_cache(tmp_path):
     assert r.returncode == 0, r.stderr
     assert sum("kernel cache" in ln for ln in r.stderr.splitlines()) == 1, r.stderr
     assert "steady state:" in r.stdout
+
+
+# --- no writable directory at all: no cache folder, no temporary directory (issue 38 item 7)
+
+def _run_without_writable_dirs(tmp_path, *cmd, timeout=900):
+    """Run ``cmd`` where nothing numba or ``tempfile`` could use is writable: a mount
+    namespace (``unshare -rm``; chmod does not stop root) with read-only bind mounts of
+    the system's temporary directories (/tmp, /var/tmp, /usr/tmp), of ``HOME``,
+    ``TMPDIR`` / ``TEMP`` / ``TMP`` and the working folder (all under ``tmp_path``), and of
+    the ``rtamt`` and ``rtamt_apps`` package folders (no ``__pycache__`` can be written);
+    ``NUMBA_CACHE_DIR`` and ``XDG_CACHE_HOME`` unset.  Skips where no mount namespace can
+    be made."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import rtamt_apps
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("needs util-linux unshare (a mount namespace for read-only mounts)")
+    home, ro = tmp_path / "home", tmp_path / "ro"
+    home.mkdir()
+    ro.mkdir()
+    dirs = [str(home), str(ro), str(Path(rtamt.__file__).parent),
+            str(Path(rtamt_apps.__file__).parent)]
+    dirs += [d for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d)]
+    mounts = " && ".join(f"mount --bind -o ro '{d}' '{d}'" for d in dirs)
+    probe = subprocess.run([unshare, "-rm", "sh", "-c", mounts], capture_output=True,
+                           text=True)
+    if probe.returncode:
+        pytest.skip(f"no mount namespace with read-only bind mounts here: {probe.stderr}")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), TMPDIR=str(ro), TEMP=str(ro), TMP=str(ro))
+    script = f'{mounts} && cd \'{ro}\' && exec "$@"'
+    cmd = [sys.executable if c == "python" else c for c in cmd]
+    return subprocess.run([unshare, "-rm", "sh", "-c", script, "sh", *cmd],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+_NO_TMP_CHECK = ("import tempfile\n"
+                 "try:\n"
+                 "    tempfile.gettempdir()\n"
+                 "except FileNotFoundError:\n"
+                 "    pass\n"
+                 "else:\n"
+                 "    raise SystemExit('the sandbox has a writable temporary directory')\n")
+
+
+def test_no_writable_directory_at_all_compiles_in_memory(tmp_path):
+    """Before: with HOME, every temporary directory and the package read-only, `import
+    rtamt` died with "FileNotFoundError: No usable temporary directory found" (from the
+    cache fallback).  Now it imports, a model runs with its kernels compiled in memory,
+    and one line on stderr says so."""
+    code = _NO_TMP_CHECK + (
+        "import numpy as np, rtamt\n"
+        "from rtamt.engine.jit import JIT\n"
+        "assert JIT['cache'] is False\n"
+        "y = rtamt.Dau1997(48000.0)(0.01 * np.sin(np.arange(2400) * 0.13))\n"
+        "print(y.shape, bool(np.isfinite(y).all()))\n")
+    r = _run_without_writable_dirs(tmp_path, "python", "-c", code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "True", r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "compiling kernels in memory" in lines[0]
+    assert "no writable temporary directory" in lines[0]
+
+
+@pytest.mark.slow
+def test_process_demo_runs_without_any_writable_directory(tmp_path):
+    """`rtamt process --demo` where nothing is writable: kernels compiled in memory, the
+    line saying so once, the run finished (exit 0), and the summary does not promise a
+    cache."""
+    r = _run_without_writable_dirs(tmp_path, "python", "-c",
+                                   _NO_TMP_CHECK + "import sys; from rtamt_apps.cli import "
+                                   "main; sys.exit(main(['process', '--demo']))")
+    assert r.returncode == 0, r.stderr
+    assert sum("compiling kernels in memory" in ln for ln in r.stderr.splitlines()) == 1, \
+        r.stderr
+    assert "steady state:" in r.stdout
+    assert "not cached" in r.stdout and "from the cache" not in r.stdout, r.stdout

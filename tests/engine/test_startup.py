@@ -89,6 +89,28 @@ def test_warmup_reports_every_stage_through_the_callback():
                                      else "kernels: loaded from cache in")
 
 
+@pytest.mark.parametrize("mode", ["histogram", "exact"])
+def test_warmup_runs_the_meters_later_kernels_as_a_step_and_leaves_it_untouched(mode):
+    """The loudness meter's gating statistics start after 400 ms (integrated) and 3 s
+    (loudness range), past the warm-up's 0.1 s: its warm_kernels() step runs them (issue
+    38 item 6), on a copy: the meter measures afterwards as a fresh one does."""
+    from rtamt.loudness import gating
+    from rtamt.loudness.bs1770 import LoudnessMeter
+
+    x = np.stack([_blocks(1, 4 * int(FS)), _blocks(2, 4 * int(FS))])
+    m, ref = (LoudnessMeter(fs=FS, channels=2, mode=mode) for _ in range(2))
+    steps = []
+    warmup(m, "float64", lead=(2,), progress=steps.append)
+    done = [s.stage for s in steps if s.event == "done"]
+    assert done == ["kweighting", "gating", "truepeak", m.name]
+    if mode == "histogram":            # the exact mode's statistics are numpy code
+        assert gating.hist_integrated.signatures and gating.hist_lra.signatures
+    got, want = m(x), ref(x)
+    assert (got.integrated, got.loudness_range, got.true_peak) == \
+        (want.integrated, want.loudness_range, want.true_peak)
+    assert m.blocks_processed == ref.blocks_processed == 1
+
+
 def test_process_summary_separates_kernel_load_from_steady_state(capsys):
     assert main(["process", "--demo", "--block", "4096"]) == 0
     out = capsys.readouterr().out

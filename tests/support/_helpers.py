@@ -143,3 +143,14 @@ def rtamt_stage_classes() -> list:
                 todo.append(sub)
     return sorted((c for c in seen if c.__module__.startswith("rtamt.")),
                   key=lambda c: (c.__module__, c.__qualname__))
+
+
+def restore_sigint() -> None:
+    """``preexec_fn`` of a child that the test will interrupt (runs between fork and exec):
+    SIGINT back to its default action.  A suite started from a background job (``cmd &``
+    in a shell without job control, ``nohup``, ``trap '' INT``) runs with SIGINT ignored,
+    the child inherits that, and Python then installs no ``KeyboardInterrupt`` handler, so
+    the test's SIGINT would do nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

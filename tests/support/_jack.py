@@ -110,6 +110,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from _helpers import restore_sigint
+
 #: Timeout (s) for every JACK command-line tool call.
 TOOL_TIMEOUT = 10.0
 
@@ -601,14 +603,16 @@ APP_GRACE = 30.0            # s we wait at most before killing a hung app (no te
 def start_app(app, server, tmp_path, tag, *extra, period: int = 256):
     """Run ``python -m rtamt_apps APP --input system --hostapi JACK --channels 1`` on the
     dummy server until its JACK input port is up; output goes to ``tmp_path/TAG.out`` and
-    ``.err``.  Returns ``(process, out path, err path)``."""
+    ``.err``.  The app starts with SIGINT at its default action (:func:`restore_sigint`:
+    the tests interrupt it, also when the suite runs with SIGINT ignored).  Returns
+    ``(process, out path, err path)``."""
     before = list_ports()
     out, err = tmp_path / f"{tag}.out", tmp_path / f"{tag}.err"
     with open(out, "w") as fo, open(err, "w") as fe:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rtamt_apps", app, "--input", "system", "--hostapi", "JACK",
              "--channels", "1", "--blocksize", str(period), "--seconds", "120", *extra],
-            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, preexec_fn=restore_sigint,
             env=dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "none.json")))
     port = wait_for_input_port(proc, before, server, time.monotonic() + APP_START_TIMEOUT, app)
     assert port is not None, f"{app} exited early:\n{out.read_text()}\n{err.read_text()}"
