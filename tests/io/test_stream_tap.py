@@ -178,3 +178,41 @@ def test_set_refuses_a_npz_name_and_a_foreign_directory(tmp_path):
         OutputSet(mine, ["ch0"])
     assert sorted(os.listdir(tmp_path)) == ["mine"]
 
+
+@pytest.mark.parametrize("fan", [False, True], ids=["stream", "fanout"])
+def test_backpressure_is_not_a_source_that_stopped(fan):
+    """A source pushing as fast as possible (``push(wait=True)``) into a stream whose
+    subscriber holds the worker (a full tap waiting for its writer) waits longer than the
+    source timeout: that is backpressure, not a dead input (a 10-minute ``stream --fast
+    --out`` run was stopped with "input stopped delivering audio" and exit 3)."""
+    from rtamt.filterbank import Gammatone, GammatoneParams
+    from rtamt.scheduler import FanOut, Scheduler
+
+    fs = 16000.0
+    sched = Scheduler(threads=1)
+    streams = [sched.open(Gammatone(GammatoneParams(fs=fs)), fs, 256, policy="drop-newest",
+                          admission="best-effort", source_timeout=0.3, history=0,
+                          ring_seconds=0.5, name=f"s{c}") for c in range(2 if fan else 1)]
+    held = threading.Event()
+
+    def slow(r):                        # block 5 holds the worker for 1 s
+        if r.seq == 5:
+            held.set()
+            time.sleep(1.0)
+
+    streams[0].subscribe(slow)
+    into = FanOut(streams) if fan else streams[0]
+    x = 0.01 * np.random.default_rng(0).standard_normal((int(4 * fs), len(streams)))
+    try:
+        into.source_started()
+        for k in range(0, x.shape[0], 256):
+            assert into.push(x[k:k + 256] if fan else x[k:k + 256, 0], wait=True)
+        into.source_ended()
+        assert held.is_set()
+        for s in streams:
+            assert s.wait_idle(30.0)
+            st = s.stats()
+            assert st.source_error is None and st.source_stalls == 0, st.line()
+            assert st.frames_processed == x.shape[0] and st.dropped_frames == 0
+    finally:
+        sched.close("discard", 5.0)
