@@ -59,9 +59,10 @@ def _names_arg(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def add_output_arguments(p) -> None:
+def add_output_arguments(p, max_help: str = "") -> None:
     """The output options (argparse): ``--store-dtype``, ``--outputs``, ``--padded``,
-    ``--frame-rate`` / ``--decimate``, ``--pool``, ``--max-output-gb``."""
+    ``--frame-rate`` / ``--decimate``, ``--pool``, ``--max-output-gb`` (``max_help``:
+    appended to its help)."""
     p.add_argument("--store-dtype", default="float32", choices=["float32", "float64"],
                    help="precision of the stored outputs (default float32: half the disk; "
                         "float64 keeps what float64 processing computed)")
@@ -91,7 +92,7 @@ def add_output_arguments(p) -> None:
     p.add_argument("--max-output-gb", type=positive_float(), default=MAX_OUTPUT_GB,
                    metavar="GB",
                    help=f"refuse (before processing) an output estimated above this size "
-                        f"(default {MAX_OUTPUT_GB:g} GB) unless --force")
+                        f"(default {MAX_OUTPUT_GB:g} GB) unless --force{max_help}")
 
 
 def gb(nbytes: float) -> str:

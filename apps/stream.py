@@ -137,7 +137,8 @@ def add_arguments(p):
                         "first; memory stays bounded; the whole of DIR appears when the run "
                         "ends normally, nothing of it after a failure (exit 1)")
     g = p.add_argument_group("--out options (as rtamt process)")
-    add_output_arguments(g)
+    add_output_arguments(g, max_help="; a device run without --seconds stops there, "
+                                     "keeping what it wrote (exit 1)")
 
 
 class _Recorder:
