@@ -148,21 +148,24 @@ def check_block(option: str, frames: int, fs: float, force: bool = False) -> Non
             f"{float(fs):g} Hz (at most {limit}; --force to allow)")
 
 
-def add_force_argument(p) -> None:
-    """``--force``: allow blocks longer than :data:`BLOCK_SECONDS` (up to :data:`MAX_FRAMES`)."""
+def add_force_argument(p, more: str = "") -> None:
+    """``--force``: allow blocks longer than :data:`BLOCK_SECONDS` (up to :data:`MAX_FRAMES`)
+    (``more``: what else it allows in this app, appended to the help)."""
     p.add_argument("--force", action="store_true",
                    help=f"allow --block / --blocksize above {BLOCK_SECONDS:g} s of audio "
-                        f"(at most {MAX_FRAMES} frames)")
+                        f"(at most {MAX_FRAMES} frames){more}")
 
 
 def add_block_arguments(p, block: int = 512, blocksize: int = 256, *, blocksize_min: int = 1,
-                        blocksize_help: str = "callback / source block size") -> None:
+                        blocksize_help: str = "callback / source block size",
+                        force_help: str = "") -> None:
     """The live apps' ``--block`` and ``--blocksize`` (frames, >= 1, ``--blocksize`` >=
-    ``blocksize_min``) and ``--force``.  The 1 s limit is checked once the input's rate is
-    known (:func:`check_block`, called by :func:`rtamt_apps.inputs.open_input`)."""
+    ``blocksize_min``) and ``--force`` (``force_help``: see :func:`add_force_argument`).
+    The 1 s limit is checked once the input's rate is known (:func:`check_block`, called
+    by :func:`rtamt_apps.inputs.open_input`)."""
     p.add_argument("--block", type=int_range(1, MAX_FRAMES), default=block,
                    help=f"processing block (frames; at most {BLOCK_SECONDS:g} s of audio "
                         "unless --force)")
     p.add_argument("--blocksize", type=int_range(blocksize_min, MAX_FRAMES), default=blocksize,
                    help=blocksize_help)
-    add_force_argument(p)
+    add_force_argument(p, force_help)

@@ -14,16 +14,17 @@ subtype, FLAC, OGG, ...), and the outputs go to disk as they are produced, throu
   the end (the disk holds both meanwhile).
 
 Defaults that fit a disk (a 10-minute 48 kHz file gives about 66 MB with Dau1997, where
-every stage at full rate in float64 would take about 100 GB):
+every stage at full rate in float64 would take about 100 GB; the options and their
+defaults are shared with ``rtamt stream --per-channel --out``: :mod:`rtamt_apps.outputs`):
 
 * only the model's last stage is kept (``modfb`` for the auditory models); models whose
-  outputs are all frames (the loudness models, at most :data:`FRAMED_RATE` Hz) keep every
-  output; ``--outputs NAME,...`` or ``--outputs all`` to choose;
+  outputs are all frames (the loudness models, at most 1000 Hz) keep every output;
+  ``--outputs NAME,...`` or ``--outputs all`` to choose;
 * outputs are stored in float32 (``--store-dtype float64`` to keep the processing
   precision; processing itself runs in ``--dtype``, float64 by default);
 * modulation outputs are stored packed, one row per real filter (``(F, T)``, e.g. 275 rows
   for Dau1997 at 48 kHz), ``--padded`` for the ``(C, M, T)`` NaN-padded layout;
-* outputs are pooled to :data:`FRAME_RATE` frames per second (10 ms frames): ``--pool rms``
+* outputs are pooled to 100 frames per second (10 ms frames): ``--pool rms``
   (the root mean square of each frame, the envelope of a band-pass output whose plain mean
   is about 0), ``power``, ``mean`` or ``max``; frame times are always averaged; outputs at
   the audio rate default to ``rms``, framed outputs (loudness, levels) to ``mean``.
@@ -46,10 +47,7 @@ written.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import pathlib
-import shutil
 import signal
 import sys
 import time
@@ -57,10 +55,8 @@ import time
 import numpy as np
 
 from rtamt.engine.stage import RtamtInputError
-from rtamt.io import Decimator, OutputWriter
-from rtamt.io.decimate import POOLS
+from rtamt.io import OutputWriter
 from rtamt.models import MODELS
-from rtamt.modulation import to_padded
 from rtamt.signals import AudioFileError, AudioReader, demo_signal
 
 from .args import (
@@ -68,21 +64,24 @@ from .args import (
     MAX_FRAMES,
     UsageError,
     check_block,
-    float_range,
     int_range,
     positive_float,
     spl_ref_db,
+)
+from .outputs import (
+    NoOutput,
+    Summary,
+    add_output_arguments,
+    check_size,
+    describe,
+    gb,
+    plan_outputs,
+    recheck_size,
 )
 from .warm import warm_up
 
 #: a progress bar (on a terminal's stderr) for inputs at least this long, s
 PROGRESS_MIN_SECONDS = 5.0
-#: default frames per second of the stored outputs (10 ms frames)
-FRAME_RATE = 100.0
-#: outputs at this rate or below are frames already (loudness models): pooled with 'mean'
-FRAMED_RATE = 1000.0
-#: default limit of the estimated output size, GB (``--max-output-gb``)
-MAX_OUTPUT_GB = 4.0
 #: frames read from the file at a time
 READ_CHUNK = 1 << 16
 #: exit status after SIGTERM / SIGINT (128 + the signal number, what a shell reports)
@@ -96,13 +95,6 @@ def _block_arg(text: str):
         return int_range(1)(text)
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"{e} (or 'random')") from None
-
-
-def _names_arg(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give one or more output names, comma separated")
-    return list(dict.fromkeys(names))
 
 
 def add_arguments(p):
@@ -126,9 +118,6 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=0, help="seed of --block random (default 0)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                    help="processing precision (default float64)")
-    p.add_argument("--store-dtype", default="float32", choices=["float32", "float64"],
-                   help="precision of the stored outputs (default float32: half the disk; "
-                        "float64 keeps what float64 processing computed)")
     p.add_argument("--spl-ref", type=spl_ref_db, default=100.0,
                    help="dB SPL of a digital RMS of 1.0 (default 100, the AMT convention)")
     p.add_argument("--fs", type=positive_float(), default=None,
@@ -139,33 +128,7 @@ def add_arguments(p):
                         "or FILE.npz (one file, assembled from those at the end: needs the "
                         "space twice meanwhile); without --out nothing is written (the "
                         "summary only)")
-    p.add_argument("--outputs", type=_names_arg, default=None, metavar="NAME,...",
-                   help="outputs to keep, or 'all' (default: the model's last stage, e.g. "
-                        "modfb; every output of the loudness models; `rtamt models` lists "
-                        "them)")
-    p.add_argument("--padded", action="store_true",
-                   help="store modulation outputs NaN-padded as (C, M, T) (default: packed, "
-                        "(F, T), one row per real filter; modfb_channel and modfb_mfc name "
-                        "each row)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--frame-rate", type=float_range(0.0), default=None, metavar="HZ",
-                   help=f"frames per second of the stored outputs (default {FRAME_RATE:g}: "
-                        "10 ms frames; outputs at a lower rate are kept as they are): each "
-                        "frame pools N = round(output rate / HZ) samples (see --pool); 0 "
-                        "keeps every sample (full rate: Dau1997's modfb then stores 275 values, "
-                        "1.1 kB in float32, per input sample at 48 kHz)")
-    g.add_argument("--decimate", type=int_range(1), default=None, metavar="N",
-                   help="like --frame-rate, one frame per N samples of every kept output")
-    p.add_argument("--pool", default=None, choices=POOLS,
-                   help="how a frame's samples are reduced: rms (root mean square, the "
-                        "envelope of a band-pass output), power (mean square), mean (a boxcar "
-                        "average: about 0 for a carrier), max; default rms for outputs at the "
-                        f"audio rate, mean for framed ones (at most {FRAMED_RATE:g} Hz); "
-                        "frame_time is always averaged; the same for any block partition")
-    p.add_argument("--max-output-gb", type=positive_float(), default=MAX_OUTPUT_GB,
-                   metavar="GB",
-                   help=f"refuse (before processing) an output estimated above this size "
-                        f"(default {MAX_OUTPUT_GB:g} GB) unless --force")
+    add_output_arguments(p)
 
 
 def block_sizes(n: int, block, seed: int = 0) -> np.ndarray:
@@ -192,25 +155,6 @@ def block_sizes(n: int, block, seed: int = 0) -> np.ndarray:
         raise UsageError(f"argument --block: must be >= 1, got {b}")
     sizes = np.full(n // b, b)
     return np.append(sizes, n % b) if n % b else sizes
-
-
-class _Summary:
-    """Running shape, nanmin and nanmax of one output (no full array kept)."""
-
-    def __init__(self):
-        self.lead, self.n, self.lo, self.hi = None, 0, np.nan, np.nan
-
-    def add(self, v: np.ndarray) -> None:
-        self.lead = v.shape[:-1]
-        self.n += v.shape[-1]
-        if v.size:
-            # fmin/fmax ignore NaN (all-NaN gives NaN), without nanmin's warning
-            self.lo = np.fmin(self.lo, np.fmin.reduce(v, axis=None))
-            self.hi = np.fmax(self.hi, np.fmax.reduce(v, axis=None))
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.lead or ()) + (self.n,)
 
 
 class _ArrayReader:
@@ -241,10 +185,6 @@ def _blocks(reader, sizes, chunk: int = READ_CHUNK):
             off = 0
         yield buf[:, off:off + n]
         off += n
-
-
-def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3g} MB"
 
 
 class _Interrupted(Exception):
@@ -313,84 +253,6 @@ class _InputError(Exception):
     """The input cannot be used (one line, exit 2)."""
 
 
-def _select(args, model, fs) -> tuple[list, dict]:
-    """The outputs kept (``--outputs``, or the default) and their rates (Hz)."""
-    names = list(model.outputs)
-    info = model.output_info()
-    rates = {k: float(info[k]["rate"] or fs) for k in names}
-    if args.outputs is None:
-        if any(r > FRAMED_RATE for r in rates.values()):
-            names = names[-1:]                 # the last stage of an auditory model
-    elif args.outputs != ["all"]:
-        unknown = [k for k in args.outputs if k not in names]
-        if unknown:
-            raise UsageError(f"argument --outputs: {args.model} has no output "
-                             f"{', '.join(map(repr, unknown))} (it has {', '.join(names)}, "
-                             "or give 'all')")
-        names = [k for k in names if k in args.outputs]
-    return names, {k: rates[k] for k in names}
-
-
-def _pooling(args, names, rates) -> tuple[dict, dict]:
-    """Per output: the decimation factor and the pooling (``--frame-rate``, ``--decimate``,
-    ``--pool``, or the defaults)."""
-    factors, pools = {}, {}
-    for k in names:
-        if args.decimate is not None:
-            f = args.decimate
-        else:
-            hz = FRAME_RATE if args.frame_rate is None else args.frame_rate
-            f = max(1, round(rates[k] / hz)) if hz > 0 else 1
-        framed = rates[k] <= FRAMED_RATE
-        pool = "mean" if k == "frame_time" else args.pool or ("mean" if framed else "rms")
-        factors[k], pools[k] = f, pool if f > 1 else "mean"
-    return factors, pools
-
-
-def _rows(model, info, k, channels: int, padded: bool) -> int:
-    """Estimated values per time sample of output ``k`` for ``channels`` input channels."""
-    if k == "modfb" and padded:
-        n = int(np.size(model.mfc))
-    else:
-        n = int(info[k].get("channels") or 1)
-    return n * max(1, channels)
-
-
-def _check_size(args, est: float) -> None:
-    """Refuse (:class:`UsageError`) an estimated output of ``est`` bytes above
-    ``--max-output-gb`` or the destination's free space, unless ``--force``."""
-    if args.force:
-        return
-    limit = args.max_output_gb * 1e9
-    if est > limit:
-        less = "" if args.store_dtype == "float32" else " or --store-dtype float32"
-        raise UsageError(f"the output would be about {_gb(est)}, more than --max-output-gb "
-                         f"{args.max_output_gb:g}; keep fewer outputs (--outputs), a lower "
-                         f"--frame-rate{less}, or give --force")
-    if args.out:
-        dest = pathlib.Path(args.out)
-        try:
-            free = shutil.disk_usage(dest.parent if str(dest.parent) else ".").free
-        except OSError:
-            return                  # the writer reports a missing directory
-        need = est * (2 if dest.suffix.lower() == ".npz" else 1)
-        if need > free:
-            raise UsageError(f"the output would need about {_gb(need)}, the file system of "
-                             f"{dest.parent} has {_gb(free)} free; free some space, keep less "
-                             "(--outputs, --frame-rate), or give --force")
-
-
-def _recheck_size(args, plan, block: dict) -> None:
-    """After the first block: the size from the outputs' actual leading shapes (the
-    estimate from ``output_info`` misses e.g. Moore2016's two ears); a larger figure is
-    checked again (:func:`_check_size`) and kept for the summary."""
-    exact = sum(math.prod(v.shape[:-1]) * plan["lengths"][k] * v.dtype.itemsize
-                for k, v in block.items())
-    if exact > plan["est"]:
-        plan["est"] = exact
-        _check_size(args, exact)
-
-
 def _run(args) -> int:
     if args.demo == bool(args.input):
         return _error("give an input file or --demo (not both)")
@@ -414,29 +276,14 @@ def _run_open(args, reader, fs, src) -> int:
     except ValueError as e:
         return _error(str(e), usage=False)
     n_total = reader.frames
-    dur = n_total / fs
 
     # -- what is kept, at which rate, how long, how big --------------------------------
-    names, rates = _select(args, model, fs)
-    factors, pools = _pooling(args, names, rates)
-    decim = {k: Decimator(factors[k], pools[k]) for k in names}
-    lengths = {k: decim[k].output_length(int(n_total * rates[k] // fs)) for k in names}
-    short = [k for k in names if int(n_total * rates[k] // fs) == 0]
-    if short:
-        return _error(f"the input is {n_total} samples ({dur * 1e3:.3g} ms), shorter than one "
-                      f"{1e3 / rates[short[0]]:.3g} ms frame of {args.model}"
-                      + (f" ({', '.join(short)})" if short != names else "")
-                      + ": no output", usage=False)
-    empty = [k for k in names if lengths[k] == 0]
-    if empty:
-        return _error(f"--decimate/--frame-rate leaves no sample of {', '.join(empty)} "
-                      f"(the input is {dur:.3g} s)")
-    padded = args.padded and "modfb" in names and getattr(model, "mfc", None) is not None
-    info = model.output_info()
-    item = np.dtype(args.store_dtype).itemsize
-    est = sum(_rows(model, info, k, reader.channels, padded) * lengths[k] * item
-              for k in names)
-    _check_size(args, est)
+    try:
+        plan = plan_outputs(args, model, fs, n_total, reader.channels)
+    except NoOutput as e:
+        return _error(str(e), usage=False)
+    copies = 2 if args.out and args.out.lower().endswith(".npz") else 1
+    check_size(args, plan.est, args.out, copies)
     sizes = block_sizes(n_total, args.block, args.seed)
     if not args.out:
         print("rtamt process: no --out given: nothing is written (summary only); add "
@@ -446,11 +293,9 @@ def _run_open(args, reader, fs, src) -> int:
     writer = None
     if args.out:
         try:
-            writer = OutputWriter(args.out, lengths=lengths)
+            writer = OutputWriter(args.out, lengths=plan.lengths)
         except OSError as e:
             return _error(f"cannot write {args.out}: {e}", usage=False)
-    plan = dict(names=names, rates=rates, factors=factors, pools=pools, decim=decim,
-                padded=padded, est=est, lengths=lengths)
     try:
         return _process(args, model, reader, fs, sizes, plan, writer, src)
     finally:
@@ -478,10 +323,9 @@ def _progress(total: int, fs: float):
 
 
 def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
-    names, decim, padded = plan["names"], plan["decim"], plan["padded"]
-    summary = {k: _Summary() for k in names}
+    names, decim = plan.names, plan.decimators()
+    summary = {k: Summary() for k in names}
     adapt_sum = adapt_n = None
-    store = np.dtype(args.store_dtype)
     lead = () if reader.channels == 1 else (reader.channels,)
     warm = warm_up(model, args.dtype, lead, args.model)  # kernels: cache or compile
     n_total = reader.frames
@@ -498,18 +342,17 @@ def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
             block = {}
             for k in names:
                 v = o[k]
-                if k == "modfb" and padded:
-                    v = to_padded(v, model["modfb"].coeffs)
                 if k == "adaptloop" and v.shape[-1]:
                     a = v.reshape(-1, *v.shape[-2:])
                     s = a.sum(axis=(0, 2), dtype=np.float64)
                     adapt_sum = s if adapt_sum is None else adapt_sum + s
                     adapt_n = (adapt_n or 0) + a.shape[0] * a.shape[2]
-                v = decim[k](v).astype(store, copy=False)
+                v = plan.reduce(k, v, decim[k])
                 summary[k].add(v)
                 block[k] = v
             if pos == sizes[0]:
-                _recheck_size(args, plan, block)
+                recheck_size(args, plan, block, args.out, 2 if writer and writer.kind == "npz"
+                             else 1)
             if writer is not None:
                 writer.write(block)
             if bar is not None:
@@ -528,7 +371,7 @@ def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
     if empty:
         return _error(f"no output from {args.model} for {', '.join(empty)} (the input is "
                       f"{n_total} samples, too short)", usage=False)
-    nbytes = sum(math.prod(summary[k].shape) * store.itemsize for k in names)
+    nbytes = sum(np.prod(summary[k].shape) * plan.store.itemsize for k in names)
     if writer is not None and _commit(args, model, fs, sizes, plan, writer, src):
         return 1
     _print_summary(args, model, fs, sizes, plan, src, warm, summary, (t0, t1, elapsed),
@@ -538,30 +381,9 @@ def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
 
 def _commit(args, model, fs, sizes, plan, writer, src) -> bool:
     """Metadata and the atomic rename; True (and one line on stderr) on failure."""
-    names, rates, factors, pools = plan["names"], plan["rates"], plan["factors"], plan["pools"]
-    meta = dict(fs=np.float64(fs), fc=np.asarray(model.fc), spl_ref=np.float64(args.spl_ref),
-                block_sizes=sizes, model=np.str_(args.model), config=np.str_(model.config),
-                outputs=np.array(names),
-                decimate=np.array([factors[k] for k in names], dtype=np.int64))
-    if model.mfc is not None:
-        meta["mfc"] = model.mfc
-    if "modfb" in names and not plan["padded"] and model.mfc is not None:
-        c = model["modfb"].coeffs
-        meta["modfb_channel"] = np.asarray(c.filter_channel, dtype=np.int64)
-        meta["modfb_mfc"] = np.asarray(c.filter_mfc, dtype=np.float64)
-    rate = model.output_info()[model.outputs[-1]]["rate"]
-    if rate is not None and rate != fs:
-        meta["fs_mod"] = np.float64(rate)   # rate of the outputs after resampling
-    side = {"model": args.model, "config": str(model.config), "fs": float(fs),
-            "spl_ref": float(args.spl_ref), "dtype": args.dtype,
-            "store_dtype": args.store_dtype, "source": src,
-            "decimation": "one frame per N samples, pooled (rms: sqrt of the mean square, "
-                          "power: mean square, mean, max); trailing partial frame dropped",
-            "modfb_layout": ("padded (C, M, T)" if plan["padded"] else
-                             "packed (F, T): rows named by modfb_channel, modfb_mfc"),
-            "outputs": {k: {"rate": rates[k] / factors[k], "model_rate": rates[k],
-                            "decimate": factors[k],
-                            "pool": pools[k] if factors[k] > 1 else None} for k in names}}
+    meta, side = describe(model, args.model, fs, plan)
+    meta["block_sizes"] = sizes
+    side.update(dtype=args.dtype, source=src)
     try:
         writer.add_meta(**meta)
         writer.commit(side)
@@ -577,7 +399,7 @@ def _pace(rtf: float) -> str:
 
 def _print_summary(args, model, fs, sizes, plan, src, warm, summary, times, nbytes,
                    adapt_sum, adapt_n, writer) -> None:
-    names, rates, factors, pools = plan["names"], plan["rates"], plan["factors"], plan["pools"]
+    names = plan.names
     t0, t1, elapsed = times
     n_total = int(np.sum(sizes))
     dur = n_total / fs
@@ -595,10 +417,9 @@ def _print_summary(args, model, fs, sizes, plan, src, warm, summary, times, nbyt
         st, sn = t0 + elapsed - t1, (n_total - int(sizes[0])) / fs
         print(f"  steady state: {st / sn:.3g} of real time, {_pace(st / sn)} ({sn:.2f} s of "
               f"signal in {st:.3f} s, the first block excluded)")
-    frames = [f"{k} {pools[k]} /{factors[k]} ({rates[k] / factors[k]:g} Hz)"
-              for k in names if factors[k] > 1]
+    frames = plan.describe_frames()
     if frames:
-        print("  frames: " + ", ".join(frames))
+        print("  frames: " + frames)
     for k in names:
         s = summary[k]
         print(f"  {k:10s} {str(s.shape):18s} min {s.lo:+.4g}  max {s.hi:+.4g}")
@@ -606,7 +427,7 @@ def _print_summary(args, model, fs, sizes, plan, src, warm, summary, times, nbyt
         lvl = adapt_sum / adapt_n
         print(f"  adaptloop mean per channel (model units): strongest "
               f"{model.fc[int(np.argmax(lvl))]:.0f} Hz ({lvl.max():.1f} MU)")
-    print(f"  output size {_gb(nbytes)} (estimated before writing: {_gb(plan['est'])})")
+    print(f"  output size {gb(nbytes)} (estimated before writing: {gb(plan.est)})")
     if writer is not None:
         print(f"  wrote {args.out}")
     else:

@@ -11,6 +11,9 @@ contiguous run of bytes appended at the end, a longer stream only extends the fi
 time window of a large output is read from one contiguous region.  ``np.load`` returns an
 ordinary ``(..., T)`` array (``arr.flags.f_contiguous``).
 
+Several such directories (one per channel of a run) can be committed together as one,
+``DEST/NAME/``: :class:`OutputSet`.
+
 Alternatively the same ``.npy`` members in one ``.npz`` (``np.load(path)``), assembled at
 :meth:`OutputWriter.commit` by streaming each part into a ``ZIP_STORED`` archive, never
 holding an output in memory.
@@ -55,7 +58,7 @@ import zipfile
 import numpy as np
 from numpy.lib import format as npformat
 
-__all__ = ["OutputWriter", "read_outputs", "remove_stale", "MARKER"]
+__all__ = ["OutputWriter", "OutputSet", "read_outputs", "remove_stale", "MARKER"]
 
 #: the JSON sidecar of an output directory (also what marks a directory as replaceable)
 MARKER = "rtamt.json"
@@ -182,7 +185,25 @@ class _Part:
             self.fd = None
 
 
-class OutputWriter:
+class _AbortUnlessDone:
+    """``with`` support: leaving the block before ``done`` (an exception) calls
+    ``abort()``."""
+
+    done = False
+
+    def abort(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if not self.done:
+            self.abort()
+        return False
+
+
+class OutputWriter(_AbortUnlessDone):
     """Write named arrays incrementally along their last (time) axis.
 
     ``dest``: a directory (one ``.npy`` per output, see the module docstring) or a file
@@ -321,35 +342,11 @@ class OutputWriter:
         return self.dest
 
     def _sync_dir(self, d: pathlib.Path) -> None:
-        if not self.fsync:
-            return
-        try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if self.fsync:
+            _sync_dir(d)
 
     def _commit_dir(self) -> None:
-        self._sync_dir(self.tmp)
-        old = None
-        if self.dest.is_dir():
-            old = _new_dir(self.dest.parent, f".{self.dest.name}.rtamt-old-{_owner()}-")
-            old.rmdir()
-            os.rename(self.dest, old)
-        try:
-            os.rename(self.tmp, self.dest)
-        except BaseException:
-            if old is not None:
-                os.rename(old, self.dest)
-            raise
-        self._sync_dir(self.dest.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _move_into_place(self.tmp, self.dest, self.fsync)
 
     def _commit_npz(self) -> None:
         names = list(self._parts) + list(self._meta)
@@ -375,13 +372,131 @@ class OutputWriter:
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.done = True
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, et, ev, tb):
-        if not self.done:
+class OutputSet(_AbortUnlessDone):
+    """Several outputs of :class:`OutputWriter` committed together, as one directory.
+
+    ``dest/NAME/`` per member (each a complete output directory: ``NAME.npy`` files,
+    metadata, its own ``rtamt.json``; :func:`read_outputs` opens it) and ``dest/rtamt.json``
+    (the ``info`` given to :meth:`commit` plus every member's output shapes).  The members
+    are written inside one hidden temporary directory beside ``dest`` (named like an
+    :class:`OutputWriter`'s, so :func:`remove_stale` clears what a killed run leaves), and
+    :meth:`commit` renames the whole set into place: a run that fails or is aborted leaves
+    neither a partial set nor a mix of new and old members, and an older ``dest`` (an
+    earlier rtamt output, or an empty directory) is replaced only by a complete set.
+
+    dest    : the directory to create (not a ``.npz`` name: :class:`OSError`).
+    names   : the members, e.g. ``['ch0', 'ch1']``.
+    lengths : ``{output: expected samples}``, the same for every member (preallocation,
+              see :class:`OutputWriter`).
+
+    ``self[name]`` is the member's :class:`OutputWriter` (``write`` / ``add_meta``; do not
+    commit members yourself).  Leaving a ``with`` block without :meth:`commit` aborts.
+    """
+
+    def __init__(self, dest, names, *, lengths: dict | None = None, preallocate: bool = True,
+                 fsync: bool = True):
+        self.dest = pathlib.Path(dest)
+        if self.dest.suffix.lower() == ".npz":
+            raise OSError(f"{dest}: a set of outputs is a directory, not a .npz file")
+        OutputWriter.check_destination(self.dest)
+        parent = self.dest.parent
+        self.removed = remove_stale(parent)
+        names = list(names)
+        bad = [n for n in names if not _NAME.match(str(n)) or n == MARKER.removesuffix(".json")]
+        if bad or not names or len(set(names)) != len(names):
+            raise ValueError(f"OutputSet: member names must be distinct file names, got {names}")
+        try:
+            self.tmp = _new_dir(parent, f".{self.dest.name}.rtamt-tmp-{_owner()}-")
+        except OSError as e:
+            raise OSError(f"cannot write in {parent or '.'}: {e.strerror or _one_line(e)}") \
+                from None
+        self.fsync = fsync
+        self.done = False
+        self.writers: dict[str, OutputWriter] = {}
+        try:
+            for n in names:
+                self.writers[n] = OutputWriter(self.tmp / n, lengths=lengths,
+                                               preallocate=preallocate, fsync=fsync)
+        except BaseException:
             self.abort()
-        return False
+            raise
+
+    def __getitem__(self, name: str) -> OutputWriter:
+        return self.writers[name]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of output data written so far, every member."""
+        return sum(p.length * p.step for w in self.writers.values() for p in w._parts.values())
+
+    def commit(self, info: dict | None = None, member_info: dict | None = None) -> pathlib.Path:
+        """Commit every member (``member_info[name]``: the ``info`` of its ``rtamt.json``),
+        write ``dest/rtamt.json`` and move the set into place.  Returns ``dest``.  On
+        failure everything written is removed (an older ``dest`` stays) and the exception
+        is re-raised."""
+        if self.done:
+            raise ValueError("OutputSet: already committed or aborted")
+        try:
+            members = {}
+            for n, w in self.writers.items():
+                w.commit((member_info or {}).get(n))
+                members[n] = {k: list(s) for k, s in w.shapes.items()}
+            side = dict(info or {})
+            side["members"] = members
+            (self.tmp / MARKER).write_text(json.dumps(side, indent=1, default=_jsonable) + "\n")
+            _move_into_place(self.tmp, self.dest, self.fsync)
+        except BaseException:
+            self.abort()
+            raise
+        self.done = True
+        return self.dest
+
+    def abort(self) -> None:
+        """Drop everything written; ``dest`` is untouched."""
+        for w in self.writers.values():
+            if not w.done:
+                w.abort()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.done = True
+
+
+def _sync_dir(d: pathlib.Path) -> None:
+    """fsync directory ``d`` (its entries: a rename into it survives a crash); errors are
+    ignored (not every file system can)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _move_into_place(tmp: pathlib.Path, dest: pathlib.Path, fsync: bool) -> None:
+    """Rename the finished directory ``tmp`` to ``dest``; an existing ``dest`` directory is
+    first moved aside (hidden ``old`` name, see :func:`remove_stale`), put back if the
+    rename fails, and removed once the new one is in place."""
+    if fsync:
+        _sync_dir(tmp)
+    old = None
+    if dest.is_dir():
+        old = _new_dir(dest.parent, f".{dest.name}.rtamt-old-{_owner()}-")
+        old.rmdir()
+        os.rename(dest, old)
+    try:
+        os.rename(tmp, dest)
+    except BaseException:
+        if old is not None:
+            os.rename(old, dest)
+        raise
+    if fsync:
+        _sync_dir(dest.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _new_dir(parent: pathlib.Path, prefix: str) -> pathlib.Path:

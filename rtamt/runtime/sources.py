@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ..signals import demo_signal, read_audio
+from ..signals import AudioFileError, AudioReader, demo_signal
 
 
 class ArraySource:
@@ -44,8 +44,13 @@ class ArraySource:
         if a.ndim != 2 or a.shape[0] == 0:
             raise ValueError(f"source data must be (frames, channels), got {np.shape(data)}")
         self.data = a
+        self._init(fs, a.shape[1], a.shape[0], blocksize, realtime, loop, seconds)
+
+    def _init(self, fs, channels: int, length: int, blocksize, realtime, loop, seconds) -> None:
+        """The source's settings for ``length`` frames of ``channels`` channels."""
         self.fs = float(fs)
-        self.channels = a.shape[1]
+        self.channels = int(channels)
+        self.length = int(length)          # frames of the signal (one pass)
         sizes = [blocksize] if np.isscalar(blocksize) else list(blocksize)
         if not sizes or any(int(s) < 1 for s in sizes):
             raise ValueError("block sizes must be >= 1")
@@ -54,7 +59,7 @@ class ArraySource:
         self.loop = bool(loop)
         total = None if seconds is None else int(round(seconds * self.fs))
         if total is None and not loop:
-            total = a.shape[0]
+            total = self.length
         self.total = total
         self.pushed = 0
         self.dropped = 0
@@ -98,7 +103,7 @@ class ArraySource:
             if self.total is not None:
                 n = min(n, self.total - pos)
             if not self.loop:
-                n = min(n, self.data.shape[0] - pos)
+                n = min(n, self.length - pos)
             if n <= 0:
                 break
             blk = self._frames(pos, n)
@@ -161,12 +166,71 @@ class FileSource(ArraySource):
     """An audio file (every format :class:`rtamt.signals.AudioReader` reads: WAV of any
     subtype, FLAC, OGG, ...), all channels; ``loop`` to repeat it.  A truncated or damaged
     file raises :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before
-    anything is pushed."""
+    anything is pushed.
+
+    The file is read while it is pushed, :data:`CHUNK` frames at a time (float64), so the
+    memory does not depend on its length (a 10-minute stereo file would be 460 MB whole).
+    A read that fails part way (a damaged coded file) is reported as the input's fault
+    (``runtime.report_source_error``; the apps exit with 3), and the source stops."""
+
+    #: frames read from the file at a time
+    CHUNK = 1 << 16
 
     def __init__(self, path, blocksize=256, realtime: bool = True, loop: bool = False,
                  seconds: float | None = None, fs: float | None = None):
-        rate, x = read_audio(path)
-        if fs is not None and abs(float(fs) - rate) > 1e-9:
-            raise ValueError(f"{path}: sample rate {rate} Hz, expected {fs} Hz")
-        super().__init__(x.T, rate, blocksize, realtime, loop=loop, seconds=seconds)
         self.path = str(path)
+        self._reader = AudioReader(self.path)
+        rate = self._reader.fs
+        if fs is not None and abs(float(fs) - rate) > 1e-9:
+            self._reader.close()
+            raise ValueError(f"{path}: sample rate {rate} Hz, expected {fs} Hz")
+        self.frames = int(self._reader.frames)
+        self._init(rate, self._reader.channels, self.frames, blocksize, realtime, loop,
+                   seconds)
+        self._buf = np.zeros((0, self.channels))    # file frames _at .. _at + len, (n, ch)
+        self._at = 0
+        self.error: str | None = None
+
+    def _frames(self, start: int, n: int) -> np.ndarray:
+        parts = []
+        while n > 0:
+            s = start % self.length
+            if not self._at <= s < self._at + self._buf.shape[0]:
+                self._fill(s)
+            k = min(n, self._at + self._buf.shape[0] - s)
+            parts.append(self._buf[s - self._at:s - self._at + k])
+            start, n = start + k, n - k
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _fill(self, s: int) -> None:
+        """Read the chunk starting at file frame ``s`` (reading goes forward; a loop
+        starts again from an opened-again file)."""
+        r = self._reader
+        if r is None or s != r.pos:
+            if s != 0:
+                raise RuntimeError(f"{self.path}: cannot read frame {s} out of order")
+            if r is not None:
+                r.close()
+            r = self._reader = AudioReader(self.path)
+        self._buf = r.read(self.CHUNK).T
+        self._at = s
+
+    def run(self, runtime) -> None:
+        try:
+            super().run(runtime)
+        except AudioFileError as e:            # the file failed part way
+            self.error = str(e)
+            runtime.report_source_error(self.error)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        r, self._reader = self._reader, None
+        if r is not None:
+            r.close()
+        self._buf, self._at = np.zeros((0, self.channels)), 0
+
+    def stop(self) -> None:
+        super().stop()
+        if self._thread is None:          # never started: nothing else reads it
+            self._close()

@@ -164,7 +164,7 @@ class FanOut:
         return push_waiting(link, "FanOut", n, bank.capacity,
                             lambda m: bool((bank.room(m) | ~bank.active).all()),
                             lambda: not bank.active.any(), put, status, lat, self.fs, t0,
-                            timeout)
+                            timeout, alive=lambda: mark_pushed(self, _perf(), self.push_n))
 
     def take_in(self, now: float) -> list:
         """Under the scheduler's lock, after a push: the compiled intake.  When the newest

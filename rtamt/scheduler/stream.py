@@ -167,20 +167,27 @@ def mark_pushed(fed, t0: float, n: int) -> None:
 
 
 def push_waiting(link, who: str, n: int, capacity: int, fits, gone, put, status: int,
-                 lat: float, fs: float, t0: float, timeout: float | None) -> bool:
+                 lat: float, fs: float, t0: float, timeout: float | None,
+                 alive=None) -> bool:
     """A waiting push of ``n`` frames (``Stream.push`` / ``FanOut.push`` with
     ``wait=True``): in pieces of at most half the ring (``capacity`` frames), each put with
     ``put(first, end, status, in_latency)`` as soon as ``fits(frames)``.  Returns False
     when ``gone()`` (the stream closes), or what ``put`` of the rest returns once
     ``timeout`` seconds (from ``t0``) have passed; raises when the scheduler is closed or
-    not running (nothing would ever make room)."""
+    not running (nothing would ever make room).  While it waits, ``alive()`` is called
+    every 50 ms: a source held back by a slow consumer is not a source that stopped
+    delivering (the watchdog's clock)."""
     piece = max(1, min(n, capacity // 2))
     deadline = None if timeout is None else t0 + timeout
     off = 0
+    t_alive = _perf()
     while off < n:
         m = min(piece, n - off)
         st, la = (status if off == 0 else 0), lat - off / fs
         while not fits(m):
+            if alive is not None and _perf() - t_alive > 0.05:
+                alive()
+                t_alive = _perf()
             if gone():
                 return False
             if link.closed:
@@ -367,7 +374,8 @@ class Stream:
             return ok
         return push_waiting(self.link, f"stream {self.name!r}", block.shape[0],
                             ring.capacity, ring.room, lambda: bool(self.closed or self.closing),
-                            put, status, lat, self.fs, t0, timeout)
+                            put, status, lat, self.fs, t0, timeout,
+                            alive=lambda: mark_pushed(self, _perf(), self.push_n))
 
     def _pushed(self, t0: float, n: int) -> None:
         """After a push: the watchdog's clock, the doorbell, the callback statistic."""

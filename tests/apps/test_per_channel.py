@@ -3,8 +3,9 @@ multichannel input is its own stream on an :class:`rtamt.scheduler.Scheduler`, f
 :class:`rtamt.scheduler.FanOut`.
 
 Real parts: the apps run as subprocesses on real multichannel WAV files.  A stream's
-output (``--out DIR``: ``DIR/ch<c>/``) is bit-identical to the model run offline on that
-channel (float64); the meter's records per channel equal the meter's on a mono file of that
+output (``--out DIR``: ``DIR/ch<c>/``; at full rate in float64, ``--frame-rate 0
+--store-dtype float64``) is bit-identical to the model run offline on that channel; the
+meter's records per channel equal the meter's on a mono file of that
 channel.  Usage errors exit with 2 and one line, no traceback."""
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ pytestmark = pytest.mark.timeout(300)
 
 FS = 48000
 N_CH = 4
+#: every sample of the last stage, in float64: what the model computes
+FULL = ("--frame-rate", "0", "--store-dtype", "float64")
 
 
 def _signal(seconds=0.5) -> np.ndarray:
@@ -54,7 +57,7 @@ def test_stream_per_channel_outputs_equal_offline(wav4, tmp_path):
     path, x = wav4
     out = tmp_path / "out"
     p = _cli("stream", "--input", path, "--per-channel", "--fast", "--threads", "2",
-             "--out", str(out))
+             "--out", str(out), *FULL)
     assert p.returncode == 0, p.stdout + p.stderr
     finals = [ln for ln in p.stdout.splitlines() if ln.startswith("final ")]
     assert [ln.split(":")[0] for ln in finals] == [f"final ch{c}" for c in range(N_CH)]
@@ -66,12 +69,12 @@ def test_stream_per_channel_outputs_equal_offline(wav4, tmp_path):
         info = json.loads((out / f"ch{c}" / "rtamt.json").read_text())
         assert info["stream"] == f"ch{c}" and info["channel"] == c and info["model"] == "dau1997"
         offline = Dau1997(FS)(x[:, c].astype(np.float64))
-        assert got["dau1997"].dtype == np.float64
-        assert np.array_equal(got["dau1997"], offline, equal_nan=True), f"channel {c}"
+        assert got["modfb"].dtype == np.float64
+        assert np.array_equal(got["modfb"], offline, equal_nan=True), f"channel {c}"
         assert np.array_equal(got["block_start"], np.arange(nblocks) * 256)
         assert float(got["fs"]) == FS
     # the channels differ (each stream got its own column)
-    a, b = (np.load(out / f"ch{c}" / "dau1997.npy") for c in (0, 3))
+    a, b = (np.load(out / f"ch{c}" / "modfb.npy") for c in (0, 3))
     assert not np.array_equal(a, b, equal_nan=True)
 
 
@@ -82,17 +85,17 @@ def test_stream_per_channel_mono_and_demo_channels(tmp_path):
     x = _signal(0.25)[:, 1]
     wavfile.write(mono, FS, x)
     p = _cli("stream", "--input", str(mono), "--per-channel", "--fast", "--out",
-             str(tmp_path / "m"))
+             str(tmp_path / "m"), *FULL)
     assert p.returncode == 0, p.stdout + p.stderr
     assert [ln.split(":")[0] for ln in p.stdout.splitlines()] == ["final ch0"]
-    assert np.array_equal(np.load(tmp_path / "m" / "ch0" / "dau1997.npy"),
+    assert np.array_equal(np.load(tmp_path / "m" / "ch0" / "modfb.npy"),
                           Dau1997(FS)(x.astype(np.float64)), equal_nan=True)
     p = _cli("stream", "--input", "demo", "--fs", "16000", "--channels", "3", "--per-channel",
-             "--fast", "--seconds", "0.25", "--json", "--out", str(tmp_path / "d"))
+             "--fast", "--seconds", "0.25", "--json", "--out", str(tmp_path / "d"), *FULL)
     assert p.returncode == 0, p.stdout + p.stderr
     recs = [json.loads(ln) for ln in p.stdout.splitlines()]
     assert [r["name"] for r in recs if r["final"]] == ["ch0", "ch1", "ch2"]
-    outs = [np.load(tmp_path / "d" / f"ch{c}" / "dau1997.npy") for c in range(3)]
+    outs = [np.load(tmp_path / "d" / f"ch{c}" / "modfb.npy") for c in range(3)]
     assert outs[0].shape[-1] == 4000
     assert all(np.array_equal(o, outs[0], equal_nan=True) for o in outs[1:])
 
@@ -206,7 +209,11 @@ def test_stream_sigterm_ends_like_ctrl_c_with_exit_143(tmp_path):
     finally:
         p.kill()
     assert p.returncode == 143, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == ["rtamt stream: SIGTERM: stopped"]
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("rtamt stream: "
+                                                                               "--out ")]
+    assert lines[-1] == "rtamt stream: SIGTERM: stopped", err
+    assert [ln for ln in lines[:-1] if not ln.startswith(f"rtamt stream: wrote {out} ")] == []
     assert "final ch1: blocks" in rest
-    assert sorted(x.name for x in out.iterdir()) == ["ch0", "ch1"]
-    assert read_outputs(out / "ch0")["dau1997"].shape[-1] > 0
+    assert sorted(x.name for x in out.iterdir()) == ["ch0", "ch1", "rtamt.json"]
+    assert read_outputs(out / "ch0")["modfb"].shape[-1] > 0
+    assert [x.name for x in tmp_path.iterdir()] == ["o"]          # nothing hidden left

@@ -18,12 +18,17 @@ import pytest
 from scipy.io import wavfile
 
 import rtamt
+import rtamt_apps.outputs as outputs_mod
 import rtamt_apps.process as proc
 from rtamt.io import Decimator, OutputWriter, read_outputs
 from rtamt.io import writer as writer_mod
 from rtamt.modulation import to_padded
 from rtamt.signals import read_wav
 from rtamt_apps.cli import main
+
+from _helpers import file_tree as _tree
+from _helpers import mounted_tmpfs as _tmpfs
+from _helpers import skip_or_fail as _skip_or_fail
 
 FS = 32000
 #: every output at full rate in float64, modfb NaN-padded: what the in-memory reference holds
@@ -49,12 +54,6 @@ def _reference(model_name, path):
     if "modfb" in out and m.mfc is not None:
         out["modfb"] = to_padded(out["modfb"], m["modfb"].coeffs)
     return m, out
-
-
-def _tree(d):
-    """{relative path: bytes} of every file under ``d`` (hidden ones included)."""
-    d = pathlib.Path(d)
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -211,27 +210,6 @@ def test_failure_while_committing_keeps_old_outputs(tmp_path, monkeypatch, capsy
         assert main(["process", str(wav), "--out", str(dest)]) != 0
         _one_line_error(capsys.readouterr().err)
         assert _tree(tmp_path) == before
-
-
-def _skip_or_fail(why: str):
-    """Skip where mounting is not allowed, but fail on CI (root, where .ci/run runs): the
-    full-disk and read-only tests must not stop running unnoticed."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI is set: this test must run)")
-    pytest.skip(why)
-
-
-@contextlib.contextmanager
-def _tmpfs(path, size="1m"):
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode:
-        _skip_or_fail(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
 
 
 def test_full_disk_keeps_old_outputs_and_leaves_nothing(tmp_path, capsys):
@@ -483,8 +461,8 @@ def test_size_known_after_the_first_block_is_checked_before_writing(tmp_path, ca
 def test_output_larger_than_the_free_space_is_refused(tmp_path, capsys, monkeypatch,
                                                       no_processing):
     wav = _wav(tmp_path / "in.wav", 32000)
-    real = proc.shutil.disk_usage
-    monkeypatch.setattr(proc.shutil, "disk_usage",
+    real = outputs_mod.shutil.disk_usage
+    monkeypatch.setattr(outputs_mod.shutil, "disk_usage",
                         lambda p: real(p)._replace(free=100_000))
     for dest in (tmp_path / "o", tmp_path / "o.npz"):
         assert main(["process", str(wav), "--out", str(dest)]) == 2

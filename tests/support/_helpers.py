@@ -1,6 +1,7 @@
 """Shared helpers for the rtamt test suite (signals, partitions, block runners)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sysconfig
@@ -154,3 +155,36 @@ def restore_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def file_tree(d) -> dict:
+    """{relative path: bytes} of every file under ``d`` (hidden ones included)."""
+    d = Path(d)
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def skip_or_fail(why: str):
+    """Skip where mounting is not allowed, but fail on CI (root, where .ci/run runs): the
+    full-disk and read-only tests must not stop running unnoticed."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI is set: this test must run)")
+    pytest.skip(why)
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(path, size="1m"):
+    """A ``size`` tmpfs mounted at the new directory ``path`` (a small disk to fill), or a
+    skip where mounting is not allowed (:func:`skip_or_fail`)."""
+    import subprocess
+
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        skip_or_fail(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
