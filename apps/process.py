@@ -41,7 +41,11 @@ failed or interrupted run (Ctrl-C, ``SIGTERM``: one line, exit 130 / 143) leaves
 output and leaves an older one intact; the hidden directory a killed run (``SIGKILL``)
 leaves is removed by the next run writing to the same directory.  A truncated or damaged
 input file is reported with the number of frames that could be read, and nothing is
-written.
+processed or written; ``--partial`` processes those frames instead, and the summary and
+``rtamt.json`` (``input_truncated``) say what was missing (:mod:`rtamt_apps.files`).  The
+file's length comes from reading (:class:`rtamt.signals.AudioReader`: a WAV streamed
+through a pipe and an MP3 without a length tag are counted), so the size estimate, the
+block plan and the progress bar are exact.
 """
 from __future__ import annotations
 
@@ -73,6 +77,7 @@ from .args import (
     positive_float,
     spl_ref_db,
 )
+from .files import add_partial_argument, partial_note, read_error
 from .warm import warm_up
 
 #: a progress bar (on a terminal's stderr) for inputs at least this long, s
@@ -162,6 +167,7 @@ def add_arguments(p):
                         "average: about 0 for a carrier), max; default rms for outputs at the "
                         f"audio rate, mean for framed ones (at most {FRAMED_RATE:g} Hz); "
                         "frame_time is always averaged; the same for any block partition")
+    add_partial_argument(p)
     p.add_argument("--max-output-gb", type=positive_float(), default=MAX_OUTPUT_GB,
                    metavar="GB",
                    help=f"refuse (before processing) an output estimated above this size "
@@ -295,9 +301,10 @@ def _open_input(args):
         src = f"demo signal ({x.shape[-1] / fs:.2f} s: tone 60 dB, AM 65 dB, noise 70 dB, silence)"
         return _ArrayReader(x, fs), fs, src
     try:
-        reader = AudioReader(args.input)
+        reader = AudioReader(args.input, partial=args.partial)
     except AudioFileError as e:
-        raise _InputError(f"cannot read {e}") from None
+        nothing = "nothing processed" + (", nothing written" if args.out else "")
+        raise _InputError(f"cannot read {read_error(e, consequence=nothing)}") from None
     except OSError as e:
         raise _InputError(f"cannot read {args.input}: {e}") from None
     fs = reader.fs
@@ -306,6 +313,10 @@ def _open_input(args):
         raise _InputError(f"sample rate mismatch: {args.input} is {fs:g} Hz but --fs is "
                           f"{args.fs:g} Hz (resample the file or drop --fs)")
     src = f"{args.input} ({reader.channels} ch, {reader.frames / fs:.2f} s, {reader.format})"
+    note = partial_note(reader)
+    if note:
+        print(f"rtamt process: {note}", file=sys.stderr, flush=True)
+        src += f" [{note}]"
     return reader, fs, src
 
 
@@ -450,7 +461,7 @@ def _run_open(args, reader, fs, src) -> int:
         except OSError as e:
             return _error(f"cannot write {args.out}: {e}", usage=False)
     plan = dict(names=names, rates=rates, factors=factors, pools=pools, decim=decim,
-                padded=padded, est=est, lengths=lengths)
+                padded=padded, est=est, lengths=lengths, truncated=partial_note(reader))
     try:
         return _process(args, model, reader, fs, sizes, plan, writer, src)
     finally:
@@ -555,6 +566,7 @@ def _commit(args, model, fs, sizes, plan, writer, src) -> bool:
     side = {"model": args.model, "config": str(model.config), "fs": float(fs),
             "spl_ref": float(args.spl_ref), "dtype": args.dtype,
             "store_dtype": args.store_dtype, "source": src,
+            "input_truncated": plan["truncated"],
             "decimation": "one frame per N samples, pooled (rms: sqrt of the mean square, "
                           "power: mean square, mean, max); trailing partial frame dropped",
             "modfb_layout": ("padded (C, M, T)" if plan["padded"] else

@@ -29,6 +29,7 @@ from rtamt.models import MODELS
 from rtamt.runtime import Runtime
 
 from .args import FS_LIMITS, add_block_arguments, float_range, int_range, positive_float
+from .files import add_partial_argument
 from .inputs import (
     DEMO_SECONDS,
     EXIT_SOURCE_FAULT,
@@ -66,6 +67,7 @@ def add_arguments(p):
     p.add_argument("--max-backlog", type=positive_float(10.0), default=0.25,
                    help="seconds (drop-oldest)")
     add_source_arguments(p)
+    add_partial_argument(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
     add_per_channel_arguments(p)
     p.add_argument("--out", "--output", dest="out", default=None, metavar="DIR",
@@ -174,10 +176,12 @@ def _run(args) -> int:
         inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
                          blocksize=args.blocksize or 256, realtime=not args.fast,
                          seconds=seconds, max_channels=None, default_fs=48000.0,
-                         block=args.block, force=args.force)
+                         block=args.block, force=args.force, partial=args.partial)
     except (LookupError, OSError, RuntimeError, ValueError) as e:
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
+    if inp.note:
+        print(f"rtamt stream: {inp.note}", file=sys.stderr, flush=True)
     outputs = None
     if args.per_channel:
         def open_one(sched, c, name, **skw):
@@ -259,7 +263,7 @@ def _run(args) -> int:
             outputs.abort()
         else:
             outputs.commit({"model": args.model, "config": args.config, "block": args.block,
-                            "input": inp.label}, inp.fs)
+                            "input": inp.label, "input_truncated": inp.note}, inp.fs)
     if failure:
         print(f"rtamt stream: {failure}", file=sys.stderr, flush=True)
         return EXIT_SOURCE_FAULT

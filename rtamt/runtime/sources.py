@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ..signals import demo_signal, read_audio
+from ..signals import AudioFileError, AudioReader, demo_signal
 
 
 class ArraySource:
@@ -44,8 +44,14 @@ class ArraySource:
         if a.ndim != 2 or a.shape[0] == 0:
             raise ValueError(f"source data must be (frames, channels), got {np.shape(data)}")
         self.data = a
+        self._setup(a.shape[0], a.shape[1], fs, blocksize, realtime, loop, seconds)
+
+    def _setup(self, length: int, channels: int, fs: float, blocksize, realtime: bool,
+               loop: bool, seconds: float | None) -> None:
+        """The source's settings for ``length`` frames of ``channels`` channels."""
+        self.length = int(length)
         self.fs = float(fs)
-        self.channels = a.shape[1]
+        self.channels = int(channels)
         sizes = [blocksize] if np.isscalar(blocksize) else list(blocksize)
         if not sizes or any(int(s) < 1 for s in sizes):
             raise ValueError("block sizes must be >= 1")
@@ -54,15 +60,18 @@ class ArraySource:
         self.loop = bool(loop)
         total = None if seconds is None else int(round(seconds * self.fs))
         if total is None and not loop:
-            total = a.shape[0]
+            total = self.length
         self.total = total
         self.pushed = 0
         self.dropped = 0
+        self.error: str | None = None      # why a file source stopped early
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _frames(self, start: int, n: int) -> np.ndarray:
+        """Frames ``start .. start + n`` of the (looped) signal, ``(n, channels)``; called
+        with consecutive ranges."""
         a = self.data
         L = a.shape[0]
         s = start % L
@@ -80,8 +89,11 @@ class ArraySource:
         runtime.source_started(max(self.sizes) / self.fs if self.realtime else 0.0)
         try:
             self._push_all(runtime)
-        finally:
-            runtime.source_ended()
+        except AudioFileError as e:    # a file that changed while it was read: an input fault
+            self.error = str(e)
+            runtime.report_source_error(self.error)
+            return                     # the watchdog stays armed: the fault is reported
+        runtime.source_ended()
 
     def _push_all(self, runtime) -> None:
         t0 = time.monotonic()
@@ -98,7 +110,7 @@ class ArraySource:
             if self.total is not None:
                 n = min(n, self.total - pos)
             if not self.loop:
-                n = min(n, self.data.shape[0] - pos)
+                n = min(n, self.length - pos)
             if n <= 0:
                 break
             blk = self._frames(pos, n)
@@ -159,14 +171,56 @@ class DemoSource(ArraySource):
 
 class FileSource(ArraySource):
     """An audio file (every format :class:`rtamt.signals.AudioReader` reads: WAV of any
-    subtype, FLAC, OGG, ...), all channels; ``loop`` to repeat it.  A truncated or damaged
-    file raises :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before
-    anything is pushed."""
+    subtype, FLAC, OGG, MP3, ...), all channels; ``loop`` to repeat it.
+
+    The file is read block by block as it is pushed (:data:`READ_CHUNK` frames at a time,
+    from the source's thread), so memory does not depend on its length.  Its length comes
+    from reading (a WAV streamed through a pipe, an MP3 without a length tag:
+    :class:`rtamt.signals.AudioReader`).  A truncated, damaged or unreadable file raises
+    :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before anything is
+    pushed, unless ``partial``: then the frames that could be read are the file, and
+    :attr:`truncated` says what was missing.  A read that fails later (the file changed
+    while it was played) stops the source and is reported as an input fault
+    (``runtime.report_source_error``; :attr:`error`)."""
+
+    #: frames read from the file at a time
+    READ_CHUNK = 1 << 15
 
     def __init__(self, path, blocksize=256, realtime: bool = True, loop: bool = False,
-                 seconds: float | None = None, fs: float | None = None):
-        rate, x = read_audio(path)
-        if fs is not None and abs(float(fs) - rate) > 1e-9:
-            raise ValueError(f"{path}: sample rate {rate} Hz, expected {fs} Hz")
-        super().__init__(x.T, rate, blocksize, realtime, loop=loop, seconds=seconds)
+                 seconds: float | None = None, fs: float | None = None,
+                 partial: bool = False):
+        self.reader = AudioReader(path, partial=partial)
         self.path = str(path)
+        #: what a truncated file read with ``partial`` left out (None: complete)
+        self.truncated = self.reader.truncated
+        rate = self.reader.fs
+        try:
+            if fs is not None and abs(float(fs) - rate) > 1e-9:
+                raise ValueError(f"{path}: sample rate {rate:g} Hz, expected {float(fs):g} Hz")
+            self._setup(self.reader.frames, self.reader.channels, rate, blocksize, realtime,
+                        loop, seconds)
+        except BaseException:
+            self.reader.close()
+            raise
+        self._buf = np.zeros((0, self.channels))
+        self._off = 0
+
+    def _frames(self, start: int, n: int) -> np.ndarray:
+        parts = []
+        while n > 0:
+            if self._off == self._buf.shape[0]:
+                if self.reader.pos == self.length:        # loop: from the start again
+                    self.reader.seek(0)
+                self._buf = self.reader.read(self.READ_CHUNK).T
+                self._off = 0
+            take = min(n, self._buf.shape[0] - self._off)
+            parts.append(self._buf[self._off:self._off + take])
+            self._off += take
+            n -= take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+    def run(self, runtime) -> None:
+        try:
+            super().run(runtime)
+        finally:
+            self.reader.close()
