@@ -77,6 +77,7 @@ from rtamt.models import MODELS
 
 from .args import UsageError, int_range, positive_float, spl_ref_db
 from .files import add_partial_argument, cap_jobs, partial_note, read_error
+from .modelopts import add_fhigh_argument, model_kwargs
 
 #: exit status when every input of the run failed (none of them has features in ``OUT``)
 EXIT_ALL_FAILED = 1
@@ -119,6 +120,7 @@ def add_arguments(p):
     p.add_argument("--force", action="store_true",
                    help="run --jobs processes even when that is more than the usable cores")
     add_partial_argument(p)
+    add_fhigh_argument(p)
 
 
 def run(args) -> int:
@@ -136,7 +138,8 @@ def run(args) -> int:
     try:
         cfg = rl.RtamtConfig(model=args.model, output=args.output, pooling=args.pooling,
                              frame_shift=args.frame_shift, spl_ref=args.spl_ref,
-                             dtype=args.dtype, channels=args.channels)
+                             dtype=args.dtype, channels=args.channels,
+                             model_kwargs=model_kwargs(args, MODELS[args.model]))
     except ValueError as e:
         raise UsageError(str(e).removeprefix("RtamtConfig: ")) from None
     out = pathlib.Path(args.out)

@@ -78,6 +78,7 @@ from .args import (
     spl_ref_db,
 )
 from .files import add_partial_argument, partial_note, read_error
+from .modelopts import add_fhigh_argument, cli_message, model_kwargs
 from .warm import warm_up
 
 #: a progress bar (on a terminal's stderr) for inputs at least this long, s
@@ -168,6 +169,7 @@ def add_arguments(p):
                         f"audio rate, mean for framed ones (at most {FRAMED_RATE:g} Hz); "
                         "frame_time is always averaged; the same for any block partition")
     add_partial_argument(p)
+    add_fhigh_argument(p)
     p.add_argument("--max-output-gb", type=positive_float(), default=MAX_OUTPUT_GB,
                    metavar="GB",
                    help=f"refuse (before processing) an output estimated above this size "
@@ -420,10 +422,11 @@ def _run_open(args, reader, fs, src) -> int:
         check_block("--block", args.block, fs, args.force)
     cls = MODELS[args.model]
     kw = {} if args.config is None else {"config": args.config}
+    kw.update(model_kwargs(args, cls))
     try:
         model = cls(fs, spl_ref=args.spl_ref, **kw)
     except ValueError as e:
-        return _error(str(e), usage=False)
+        return _error(cli_message(e), usage=False)
     n_total = reader.frames
     dur = n_total / fs
 

@@ -40,6 +40,7 @@ from .inputs import (
     open_input,
     open_per_channel,
 )
+from .modelopts import add_fhigh_argument, model_kwargs
 
 
 def add_arguments(p):
@@ -68,6 +69,7 @@ def add_arguments(p):
                    help="seconds (drop-oldest)")
     add_source_arguments(p)
     add_partial_argument(p)
+    add_fhigh_argument(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
     add_per_channel_arguments(p)
     p.add_argument("--out", "--output", dest="out", default=None, metavar="DIR",
@@ -169,6 +171,7 @@ def _run(args) -> int:
     check_per_channel(args, "budget_ms", "threads", "admission", "out")
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}
+    kw.update(model_kwargs(args, MODELS[args.model]))
     seconds = args.seconds
     if seconds is None and args.input == "demo":
         seconds = DEMO_SECONDS              # the demo once

@@ -150,7 +150,7 @@ def test_process_pool_jobs_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, msg", [
-    (["--frame-shift", "0.0123"], "frame_shift 0.0123 s is not a whole number of samples"),
+    (["--frame-shift", "0.0123"], "--frame-shift 0.0123 s is not a whole number of samples"),
     (["--model", "moore2016"], "need fs >= 32000 Hz"),
     (["--output", "stl"], "dau1997 has no output 'stl'"),
     (["--jobs", "0"], "argument --jobs: must be >= 1"),
