@@ -31,6 +31,7 @@ import os
 import sys
 
 from .args import UsageError
+from .modelopts import cli_message
 from .optional import EXIT_MISSING, MissingComponent
 
 #: command -> (module of rtamt_apps, one-line help)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPT
     except UsageError as e:
-        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {cli_message(e)}", file=sys.stderr)
         return EXIT_USAGE
     except MissingComponent as e:
         print(f"{prog}: {_one_line(e)}", file=sys.stderr)
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     except (ValueError, OSError, LookupError) as e:
         if os.environ.get("RTAMT_DEBUG"):
             raise
-        print(f"{prog}: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: {cli_message(e)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -25,14 +25,25 @@ the workers need rtamt with the extra installed and ``OUT`` on a shared file sys
   shrinks it; rebuilt at the end of each run and renamed into place (not written while
   no item has features: lhotse reads an empty manifest as ``None``);
 * ``failures.jsonl``: the items that could not be computed in the last run (unreadable or
-  corrupt audio, a model error), one JSON object per line with the error.
+  corrupt audio, a truncated file with the frames that could be read, audio too short for
+  one frame, a model error), one JSON object per line with the error.
+
+Audio files are opened and read through :class:`rtamt.signals.AudioReader`, as in every
+other app (:mod:`rtamt_apps.files`): an input file's length is what reading gives (a WAV
+streamed through a pipe, an MP3 without a length tag), and a truncated file (its header
+announces more frames than it holds, or decoding fails part way) is a failure naming the
+frames read, unless ``--partial``: then its features are computed from those frames, a line
+on stderr and the summary say so, and its cut carries ``custom["rtamt_truncated"]``.  The
+recordings of a manifest are read by the same reader when they are one audio file each
+(else by lhotse); their length is the manifest's, and a file shorter than its cut fails.
 
 Resumable: an item whose ``done/`` entry exists is skipped, so a run that was killed
 continues where it stopped; an item killed half way has no ``done/`` entry and is computed
 again (its orphaned features file, if any, is never referenced).  A ``done/`` entry made
 from other audio under the same id (another file, length or rate) is refused before
 anything is computed.  Ctrl-C stops the run with one line saying how many items are kept
-(exit status 130); the rerun resumes.
+(exit status 130); the rerun resumes.  ``--jobs`` is capped at the number of usable cores
+unless ``--force`` (:func:`rtamt_apps.files.cap_jobs`).
 
 Exit status: 0 when at least one input of the run has features (computed now or done
 before), even if others failed (each failed item is reported, listed in
@@ -65,6 +76,8 @@ from rtamt.io.atomic import write_text_atomic
 from rtamt.models import MODELS
 
 from .args import UsageError, int_range, positive_float, spl_ref_db
+from .files import add_partial_argument, cap_jobs, partial_note, read_error
+from .modelopts import add_fhigh_argument, model_kwargs
 
 #: exit status when every input of the run failed (none of them has features in ``OUT``)
 EXIT_ALL_FAILED = 1
@@ -100,9 +113,14 @@ def add_arguments(p):
                    help="feature files: lilcom (compressed, to 2^-5) or numpy (exact float32)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--jobs", type=int_range(1, 1024), default=1, metavar="N",
-                   help="worker processes on this machine (default 1: this process)")
+                   help="worker processes on this machine (default 1: this process; at "
+                        "most the number of usable cores unless --force)")
     g.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="a running Dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--force", action="store_true",
+                   help="run --jobs processes even when that is more than the usable cores")
+    add_partial_argument(p)
+    add_fhigh_argument(p)
 
 
 def run(args) -> int:
@@ -120,17 +138,20 @@ def run(args) -> int:
     try:
         cfg = rl.RtamtConfig(model=args.model, output=args.output, pooling=args.pooling,
                              frame_shift=args.frame_shift, spl_ref=args.spl_ref,
-                             dtype=args.dtype, channels=args.channels)
+                             dtype=args.dtype, channels=args.channels,
+                             model_kwargs=model_kwargs(args, MODELS[args.model]))
     except ValueError as e:
         raise UsageError(str(e).removeprefix("RtamtConfig: ")) from None
     out = pathlib.Path(args.out)
-    cuts, failures = _collect(args.inputs)
+    cuts, failures, notes = _collect(args.inputs, args.partial)
     _check_inputs(rl.RtamtExtractor(cfg), cuts)
+    jobs = cap_jobs("rtamt features", args.jobs, args.force)
     client = _connect(args.dask) if args.dask is not None else None
     try:
         _prepare_out(out, cfg)
         _check_done(out, cuts)
-        return _Job(out, cfg, args.storage, cuts, failures).run(args.jobs, client)
+        return _Job(out, cfg, args.storage, cuts, failures, args.partial,
+                    notes).run(jobs, client)
     finally:
         if client is not None:
             client.close()
@@ -141,13 +162,36 @@ def _is_manifest(p: pathlib.Path) -> bool:
     return p.name.lower().endswith(MANIFEST_EXTENSIONS)
 
 
-def _collect(inputs):
-    """The cuts of every input, by cut id, and the files that could not be opened
-    ``[(id, source, error)]``.  Raises :class:`UsageError` for a missing input, a manifest
-    of another kind, or two inputs with the same id."""
-    from lhotse import CutSet, Recording, RecordingSet, load_manifest
+def _recording(f: pathlib.Path, rid: str, partial: bool):
+    """The lhotse ``Recording`` of audio file ``f`` (absolute path: the CutSet, and a Dask
+    worker, must not depend on the cwd) with the length reading gives
+    (:class:`rtamt.signals.AudioReader`), and the note of a truncated file read with
+    ``partial`` (else None).  Raises :class:`rtamt.signals.AudioFileError`."""
+    from lhotse import Recording
+    from lhotse.audio import AudioSource
 
-    cuts, failures, sources = {}, [], {}
+    from rtamt.signals import AudioReader
+
+    path = f.resolve()
+    with AudioReader(path, partial=partial) as r:
+        rec = Recording(id=rid, sources=[AudioSource(type="file",
+                                                     channels=list(range(r.channels)),
+                                                     source=str(path))],
+                        sampling_rate=int(r.fs), num_samples=r.frames,
+                        duration=r.frames / r.fs)
+        return rec, partial_note(r)
+
+
+def _collect(inputs, partial: bool = False):
+    """The cuts of every input, by cut id, the files that could not be opened (or are
+    truncated, without ``partial``) ``[(id, source, error)]``, and the notes of truncated
+    files read with ``partial`` ``{id: note}``.  Raises :class:`UsageError` for a missing
+    input, a manifest of another kind, or two inputs with the same id."""
+    from lhotse import CutSet, RecordingSet, load_manifest
+
+    from rtamt.signals import AudioFileError
+
+    cuts, failures, sources, notes = {}, [], {}, {}
 
     def add(cut, source):
         if cut.id in sources:
@@ -182,18 +226,22 @@ def _collect(inputs):
             raise UsageError(f"{inp}: no {', '.join(DIR_EXTENSIONS)} files in this directory")
         for f in files:
             rid = f.stem if p.is_file() else _rel_id(f, p)
-            try:    # absolute: the CutSet (and a Dask worker) must not depend on the cwd
-                rec = Recording.from_file(f.resolve(), recording_id=rid)
-            except Exception as e:         # soundfile/audioread: many error types
+            try:
+                rec, note = _recording(f, rid, partial)
+            except (AudioFileError, OSError) as e:
                 if rid in sources:
                     raise UsageError(f"two inputs have the id {rid!r}: {sources[rid]} and "
                                      f"{f}") from None
                 sources[rid] = str(f)
-                failures.append((rid, str(f), _one_line(e)))
+                failures.append((rid, str(f), f"{type(e).__name__}: {read_error(e)}"))
                 continue
-            add(CutSet.from_manifests(recordings=RecordingSet.from_recordings([rec]))[0],
-                str(f))
-    return cuts, failures
+            cut = CutSet.from_manifests(recordings=RecordingSet.from_recordings([rec]))[0]
+            if note:
+                cut.custom = {**(cut.custom or {}), "rtamt_truncated": note}
+                notes[rid] = note
+                print(f"rtamt features: {note}", file=sys.stderr, flush=True)
+            add(cut, str(f))
+    return cuts, failures, notes
 
 
 def _check_unique(inp, what: str, ids) -> None:
@@ -365,14 +413,47 @@ class _Store:
             raise
 
 
-def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
+def _cut_samples(cut, partial: bool = False):
+    """The samples of ``cut``, ``(channels, samples)``: read by
+    :class:`rtamt.signals.AudioReader` (float64) when its recording is one audio file
+    without transforms (every input file; most manifests), else by lhotse's loader.  A
+    file shorter than the cut is :class:`rtamt.signals.AudioFileError`."""
+    from lhotse.utils import compute_num_samples
+
+    from rtamt.signals import AudioFileError, AudioReader
+
+    rec = getattr(cut, "recording", None)
+    srcs = [] if rec is None else rec.sources
+    if len(srcs) != 1 or srcs[0].type != "file" or rec.transforms:
+        return cut.load_audio()
+    src, fs = srcs[0], rec.sampling_rate
+    start, n = compute_num_samples(cut.start, fs), cut.num_samples
+    with AudioReader(src.source, partial=partial) as r:
+        if r.fs != fs or r.channels != len(src.channels):
+            raise ValueError(f"{src.source}: {r.fs:g} Hz, {r.channels} channel(s); the "
+                             f"recording says {fs} Hz, {len(src.channels)} channel(s)")
+        if r.frames < start + n:
+            raise AudioFileError(f"{src.source}: truncated: holds {r.frames} frames, the cut "
+                                 f"needs frames {start} to {start + n}")
+        if start:
+            r.seek(start)
+        x = r.read(n)
+    ids = cut.channel if isinstance(cut.channel, list) else [cut.channel]
+    return x[[src.channels.index(c) for c in ids]]
+
+
+def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str,
+                 partial: bool = False):
     """Compute, store and mark done one cut: ``("ok", id, seconds, cut dict)``,
-    ``("fail", id, seconds, error)`` for an item that cannot be computed (unreadable audio,
-    a model error), or ``("stop", id, seconds, error)`` when ``out`` cannot be written.
-    Runs in a worker (this process, a pool process or a Dask worker); the extractor (and
-    its model) is kept per configuration."""
+    ``("fail", id, seconds, error)`` for an item that cannot be computed (unreadable or
+    truncated audio, audio shorter than half a frame, a model error), or ``("stop", id,
+    seconds, error)`` when ``out`` cannot be written.  Runs in a worker (this process, a
+    pool process or a Dask worker); the extractor (and its model) is kept per
+    configuration.  The audio is read by :func:`_cut_samples` (``partial``: a truncated
+    file's frames read)."""
     import lhotse
     from lhotse import CutSet
+    from lhotse.utils import compute_num_frames_from_samples, fastcopy
 
     from rtamt.integrations.lhotse import RtamtConfig, RtamtExtractor
 
@@ -383,14 +464,22 @@ def compute_item(cut_dict: dict, cfg_dict: dict, out: str, storage: str):
     cut = CutSet.from_dicts([cut_dict])[0]
     outp = pathlib.Path(out)
     dur = float(cut.duration)
+    n, fs = cut.num_samples, cut.sampling_rate
+    if compute_num_frames_from_samples(n, ext.frame_shift, fs) == 0:
+        return ("fail", cut.id, dur, f"too short: {n} sample(s) ({n / fs * 1e3:.3g} ms at "
+                f"{fs} Hz) give no feature frame (a frame needs at least half of "
+                f"--frame-shift {ext.frame_shift:g} s)")
     try:
         writer = getattr(lhotse, STORAGES[storage])(outp / "feats")
     except OSError as e:
         return ("stop", cut.id, dur, _one_line(e))
     store = _Store(writer)
     try:
-        with writer:
-            done = cut.compute_and_store_features(ext, store)
+        with writer:       # lhotse's compute_and_store_features, with rtamt's reader
+            info = ext.extract_from_samples_and_store(
+                samples=_cut_samples(cut, partial), storage=store,
+                sampling_rate=cut.sampling_rate, offset=cut.start, channel=cut.channel)
+            done = fastcopy(cut, features=info)
     except Exception as e:             # unreadable audio, a model error: report, go on
         if store.error is not None:
             return ("stop", cut.id, dur, _one_line(store.error))
@@ -415,9 +504,10 @@ def _ignore_sigint() -> None:
 
 # ------------------------------------------------------------------ the run
 class _Job:
-    def __init__(self, out, cfg, storage, cuts, failures):
+    def __init__(self, out, cfg, storage, cuts, failures, partial=False, notes=None):
         self.out, self.cfg, self.storage = out, cfg, storage
         self.cuts, self.failures = cuts, list(failures)
+        self.partial, self.notes = bool(partial), dict(notes or {})
 
     def run(self, jobs: int, client=None) -> int:
         """Compute every item not done, write ``cuts.jsonl.gz`` and ``failures.jsonl``,
@@ -486,7 +576,7 @@ class _Job:
         self._workers = jobs
         if client is None and jobs == 1:
             for c in todo:
-                yield compute_item(c.to_dict(), cfg_dict, out, self.storage)
+                yield compute_item(c.to_dict(), cfg_dict, out, self.storage, self.partial)
             return
         if client is not None:
             import distributed
@@ -497,12 +587,12 @@ class _Job:
             ac = distributed.as_completed()
             for c in _take(pending, window):
                 ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
-                                     self.storage, pure=False))
+                                     self.storage, self.partial, pure=False))
             for fut in ac:
                 yield fut.result()
                 for c in _take(pending, 1):
                     ac.add(client.submit(compute_item, c.to_dict(), cfg_dict, out,
-                                         self.storage, pure=False))
+                                         self.storage, self.partial, pure=False))
             return
         import multiprocessing
 
@@ -512,7 +602,8 @@ class _Job:
         pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_ignore_sigint)
         try:
             yield from pool.imap_unordered(
-                _compute_args, ((c.to_dict(), cfg_dict, out, self.storage) for c in todo))
+                _compute_args, ((c.to_dict(), cfg_dict, out, self.storage, self.partial)
+                                for c in todo))
         finally:
             pool.terminate()
             pool.join()
@@ -556,6 +647,11 @@ class _Job:
               f"wall: {speed:.1f} h audio per h wall ({speed / workers:.1f} per worker, "
               f"{workers} worker(s))")
         print(f"  skipped {skipped} item(s) already done")
+        if self.notes:
+            print(f"  {len(self.notes)} truncated file(s) computed from the frames read "
+                  "(--partial; their cuts carry custom['rtamt_truncated']):")
+            for note in list(self.notes.values())[:MAX_PRINTED_FAILURES]:
+                print(f"    {note}")
         if self.failures:
             print(f"  FAILED {len(self.failures)} item(s), listed in "
                   f"{self.out / 'failures.jsonl'}:")

@@ -57,6 +57,8 @@ class Input:
     source   : the source thread (demo / file), else None.
     device   : PortAudio device index (device), else None.
     hostapi  : host API name asked for (device), else None.
+    note     : a file opened with ``partial`` that is truncated: what was left out (one
+               line, :func:`rtamt_apps.files.partial_note`), else None.
     """
 
     kind: str
@@ -66,13 +68,15 @@ class Input:
     source: ArraySource | None = None
     device: int | None = None
     hostapi: str | None = None
+    note: str | None = None
 
 
 def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None = None,
                channels: int | None = None, blocksize=256, realtime: bool = True,
                seconds: float | None = None, spl_ref: float = 100.0, loop: bool = False,
                max_channels: int | None = 2, default_fs: float | None = None,
-               block: int | None = None, force: bool = False) -> Input:
+               block: int | None = None, force: bool = False,
+               partial: bool | None = None) -> Input:
     """Resolve ``inp``: ``'demo'`` (looped demo signal, ``spl_ref`` calibrated, on
     ``channels`` identical channels, 1 if not given), an existing audio file (WAV, FLAC,
     OGG, ...: :class:`rtamt.signals.AudioReader`), ``'default'`` or ``None`` (the default
@@ -87,7 +91,10 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
     and ``blocksize`` may hold at most 1 s of audio at the input's rate unless ``force``
     (:func:`rtamt_apps.args.check_block`).  An ``inp`` that looks like a path (a path
     separator or an audio file extension) and is not a file is "no such file", a device
-    name that matches nothing "no such device".  Raises ``ValueError`` / ``OSError`` /
+    name that matches nothing "no such device".  A truncated file is refused
+    (:class:`rtamt.signals.AudioFileError`, with the ``--partial`` hint when ``partial`` is
+    not None, i.e. the app has that option) unless ``partial``: then the frames read are
+    played and :attr:`Input.note` says what was missing.  Raises ``ValueError`` / ``OSError`` /
     ``LookupError`` / ``RuntimeError`` with a message for the user."""
     from rtamt.runtime import DemoSource, FileSource
 
@@ -100,9 +107,16 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
                          channels=ch, spl_ref=spl_ref)
         res = Input("demo", "demo", rate, ch, source=src)
     elif os.path.isfile(inp):
-        src = FileSource(inp, blocksize=blocksize, realtime=realtime, seconds=seconds, fs=fs,
-                         loop=loop)
-        res = Input("file", str(inp), src.fs, src.channels, source=src)
+        from rtamt.signals import AudioFileError
+
+        from .files import partial_note, read_error
+        try:
+            src = FileSource(inp, blocksize=blocksize, realtime=realtime, seconds=seconds,
+                             fs=fs, loop=loop, partial=bool(partial))
+        except AudioFileError as e:
+            raise AudioFileError(read_error(e, partial is not None), e.frames_read) from None
+        res = Input("file", str(inp), src.fs, src.channels, source=src,
+                    note=partial_note(src.reader))
     elif looks_like_path(inp):
         raise FileNotFoundError(f"{'not a file' if os.path.isdir(inp) else 'no such file'}: {inp}")
     else:

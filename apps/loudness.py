@@ -8,13 +8,20 @@ the audio files below it (``.wav .flac .ogg .oga .opus .aif .aiff .aifc .au .snd
 .w64 .rf64 .mp3``), walked recursively, in sorted order.
 
 Files are read block by block through soundfile (:class:`rtamt.signals.AudioReader`),
-never whole.  Channels are weighted by their layout (``--layout``; default from the
-channel count: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs).
+never whole, and decoded once: the meter needs no length up front, so the length of a
+coded file (MP3, FLAC, OGG) is what reading it gives, and whether it is truncated is
+known at its end (``count=False``).  A WAV streamed through a pipe (a placeholder size in
+its header) and an MP3 without a length tag are measured; a truncated file is failed with
+the frames that could be read, unless ``--partial``: then those frames are measured,
+``duration_s`` is theirs, and the record's ``truncated`` (JSON, CSV) and a line on stderr
+say what was missing (:mod:`rtamt_apps.files`).  Channels are weighted by their layout
+(``--layout``; default from the channel count: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R
+C LFE Ls Rs).
 
 Output (stdout): a table (default), ``--json`` (JSON Lines: one object per file with
 ``file, integrated_lufs, lra_lu, true_peak_dbtp, sample_peak_dbfs, true_peak_channels_dbtp,
-duration_s, fs, channels`` or ``file, error``), or ``--csv`` (a header line, then one row per
-file; ``error`` is empty for a measured file).  Values that are not defined (a file of
+duration_s, fs, channels, truncated`` or ``file, error``), or ``--csv`` (a header line, then
+one row per file; ``error`` is empty for a measured file).  Values that are not defined (a file of
 digital silence has no integrated loudness) are empty / ``null``.
 
 A file that cannot be read (not audio, truncated, damaged, a sample rate the meter cannot
@@ -22,18 +29,23 @@ run at) is listed as failed, with a one-line reason on stderr (``rtamt loudness:
 REASON``), and the other files are measured.  Exit status: 0 when every file was
 measured, 1 when at least one failed, 2 for a usage error (no such path, a directory
 without audio files, an option's value).  A progress bar (tqdm, stderr, on a terminal)
-shows the files done when there are at least :data:`PROGRESS_MIN_FILES`.  ``--jobs N``
-measures N files at a time in worker processes (the output keeps the files' order).
+shows the files done when there are at least :data:`PROGRESS_MIN_FILES`; the table's rows
+and the messages are printed through it (``tqdm.write``), so no row lands on the bar's
+line.  ``--jobs N`` measures N files at a time in worker processes (the output keeps the
+files' order); N is capped at the number of usable cores, with a note on stderr, unless
+``--force`` (:func:`rtamt_apps.files.cap_jobs`).
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
 from pathlib import Path
 
 from .args import UsageError, int_range
+from .files import add_partial_argument, cap_jobs, partial_note, read_error
 
 #: file name endings taken from a directory (formats libsndfile reads)
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
@@ -43,7 +55,7 @@ EXIT_FAILED = 1
 #: a progress bar from this many files on (on a terminal)
 PROGRESS_MIN_FILES = 5
 FIELDS = ("file", "integrated_lufs", "lra_lu", "true_peak_dbtp", "sample_peak_dbfs",
-          "duration_s", "fs", "channels", "error")
+          "duration_s", "fs", "channels", "truncated", "error")
 
 
 def add_arguments(p):
@@ -59,8 +71,12 @@ def add_arguments(p):
     p.add_argument("--mode", choices=("histogram", "exact"), default="histogram",
                    help="gated statistics from 0.01 LU histograms (default) or every value")
     p.add_argument("--jobs", type=int_range(1, 256), default=1,
-                   help="files measured in parallel by this many processes (default 1); "
-                        "the output keeps the files' order")
+                   help="files measured in parallel by this many processes (default 1; at "
+                        "most the number of usable cores unless --force); the output keeps "
+                        "the files' order")
+    p.add_argument("--force", action="store_true",
+                   help="run --jobs processes even when that is more than the usable cores")
+    add_partial_argument(p)
 
 
 def _files(paths) -> list[Path]:
@@ -86,14 +102,15 @@ def _value(v, digits=2):
     return None if v is None or not math.isfinite(v) else round(float(v), digits)
 
 
-def measure(path, layout=None, block=65536, mode="histogram") -> dict:
+def measure(path, layout=None, block=65536, mode="histogram", partial=False) -> dict:
     """EBU R128 figures of one file (a dict of :data:`FIELDS` without ``error``, plus
     ``true_peak_channels_dbtp``); raises ``ValueError`` / ``OSError`` for a file that
-    cannot be measured."""
+    cannot be measured (:class:`rtamt.signals.AudioFileError` for a truncated one unless
+    ``partial``: then ``truncated`` says what was missing)."""
     from rtamt.loudness.bs1770 import LoudnessMeter
     from rtamt.signals import AudioReader
 
-    with AudioReader(path) as r:
+    with AudioReader(path, partial=partial, count=False) as r:
         lay = layout
         if lay is not None:
             from rtamt.loudness.bs1770 import LAYOUTS
@@ -101,25 +118,30 @@ def measure(path, layout=None, block=65536, mode="histogram") -> dict:
                 raise ValueError(f"{path}: {r.channels} channels, --layout {lay} has "
                                  f"{len(LAYOUTS[lay])}")
         meter = LoudnessMeter(fs=r.fs, channels=r.channels, layout=lay, mode=mode)
-        while r.pos < r.frames:
-            meter(r.read(block))
+        while r.frames is None or r.pos < r.frames:    # None: a coded file, to its end
+            x = r.read(block)
+            if x.shape[-1] == 0:
+                break
+            meter(x)
         fs, channels, frames = r.fs, r.channels, r.frames
     return {"file": str(path), "integrated_lufs": _value(meter.integrated),
             "lra_lu": _value(meter.loudness_range),
             "true_peak_dbtp": _value(meter.true_peak),
             "sample_peak_dbfs": _value(meter.sample_peak),
             "true_peak_channels_dbtp": [_value(v) for v in meter.true_peak_channels],
-            "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels}
+            "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels,
+            "truncated": partial_note(r)}
 
 
 def _measure_or_error(job) -> dict:
-    """:func:`measure` of ``job = (path, layout, block, mode)``, or ``{'file', 'error'}``
-    (one line) for a file that cannot be measured; runs in a worker process too."""
+    """:func:`measure` of ``job = (path, layout, block, mode, partial)``, or ``{'file',
+    'error'}`` (one line) for a file that cannot be measured; runs in a worker process
+    too."""
     f = job[0]
     try:
         return measure(*job)
     except (ValueError, OSError, RuntimeError) as e:
-        err = " ".join(str(e).split()) or type(e).__name__
+        err = read_error(e) or type(e).__name__
         return {"file": str(f), "error": err if str(f) in err else f"{f}: {err}"}
 
 
@@ -146,38 +168,54 @@ def _cell(v, width, fmt):
     return f"{'-':>{width}}" if v is None else format(v, fmt).rjust(width)
 
 
+def _emit(bar, text: str, file=None) -> None:
+    """Print one line (stdout, or ``file``); through the progress bar when there is one,
+    which clears the bar, prints, and draws it again below (no row on the bar's line)."""
+    file = sys.stdout if file is None else file
+    if bar is None:
+        print(text, file=file, flush=True)
+    else:
+        bar.write(text, file=file)
+        file.flush()
+
+
+def _csv_row(values) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(values)
+    return buf.getvalue()
+
+
 def run(args) -> int:
     files = _files(args.paths)
+    n_jobs = cap_jobs("rtamt loudness", args.jobs, args.force)
     bar = _progress(len(files))
-    writer = None
     if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(FIELDS)
+        _emit(bar, _csv_row(FIELDS))
     elif not args.json:
-        print(f"{'I LUFS':>8} {'LRA LU':>7} {'TP dBTP':>8} {'SP dBFS':>8} {'s':>9}  file")
+        _emit(bar, f"{'I LUFS':>8} {'LRA LU':>7} {'TP dBTP':>8} {'SP dBFS':>8} {'s':>9}  file")
     failed = 0
-    jobs = [(f, args.layout, args.block, args.mode) for f in files]
+    jobs = [(f, args.layout, args.block, args.mode, args.partial) for f in files]
     try:
-        for f, rec in zip(files, _results(jobs, args.jobs)):
+        for f, rec in zip(files, _results(jobs, n_jobs)):
             err = rec.get("error")
             if err is not None:
                 failed += 1
-                if bar is not None:
-                    bar.clear()
-                print(f"rtamt loudness: {err}", file=sys.stderr, flush=True)
+                _emit(bar, f"rtamt loudness: {err}", sys.stderr)
+            elif rec.get("truncated"):
+                _emit(bar, f"rtamt loudness: {rec['truncated']}", sys.stderr)
             if args.json:
-                print(json.dumps(rec), flush=True)
-            elif writer is not None:
-                writer.writerow([rec.get(k, "") if rec.get(k) is not None else ""
-                                 for k in FIELDS[:-1]] + [err or ""])
-                sys.stdout.flush()
+                _emit(bar, json.dumps(rec))
+            elif args.csv:
+                _emit(bar, _csv_row([rec.get(k, "") if rec.get(k) is not None else ""
+                                     for k in FIELDS[:-1]] + [err or ""]))
             elif err is not None:
-                print(f"{'failed':>8} {'':>7} {'':>8} {'':>8} {'':>9}  {f}", flush=True)
+                _emit(bar, f"{'failed':>8} {'':>7} {'':>8} {'':>8} {'':>9}  {f}")
             else:
-                print(f"{_cell(rec['integrated_lufs'], 8, '.1f')} {_cell(rec['lra_lu'], 7, '.1f')} "
-                      f"{_cell(rec['true_peak_dbtp'], 8, '.1f')} "
-                      f"{_cell(rec['sample_peak_dbfs'], 8, '.1f')} "
-                      f"{rec['duration_s']:9.1f}  {f}", flush=True)
+                _emit(bar, f"{_cell(rec['integrated_lufs'], 8, '.1f')} "
+                           f"{_cell(rec['lra_lu'], 7, '.1f')} "
+                           f"{_cell(rec['true_peak_dbtp'], 8, '.1f')} "
+                           f"{_cell(rec['sample_peak_dbfs'], 8, '.1f')} "
+                           f"{rec['duration_s']:9.1f}  {f}")
             if bar is not None:
                 bar.update(1)
     finally:
@@ -186,4 +224,3 @@ def run(args) -> int:
     if failed:
         print(f"rtamt loudness: {failed} of {len(files)} file(s) failed", file=sys.stderr)
     return EXIT_FAILED if failed else 0
-

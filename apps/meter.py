@@ -14,6 +14,11 @@ the channels of the stream)
 (+ per-ear values for moore2016) and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
+An input that ends before the first update (a file shorter than ``--interval``) gets one
+reading over all of it at the end, with ``note`` in its JSON record (and a line on stderr)
+saying so and which figures it is too short for; a run that processed no audio at all gets
+a JSON record with ``t``, ``reading: null`` and the ``note`` why (and the line on stderr).
+
 ``--per-channel``: every input channel gets its own three chains on its own stream of an
 :class:`rtamt.scheduler.Scheduler` (fed by a :class:`rtamt.scheduler.FanOut`; ``--threads``,
 ``--budget-ms``, ``--admission``), any number of channels: one line per channel and update
@@ -102,6 +107,7 @@ class _Updates:
         self.acc_peak = 0.0
         self.max_peak = 0.0
         self.next_t = interval
+        self.t_end = 0.0          # stream time processed, s
         self.last = {}
         self.lock = threading.Lock()
 
@@ -119,14 +125,25 @@ class _Updates:
         b = r.outputs["bs1770"]
         self.last["lufs"] = (b.momentary, b.short_term, b.integrated)
         self.last["r128"] = (b.loudness_range, b.true_peak, b.lra_stable)
-        t = (r.start + r.frames) / self.fs
+        t = self.t_end = (r.start + r.frames) / self.fs
         if t + 1e-9 >= self.next_t:
-            rec = dict(t=round(t, 4), ms=self.acc_ms / max(self.acc_n, 1), peak=self.acc_peak,
-                       max_peak=self.max_peak, **{k: v for k, v in self.last.items()})
-            self.acc_ms, self.acc_n, self.acc_peak = 0.0, 0, 0.0
+            self._emit(t)
             while self.next_t <= t + 1e-9:
                 self.next_t += self.interval
-            self.q.append(rec)
+
+    def _emit(self, t: float) -> None:
+        rec = dict(t=round(t, 4), ms=self.acc_ms / max(self.acc_n, 1), peak=self.acc_peak,
+                   max_peak=self.max_peak, **{k: v for k, v in self.last.items()})
+        self.acc_ms, self.acc_n, self.acc_peak = 0.0, 0, 0.0
+        self.q.append(rec)
+
+    def flush(self) -> bool:
+        """Queue a reading over the frames since the last one (the stream has ended);
+        False when there are none."""
+        if not self.acc_n:
+            return False
+        self._emit(self.t_end)
+        return True
 
 
 def _record(rec, model, spl_ref, st):
@@ -158,7 +175,7 @@ def _line(d, model_name):
     def f(v, fmt):
         return "  -  " if v is None else format(v, fmt)
     st = ",".join(f"{k}={v}" for k, v in d["status"].items()) or "ok"
-    return (f"t {d['t']:7.1f} s | {model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} "
+    return (f"t {d['t']:7.2f} s | {model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} "
             f"sone {d['phon']:6.1f} phon | SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS "
@@ -166,6 +183,28 @@ def _line(d, model_name):
             f"{f(d['true_peak_dbtp'], '5.1f')} dBTP | "
             f"drop {d['dropped_frames'] + d['skipped_frames']} {st}"
             + (f" | input stalls {d['source_stalls']}" if d.get("source_stalls") else ""))
+
+
+def _too_short(args, upds) -> None:
+    """The run ended before its first update (an input shorter than ``--interval``): one
+    reading over what was processed, noted as such, or a record saying nothing was."""
+    t = max(upd.t_end for upd in upds)
+    if not any([upd.flush() for upd in upds]):
+        note = (f"no reading: the run ended before any audio was processed "
+                f"({t:.3g} s)")
+        print(f"rtamt meter: {note}", file=sys.stderr, flush=True)
+        if args.json:
+            print(json.dumps({"t": round(t, 4), "reading": None, "note": note}), flush=True)
+        return
+    lacks = [what for what, need in (("momentary LUFS", 0.4), ("short-term LUFS", 3.0))
+             if t < need]
+    note = (f"the input ended after {t:.3g} s, before the first --interval {args.interval:g} "
+            f"s update: one reading over all of it"
+            + (f" (too short for {' and '.join(lacks)}: null)" if lacks else ""))
+    for upd in upds:
+        if upd.q:
+            upd.q[-1]["note"] = note
+    print(f"rtamt meter: {note}", file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
@@ -229,7 +268,10 @@ def run(args) -> int:
             st = s.stats()
             tag = f"{st.name} | " if args.per_channel else ""
             while upd.q:
-                d = _record(upd.q.popleft(), model, spl_ref, st)
+                rec = upd.q.popleft()
+                d = _record(rec, model, spl_ref, st)
+                if "note" in rec:
+                    d["note"] = rec["note"]
                 n_out += 1
                 if args.json:
                     print(json.dumps({"stream": st.name, **d} if tag else d), flush=True)
@@ -276,6 +318,8 @@ def run(args) -> int:
     except BaseException:           # e.g. a closed stdout (BrokenPipeError): stop the input
         live.stop("discard")
         raise
+    if n_out == 0 and not any(upd.q for upd in upds):
+        _too_short(args, upds)
     drain(final=True)
     failure = live.failure()
     if failure:

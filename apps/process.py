@@ -42,7 +42,11 @@ failed or interrupted run (Ctrl-C, ``SIGTERM``: one line, exit 130 / 143) leaves
 output and leaves an older one intact; the hidden directory a killed run (``SIGKILL``)
 leaves is removed by the next run writing to the same directory.  A truncated or damaged
 input file is reported with the number of frames that could be read, and nothing is
-written.
+processed or written; ``--partial`` processes those frames instead, and the summary and
+``rtamt.json`` (``input_truncated``) say what was missing (:mod:`rtamt_apps.files`).  The
+file's length comes from reading (:class:`rtamt.signals.AudioReader`: a WAV streamed
+through a pipe and an MP3 without a length tag are counted), so the size estimate, the
+block plan and the progress bar are exact.
 """
 from __future__ import annotations
 
@@ -68,6 +72,8 @@ from .args import (
     positive_float,
     spl_ref_db,
 )
+from .files import add_partial_argument, partial_note, read_error
+from .modelopts import add_fhigh_argument, cli_message, model_kwargs
 from .outputs import (
     NoOutput,
     Summary,
@@ -129,6 +135,8 @@ def add_arguments(p):
                         "space twice meanwhile); without --out nothing is written (the "
                         "summary only)")
     add_output_arguments(p)
+    add_partial_argument(p)
+    add_fhigh_argument(p)
 
 
 def block_sizes(n: int, block, seed: int = 0) -> np.ndarray:
@@ -235,9 +243,10 @@ def _open_input(args):
         src = f"demo signal ({x.shape[-1] / fs:.2f} s: tone 60 dB, AM 65 dB, noise 70 dB, silence)"
         return _ArrayReader(x, fs), fs, src
     try:
-        reader = AudioReader(args.input)
+        reader = AudioReader(args.input, partial=args.partial)
     except AudioFileError as e:
-        raise _InputError(f"cannot read {e}") from None
+        nothing = "nothing processed" + (", nothing written" if args.out else "")
+        raise _InputError(f"cannot read {read_error(e, consequence=nothing)}") from None
     except OSError as e:
         raise _InputError(f"cannot read {args.input}: {e}") from None
     fs = reader.fs
@@ -246,6 +255,10 @@ def _open_input(args):
         raise _InputError(f"sample rate mismatch: {args.input} is {fs:g} Hz but --fs is "
                           f"{args.fs:g} Hz (resample the file or drop --fs)")
     src = f"{args.input} ({reader.channels} ch, {reader.frames / fs:.2f} s, {reader.format})"
+    note = partial_note(reader)
+    if note:
+        print(f"rtamt process: {note}", file=sys.stderr, flush=True)
+        src += f" [{note}]"
     return reader, fs, src
 
 
@@ -271,10 +284,11 @@ def _run_open(args, reader, fs, src) -> int:
         check_block("--block", args.block, fs, args.force)
     cls = MODELS[args.model]
     kw = {} if args.config is None else {"config": args.config}
+    kw.update(model_kwargs(args, cls))
     try:
         model = cls(fs, spl_ref=args.spl_ref, **kw)
     except ValueError as e:
-        return _error(str(e), usage=False)
+        return _error(cli_message(e), usage=False)
     n_total = reader.frames
 
     # -- what is kept, at which rate, how long, how big --------------------------------
@@ -372,18 +386,21 @@ def _process(args, model, reader, fs, sizes, plan, writer, src) -> int:
         return _error(f"no output from {args.model} for {', '.join(empty)} (the input is "
                       f"{n_total} samples, too short)", usage=False)
     nbytes = sum(np.prod(summary[k].shape) * plan.store.itemsize for k in names)
-    if writer is not None and _commit(args, model, fs, sizes, plan, writer, src):
+    if writer is not None and _commit(args, model, fs, sizes, plan, writer, src,
+                                      partial_note(reader)):
         return 1
     _print_summary(args, model, fs, sizes, plan, src, warm, summary, (t0, t1, elapsed),
                    nbytes, adapt_sum, adapt_n, writer)
     return 0
 
 
-def _commit(args, model, fs, sizes, plan, writer, src) -> bool:
-    """Metadata and the atomic rename; True (and one line on stderr) on failure."""
+def _commit(args, model, fs, sizes, plan, writer, src, note=None) -> bool:
+    """Metadata and the atomic rename; True (and one line on stderr) on failure.  ``note``:
+    what ``--partial`` left out of a truncated input (``input_truncated``), or None."""
     meta, side = describe(model, args.model, fs, plan)
     meta["block_sizes"] = sizes
     side.update(dtype=args.dtype, source=src)
+    side["input_truncated"] = note
     try:
         writer.add_meta(**meta)
         writer.commit(side)

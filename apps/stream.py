@@ -60,6 +60,7 @@ from rtamt.modulation import to_padded
 from rtamt.runtime import Runtime
 
 from .args import FS_LIMITS, UsageError, add_block_arguments, float_range, int_range, positive_float
+from .files import add_partial_argument
 from .inputs import (
     DEMO_SECONDS,
     EXIT_SOURCE_FAULT,
@@ -70,6 +71,7 @@ from .inputs import (
     open_input,
     open_per_channel,
 )
+from .modelopts import add_fhigh_argument, model_kwargs
 from .outputs import (
     OUTPUT_OPTIONS,
     NoOutput,
@@ -129,6 +131,8 @@ def add_arguments(p):
     p.add_argument("--max-backlog", type=positive_float(10.0), default=0.25,
                    help="seconds (drop-oldest)")
     add_source_arguments(p)
+    add_partial_argument(p)
+    add_fhigh_argument(p)
     p.add_argument("--json", action="store_true", help="print stats as JSON lines")
     add_per_channel_arguments(p)
     p.add_argument("--out", "--output", dest="out", default=None, metavar="DIR",
@@ -440,6 +444,7 @@ def _run(args) -> int:
                          "not a .npz file")
     policy = args.policy or ("drop-newest" if args.fast else "drop-oldest")
     kw = {} if args.config is None else {"config": args.config}
+    kw.update(model_kwargs(args, MODELS[args.model]))
     seconds = args.seconds
     if seconds is None and args.input == "demo":
         seconds = DEMO_SECONDS              # the demo once
@@ -447,10 +452,12 @@ def _run(args) -> int:
         inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
                          blocksize=args.blocksize or 256, realtime=not args.fast,
                          seconds=seconds, max_channels=None, default_fs=48000.0,
-                         block=args.block, force=args.force)
+                         block=args.block, force=args.force, partial=args.partial)
     except (LookupError, OSError, RuntimeError, ValueError) as e:
         print(f"rtamt stream: {e}", file=sys.stderr)
         return 2
+    if inp.note:
+        print(f"rtamt stream: {inp.note}", file=sys.stderr, flush=True)
     rec = None
     model = MODELS[args.model](inp.fs, **kw)
     # kernels loaded (or compiled) before the first block; one stream per channel takes 1
@@ -597,9 +604,9 @@ def _finish_out(args, inp, streams: list, rec, probe, failure, ended: bool) -> i
         return EXIT_OUTPUT
     meta, side = describe(probe, args.model, inp.fs, rec.plan)
     info = {**side, "block": args.block, "input": inp.label, "channels": len(streams),
-            "stopped": rec.stop}
+            "stopped": rec.stop, "input_truncated": inp.note}
     members = {s.name: {**side, "stream": s.name, "channel": c, "input": inp.label,
-                        "block": args.block, "gaps": rec.gaps[c]}
+                        "block": args.block, "gaps": rec.gaps[c], "input_truncated": inp.note}
                for c, s in enumerate(streams)}
     try:
         rec.commit(meta, info, members)

@@ -405,7 +405,11 @@ def design(params: DRNLParams, n_in: int | None = None) -> DRNLCoeffs:
     fc = _grid(params, pre)
     nyq = fs / 2.0
     if fc.size == 0 or np.any(~np.isfinite(fc)) or np.any(fc <= 0) or np.any(fc >= nyq):
-        raise ValueError(f"characteristic frequencies must lie in (0, fs/2), got {fc}")
+        got = (f"{fc.size} from {np.min(fc):g} to {np.max(fc):g} Hz" if fc.size else "none")
+        hint = ("" if params.fc is not None or not np.all(np.isfinite(fc)) or np.any(fc <= 0)
+                else f"; pass fhigh={0.45 * fs:g} or lower")
+        raise ValueError(f"DRNL filterbank at {fs:g} Hz: characteristic frequencies must lie "
+                         f"in (0, fs/2 = {nyq:g} Hz), got {got}{hint}")
 
     cf_lin, bw_lin = _reg(pre.cf_lin, fc), _reg(pre.bw_lin, fc)
     lp_lin, gain = _reg(pre.lp_lin, fc), _reg(pre.gain, fc)

@@ -44,13 +44,14 @@ class ArraySource:
         if a.ndim != 2 or a.shape[0] == 0:
             raise ValueError(f"source data must be (frames, channels), got {np.shape(data)}")
         self.data = a
-        self._init(fs, a.shape[1], a.shape[0], blocksize, realtime, loop, seconds)
+        self._setup(a.shape[0], a.shape[1], fs, blocksize, realtime, loop, seconds)
 
-    def _init(self, fs, channels: int, length: int, blocksize, realtime, loop, seconds) -> None:
+    def _setup(self, length: int, channels: int, fs: float, blocksize, realtime: bool,
+               loop: bool, seconds: float | None) -> None:
         """The source's settings for ``length`` frames of ``channels`` channels."""
+        self.length = int(length)
         self.fs = float(fs)
         self.channels = int(channels)
-        self.length = int(length)          # frames of the signal (one pass)
         sizes = [blocksize] if np.isscalar(blocksize) else list(blocksize)
         if not sizes or any(int(s) < 1 for s in sizes):
             raise ValueError("block sizes must be >= 1")
@@ -63,11 +64,14 @@ class ArraySource:
         self.total = total
         self.pushed = 0
         self.dropped = 0
+        self.error: str | None = None      # why a file source stopped early
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _frames(self, start: int, n: int) -> np.ndarray:
+        """Frames ``start .. start + n`` of the (looped) signal, ``(n, channels)``; called
+        with consecutive ranges."""
         a = self.data
         L = a.shape[0]
         s = start % L
@@ -85,8 +89,11 @@ class ArraySource:
         runtime.source_started(max(self.sizes) / self.fs if self.realtime else 0.0)
         try:
             self._push_all(runtime)
-        finally:
-            runtime.source_ended()
+        except AudioFileError as e:    # a file that changed while it was read: an input fault
+            self.error = str(e)
+            runtime.report_source_error(self.error)
+            return                     # the watchdog stays armed: the fault is reported
+        runtime.source_ended()
 
     def _push_all(self, runtime) -> None:
         t0 = time.monotonic()
@@ -164,73 +171,61 @@ class DemoSource(ArraySource):
 
 class FileSource(ArraySource):
     """An audio file (every format :class:`rtamt.signals.AudioReader` reads: WAV of any
-    subtype, FLAC, OGG, ...), all channels; ``loop`` to repeat it.  A truncated or damaged
-    file raises :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before
-    anything is pushed.
+    subtype, FLAC, OGG, MP3, ...), all channels; ``loop`` to repeat it.
 
-    The file is read while it is pushed, :data:`CHUNK` frames at a time (float64), so the
-    memory does not depend on its length (a 10-minute stereo file would be 460 MB whole).
-    A read that fails part way (a damaged coded file) is reported as the input's fault
-    (``runtime.report_source_error``; the apps exit with 3), and the source stops."""
+    The file is read block by block as it is pushed (:data:`READ_CHUNK` frames at a time,
+    from the source's thread), so memory does not depend on its length.  Its length comes
+    from reading (a WAV streamed through a pipe, an MP3 without a length tag:
+    :class:`rtamt.signals.AudioReader`).  A truncated, damaged or unreadable file raises
+    :class:`rtamt.signals.AudioFileError` (a ``ValueError``) here, before anything is
+    pushed, unless ``partial``: then the frames that could be read are the file, and
+    :attr:`truncated` says what was missing.  A read that fails later (the file changed
+    while it was played) stops the source and is reported as an input fault
+    (``runtime.report_source_error``; :attr:`error`)."""
 
     #: frames read from the file at a time
-    CHUNK = 1 << 16
+    READ_CHUNK = 1 << 15
 
     def __init__(self, path, blocksize=256, realtime: bool = True, loop: bool = False,
-                 seconds: float | None = None, fs: float | None = None):
+                 seconds: float | None = None, fs: float | None = None,
+                 partial: bool = False):
+        self.reader = AudioReader(path, partial=partial)
         self.path = str(path)
-        self._reader = AudioReader(self.path)
-        rate = self._reader.fs
-        if fs is not None and abs(float(fs) - rate) > 1e-9:
-            self._reader.close()
-            raise ValueError(f"{path}: sample rate {rate} Hz, expected {fs} Hz")
-        self.frames = int(self._reader.frames)
-        self._init(rate, self._reader.channels, self.frames, blocksize, realtime, loop,
-                   seconds)
-        self._buf = np.zeros((0, self.channels))    # file frames _at .. _at + len, (n, ch)
-        self._at = 0
-        self.error: str | None = None
+        #: what a truncated file read with ``partial`` left out (None: complete)
+        self.truncated = self.reader.truncated
+        rate = self.reader.fs
+        try:
+            if fs is not None and abs(float(fs) - rate) > 1e-9:
+                raise ValueError(f"{path}: sample rate {rate:g} Hz, expected {float(fs):g} Hz")
+            self._setup(self.reader.frames, self.reader.channels, rate, blocksize, realtime,
+                        loop, seconds)
+        except BaseException:
+            self.reader.close()
+            raise
+        self._buf = np.zeros((0, self.channels))
+        self._off = 0
 
     def _frames(self, start: int, n: int) -> np.ndarray:
         parts = []
         while n > 0:
-            s = start % self.length
-            if not self._at <= s < self._at + self._buf.shape[0]:
-                self._fill(s)
-            k = min(n, self._at + self._buf.shape[0] - s)
-            parts.append(self._buf[s - self._at:s - self._at + k])
-            start, n = start + k, n - k
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def _fill(self, s: int) -> None:
-        """Read the chunk starting at file frame ``s`` (reading goes forward; a loop
-        starts again from an opened-again file)."""
-        r = self._reader
-        if r is None or s != r.pos:
-            if s != 0:
-                raise RuntimeError(f"{self.path}: cannot read frame {s} out of order")
-            if r is not None:
-                r.close()
-            r = self._reader = AudioReader(self.path)
-        self._buf = r.read(self.CHUNK).T
-        self._at = s
+            if self._off == self._buf.shape[0]:
+                if self.reader.pos == self.length:        # loop: from the start again
+                    self.reader.seek(0)
+                self._buf = self.reader.read(self.READ_CHUNK).T
+                self._off = 0
+            take = min(n, self._buf.shape[0] - self._off)
+            parts.append(self._buf[self._off:self._off + take])
+            self._off += take
+            n -= take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     def run(self, runtime) -> None:
         try:
             super().run(runtime)
-        except AudioFileError as e:            # the file failed part way
-            self.error = str(e)
-            runtime.report_source_error(self.error)
         finally:
-            self._close()
-
-    def _close(self) -> None:
-        r, self._reader = self._reader, None
-        if r is not None:
-            r.close()
-        self._buf, self._at = np.zeros((0, self.channels)), 0
+            self.reader.close()
 
     def stop(self) -> None:
         super().stop()
         if self._thread is None:          # never started: nothing else reads it
-            self._close()
+            self.reader.close()

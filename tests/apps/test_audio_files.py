@@ -16,6 +16,8 @@ from rtamt.runtime import FileSource
 from rtamt.signals import AudioFileError, AudioReader, read_audio
 from rtamt_apps.cli import main
 
+from _helpers import spy_reads
+
 FS = 16000
 
 
@@ -88,14 +90,7 @@ def test_process_reads_the_file_block_by_block(tmp_path, monkeypatch):
     """No read larger than READ_CHUNK frames: memory does not depend on the file's length."""
     path = tmp_path / "a.wav"
     sf.write(path, _x(3 * proc.READ_CHUNK + 17), FS, subtype="PCM_16")
-    sizes = []
-    real = AudioReader.read
-
-    def spy(self, n):
-        sizes.append(n)
-        return real(self, n)
-
-    monkeypatch.setattr(AudioReader, "read", spy)
+    sizes = spy_reads(monkeypatch)
     assert main(["process", str(path), "--block", "512"]) == 0
     assert len(sizes) >= 4 and max(sizes) <= proc.READ_CHUNK
 
@@ -160,3 +155,159 @@ def test_stream_truncated_wav_is_one_line(tmp_path):
         assert line.startswith("rtamt stream: ") and "truncated" in line
         if keep is None:
             assert f"only {have} could be read" in line
+
+
+# ------------------------------------------------- the length comes from reading (issue 38)
+def _wav_with_sizes(path, n, riff, data):
+    """A 16-bit mono WAV of ``n`` frames whose RIFF and data sizes are replaced; its
+    samples ``(1, n)`` (as read before)."""
+    import struct
+
+    sf.write(path, _x(n), FS, subtype="PCM_16")
+    want = sf.read(path, dtype="float64", always_2d=True)[0].T
+    b = bytearray(path.read_bytes())
+    at = b.find(b"data") + 4
+    b[4:8], b[at:at + 4] = struct.pack("<I", riff), struct.pack("<I", data)
+    path.write_bytes(bytes(b))
+    return want
+
+
+@pytest.mark.parametrize("size", [0xFFFFFFFF, 0x7FFFFFFF, 0x7FFFF000, 0])
+def test_placeholder_sizes_are_not_a_length(tmp_path, size):
+    """A WAV written to a pipe (FFmpeg: 0xFFFFFFFF; SoX: 0x7FFFF000; 0) is read to its end:
+    the header's size is a placeholder, not a claim of 2147483647 frames (refused as
+    truncated before); the placeholder 0, which libsndfile reads as empty, is read through
+    a view of the header."""
+    path = tmp_path / "piped.wav"
+    want = _wav_with_sizes(path, 5000, size, size)
+    for count in (True, False):
+        with AudioReader(path, count=count) as r:
+            assert r.frames == 5000 and r.claimed is None and r.truncated is None
+            np.testing.assert_array_equal(r.read(10**6), want)
+    np.testing.assert_array_equal(read_audio(path)[1], want)
+    assert FileSource(path, realtime=False).length == 5000
+
+
+def test_a_finite_size_beyond_the_data_is_a_truncation(tmp_path):
+    path = tmp_path / "short.wav"
+    _wav_with_sizes(path, 5000, 36 + 2 * 7000, 2 * 7000)     # the header says 7000 frames
+    with pytest.raises(AudioFileError, match="announces 7000 frames, only 5000") as e:
+        AudioReader(path)
+    assert e.value.frames_read == 5000
+    with AudioReader(path, partial=True) as r:
+        assert r.frames == 5000 and r.read(10**6).shape == (1, 5000)
+        assert "announces 7000 frames, only 5000 could be read" in r.truncated
+
+
+def _mp3(path, n=8000):
+    """An MP3 of ``n`` frames written by libsndfile (LAME: a Xing tag in its first frame);
+    the decoded samples."""
+    sf.write(path, 0.3 * np.sin(2 * np.pi * 1000 * np.arange(n) / FS), FS, format="MP3")
+    return sf.read(path, dtype="float64", always_2d=True)[0].T
+
+
+def test_mp3_with_a_tag_cut_short_is_truncated(tmp_path):
+    """An MP3 whose Xing tag gives its length, cut in half: refused with the frames read
+    (whether counted up front or found at the end), or those frames with ``partial``.  (An
+    MP3 without a tag: tests/apps/test_file_verdicts.py.)"""
+    path = tmp_path / "cut.mp3"
+    full = _mp3(path)
+    b = path.read_bytes()
+    path.write_bytes(b[:len(b) // 2])
+    have = sf.read(path, dtype="float64")[0].shape[0]
+    assert have < full.shape[1]
+    for count in (True, False):
+        with pytest.raises(AudioFileError, match=f"announces {full.shape[1]} frames, only "
+                                                 f"{have} could be read"):
+            with AudioReader(path, count=count) as r:
+                while r.read(1000).shape[1]:
+                    pass
+        with AudioReader(path, count=count, partial=True) as r:
+            assert r.frames == (have if count else None)
+            x = np.concatenate([r.read(999) for _ in range(20)], axis=1)
+            assert x.shape == (1, have) and r.frames == have and r.truncated
+        # (libsndfile's MP3 decoding differs in the last bits with the read size)
+        np.testing.assert_allclose(x, full[:, :have], rtol=0, atol=1e-6)
+
+
+def test_count_false_decodes_once(tmp_path, monkeypatch):
+    """``count=False``: a coded file is not decoded up front; its length is known at its
+    end (loudness reads every file once)."""
+    path = tmp_path / "a.flac"
+    sf.write(path, _x(20000), FS, subtype="PCM_16")
+    reads = []
+    real = sf.SoundFile.read
+
+    def spy(self, *a, **k):
+        out = real(self, *a, **k)
+        reads.append(out.shape[0])
+        return out
+
+    monkeypatch.setattr(sf.SoundFile, "read", spy)
+    with AudioReader(path, count=False) as r:
+        assert r.frames is None and reads == []
+        while r.read(6000).shape[1]:
+            pass
+        assert r.frames == 20000 and sum(reads) == 20000
+    reads.clear()
+    with AudioReader(path) as r:                    # counted: decoded once up front
+        assert r.frames == 20000 and sum(reads) == 20000
+
+
+class _Sink:
+    """What a source needs of a runtime: pushes collected, faults recorded."""
+    policy = "drop-newest"
+
+    def __init__(self):
+        self.blocks, self.errors, self.ended = [], [], False
+
+    def source_started(self, period):
+        pass
+
+    def source_ended(self):
+        self.ended = True
+
+    def report_source_error(self, msg):
+        self.errors.append(msg)
+
+    def push(self, blk, wait=False):
+        self.blocks.append(np.array(blk))
+        return True
+
+
+def test_file_source_reads_block_by_block(tmp_path, monkeypatch):
+    """FileSource reads the file as it pushes (chunks of READ_CHUNK frames): memory does
+    not depend on the file's length (it read the whole file into memory before); looping
+    wraps to the start."""
+    path = tmp_path / "long.wav"
+    n = 3 * FileSource.READ_CHUNK + 123
+    sf.write(path, _x(n, ch=2), FS, subtype="FLOAT")
+    sizes = spy_reads(monkeypatch)
+    want = read_audio(path)[1].T
+    sizes.clear()
+    sink = _Sink()
+    FileSource(path, blocksize=[1000, 7], realtime=False).run(sink)
+    assert sink.ended and not sink.errors
+    np.testing.assert_array_equal(np.concatenate(sink.blocks), want)
+    assert max(sizes) <= FileSource.READ_CHUNK and len(sizes) >= 4
+    sink = _Sink()
+    FileSource(path, blocksize=4096, realtime=False, loop=True, seconds=2.5 * n / FS).run(sink)
+    got = np.concatenate(sink.blocks)
+    np.testing.assert_array_equal(got, np.concatenate([want, want, want])[:got.shape[0]])
+    assert got.shape[0] == round(2.5 * n)
+
+
+def test_file_source_reports_a_file_that_changes_while_it_plays(tmp_path):
+    """A file cut short after it was opened: the source stops and reports an input fault
+    (no traceback from its thread, nothing pushed past the end)."""
+    path = tmp_path / "a.wav"
+    n = 3 * FileSource.READ_CHUNK
+    sf.write(path, _x(n), FS, subtype="PCM_16")
+    src = FileSource(path, blocksize=512, realtime=False)
+    with open(path, "r+b") as f:
+        f.truncate(44 + 2 * FileSource.READ_CHUNK)
+    sink = _Sink()
+    src.run(sink)
+    assert len(sink.errors) == 1 and "truncated" in sink.errors[0] and not sink.ended
+    assert src.error == sink.errors[0]
+    assert sum(b.shape[0] for b in sink.blocks) == FileSource.READ_CHUNK

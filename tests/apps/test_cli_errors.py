@@ -394,3 +394,53 @@ def test_help_states_every_default(app, exempt):
     else:
         h = {a.option_strings[0]: a.help for a in p._actions if a.option_strings}
         assert "file runs to its end" in h["--seconds"] and "Ctrl-C" in h["--seconds"]
+
+
+# ------------------------------------- issue 38, point 9: hints name options the CLI has
+@pytest.mark.parametrize("argv", [
+    ["process", "--demo", "--fs", "12000"],
+    ["process", "--demo", "--fs", "12000", "--model", "paulick2024"],
+    ["stream", "--input", "demo", "--fs", "12000", "--seconds", "0.1", "--fast"],
+    ["stream", "--input", "demo", "--fs", "12000", "--seconds", "0.1", "--fast",
+     "--per-channel"],
+], ids=["process", "process-paulick2024", "stream", "stream-per-channel"])
+def test_low_rate_error_names_the_fhigh_option(capsys, argv):
+    """Below ~18 kHz the filterbanks' default 8 kHz top reaches Nyquist; the message said
+    "pass fhigh=5400" (a keyword of the library; paulick2024 printed its 50 centre
+    frequencies): it names --fhigh, which the apps now have, and that option works."""
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "give --fhigh 5400 or lower" in lines[0] and "fhigh=" not in lines[0], lines[0]
+    assert "[" not in lines[0] and len(lines[0]) < 240
+    assert main(argv + ["--fhigh", "5400"]) == 0, capsys.readouterr().err
+
+
+def test_features_low_rate_error_names_the_fhigh_option(tmp_path, capsys):
+    pytest.importorskip("lhotse")
+    wav = tmp_path / "a.wav"
+    wavfile.write(wav, 12000, (np.random.default_rng(0).standard_normal(3000) * 3000
+                               ).astype(np.int16))
+    line, _ = _usage_error(capsys, ["features", str(wav), "--out", str(tmp_path / "o")],
+                           "rtamt features: error: ", "give --fhigh 5400 or lower")
+    assert "fhigh=" not in line and not (tmp_path / "o").exists()
+    assert main(["features", str(wav), "--out", str(tmp_path / "o"), "--fhigh", "5400",
+                 "--storage", "numpy"]) == 0
+
+
+def test_fhigh_on_a_model_without_it_is_a_usage_error(capsys):
+    _usage_error(capsys, ["process", "--demo", "--model", "moore2016", "--fhigh", "5000"],
+                 "rtamt process: error: argument --fhigh: moore2016 has no fhigh")
+
+
+def test_library_keyword_hints_become_options():
+    """cli_message: every ``pass KEY=V`` whose keyword has a CLI option is reworded."""
+    from rtamt_apps.modelopts import cli_message
+
+    assert cli_message(ValueError("x; pass fhigh=3600 or lower")) == \
+        "x; give --fhigh 3600 or lower"
+    assert cli_message("frame_shift 0.013 s is not a whole number of samples") == \
+        "--frame-shift 0.013 s is not a whole number of samples"
+    assert cli_message("use backend='numba'") == "use backend='numba'"   # no such option

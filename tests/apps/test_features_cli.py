@@ -150,7 +150,7 @@ def test_process_pool_jobs_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, msg", [
-    (["--frame-shift", "0.0123"], "frame_shift 0.0123 s is not a whole number of samples"),
+    (["--frame-shift", "0.0123"], "--frame-shift 0.0123 s is not a whole number of samples"),
     (["--model", "moore2016"], "need fs >= 32000 Hz"),
     (["--output", "stl"], "dau1997 has no output 'stl'"),
     (["--jobs", "0"], "argument --jobs: must be >= 1"),
@@ -258,7 +258,7 @@ def test_manifest_with_a_missing_audio_file_and_mixed_rates(tmp_path, capsys):
     assert rc == 0, cap.err
     assert "computed 2 item(s)" in cap.out and "FAILED 1 item(s)" in cap.out
     line = next(s for s in cap.out.splitlines() if "gone.wav:" in s)
-    assert "No such file or directory" in line and "[extra info]" not in line
+    assert "no such file" in line.lower() and "[extra info]" not in line
     assert [json.loads(s)["id"] for s in (out / "failures.jsonl").read_text().splitlines()
             ] == ["r2-2"]
     cuts = _features_match(out, RtamtConfig(output="adaptloop"), 2)
@@ -400,3 +400,75 @@ def test_manifest_with_duplicate_ids_is_refused(tmp_path, capsys, kind):
     want = "recording id(s) 'utt' (2x)" if kind == "recordings" else "cut id(s) "
     _one_error_line(err, f"rtamt features: error: {manifest}: duplicate {want}")
     assert not out.exists()                  # refused before anything was written
+
+
+def test_one_sample_file_is_a_clear_failure(tmp_path, capsys):
+    """A 1-sample file gives no frame; lilcom failed with a cryptic RuntimeError. Now a
+    failure record (and summary line) says why; the other input is computed."""
+    _corpus(tmp_path / "in", 1, 0.3)
+    wavfile.write(tmp_path / "in" / "one.wav", FS, np.array([1000], np.int16))
+    out = tmp_path / "out"
+    rc = main(["features", str(tmp_path / "in"), "--out", str(out)])      # lilcom storage
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    fails = [json.loads(s) for s in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(fails) == 1 and fails[0]["source"].endswith("one.wav")
+    err = fails[0]["error"]
+    assert err.startswith("too short: 1 sample(s) (0.0625 ms at 16000 Hz) give no feature "
+                          "frame") and "--frame-shift 0.01 s" in err
+    assert "RuntimeError" not in cap.out and f"one.wav: {err}" in cap.out
+
+
+def test_truncated_wav_fails_with_the_frames_read_or_partial(tmp_path, capsys):
+    """A WAV cut short was computed silently from what it held (issue 38); now it is a
+    failure naming the frames read, and --partial computes them, saying so."""
+    (f,) = _corpus(tmp_path / "in", 1, 0.5)
+    data = f.read_bytes()
+    f.write_bytes(data[:44 + 2 * 3000])                  # 3000 of 8000 frames
+    out = tmp_path / "out"
+    assert main(["features", str(f), "--out", str(out), "--storage", "numpy"]) == 1
+    cap = capsys.readouterr()
+    (fail,) = [json.loads(s) for s in (out / "failures.jsonl").read_text().splitlines()]
+    assert "truncated: its header announces 8000 frames, only 3000 could be read" in \
+        fail["error"] and "--partial processes the 3000 frames read" in fail["error"]
+    assert main(["features", str(f), "--out", str(out), "--storage", "numpy",
+                 "--partial"]) == 0
+    cap = capsys.readouterr()
+    assert "processed the 3000 frames read (--partial)" in cap.err
+    assert "1 truncated file(s) computed from the frames read" in cap.out
+    (cut,) = CutSet.from_file(out / "cuts.jsonl.gz")
+    assert cut.num_samples == 3000 and "only 3000 could be read" in cut.custom[
+        "rtamt_truncated"]
+    assert cut.load_features().shape[0] == (3000 + 80) // 160
+    assert (out / "failures.jsonl").read_text() == ""
+
+
+def test_jobs_are_capped_at_the_usable_cores(tmp_path, capsys, monkeypatch):
+    """--jobs above the usable cores: capped (the pool gets that many processes), with one
+    note on stderr; --force keeps the number asked for."""
+    import multiprocessing
+
+    from rtamt_apps import files
+
+    _corpus(tmp_path / "in", 3, 0.2)
+    sizes = []
+
+    class Ctx:
+        def __init__(self, real):
+            self.real = real
+
+        def Pool(self, n, **kw):
+            sizes.append(n)
+            return self.real.Pool(n, **kw)
+
+    real_ctx = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context", lambda m=None: Ctx(real_ctx(m)))
+    monkeypatch.setattr(files, "usable_cores", lambda: 2)
+    assert main(["features", str(tmp_path / "in"), "--out", str(tmp_path / "o"),
+                 "--storage", "numpy", "--jobs", "64"]) == 0
+    err = capsys.readouterr().err
+    assert sizes == [2] and "rtamt features: --jobs 64 capped at 2, the number of usable " \
+        "cores" in err
+    assert main(["features", str(tmp_path / "in"), "--out", str(tmp_path / "o2"),
+                 "--storage", "numpy", "--jobs", "3", "--force"]) == 0
+    assert sizes == [2, 3] and "capped at" not in capsys.readouterr().err

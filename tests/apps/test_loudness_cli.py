@@ -22,7 +22,7 @@ import soundfile as sf
 from rtamt_apps import loudness as app
 from rtamt_apps.cli import main
 
-from _helpers import entry_point
+from _helpers import entry_point, run_on_pty, spy_reads
 
 FS = 48000
 
@@ -116,16 +116,7 @@ def test_all_good_exit_zero_and_layouts(tmp_path, capsys):
 
 
 def test_reads_in_blocks(tmp_path, capsys, monkeypatch):
-    from rtamt.signals import AudioReader
-
-    sizes = []
-    real = AudioReader.read
-
-    def spy(self, n):
-        sizes.append(n)
-        return real(self, n)
-
-    monkeypatch.setattr(AudioReader, "read", spy)
+    sizes = spy_reads(monkeypatch)
     _tone(tmp_path / "long.wav", seconds=20.0)
     rc, out, _ = _run(capsys, "--block", "8192", str(tmp_path / "long.wav"))
     assert rc == 0 and max(sizes) == 8192 and len(sizes) == -(-20 * FS // 8192)
@@ -163,3 +154,72 @@ def test_entry_point_exit_status(library):
     r = subprocess.run([entry_point(), "loudness", str(library)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 1 and "a.wav" in r.stdout and "2 of 4 file(s) failed" in r.stderr
+
+
+def test_rows_never_land_on_the_progress_bar_line(tmp_path):
+    """On a terminal the bar (stderr) and the rows (stdout) share the screen: a row printed
+    after the bar was drawn ended up on the bar's line.  Each line as a terminal shows it
+    (the text after its last carriage return) is a row or the header, never bar + row."""
+    files = [str(_tone(tmp_path / f"t{i}.wav", seconds=0.5)) for i in
+             range(app.PROGRESS_MIN_FILES + 1)]
+    rc, text = run_on_pty(["loudness", *files])
+    assert rc == 0, text
+    assert "rtamt loudness:" in text and "%|" in text             # the bar was drawn
+    shown = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text.split("\n")]
+    rows = [ln for ln in shown if ".wav" in ln]
+    assert len(rows) == len(files), shown
+    for ln in rows:
+        assert "rtamt loudness" not in ln and "%|" not in ln, repr(ln)
+        assert ln.split()[0] == "-23.0", repr(ln)
+
+
+def test_jobs_are_capped_at_the_usable_cores(library):
+    """--jobs 64 on 2 cores started 64 worker processes (77 s instead of 2.6 s, 13.8 GB):
+    capped at the cores this process may use (here: 1, set by its affinity mask), with a
+    note; --force runs them all.  The output is the same."""
+    import sys
+
+    def run(*argv):
+        code = ("import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+                "from rtamt_apps.cli import main; sys.exit(main(sys.argv[1:]))")
+        return subprocess.run([sys.executable, "-c", code, "loudness", "--csv", *argv,
+                               str(library)], capture_output=True, text=True, timeout=300)
+
+    one, capped = run(), run("--jobs", "64")
+    assert one.returncode == capped.returncode == 1 and capped.stdout == one.stdout
+    note = [ln for ln in capped.stderr.splitlines() if "--jobs 64 capped" in ln]
+    assert note == ["rtamt loudness: --jobs 64 capped at 1, the number of usable cores "
+                    "(more processes than cores only add start-up time and memory; --force "
+                    "to run 64)"]
+    assert capped.stderr.replace(note[0] + "\n", "") == one.stderr
+    forced = run("--jobs", "3", "--force")
+    assert forced.stdout == one.stdout and "capped at" not in forced.stderr
+
+
+def test_jobs_cap_sizes_the_pool(library, capsys, monkeypatch):
+    """The pool gets the capped number of workers."""
+    import concurrent.futures
+
+    from rtamt_apps import files
+
+    sizes = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    def pool(max_workers=None, **kw):
+        sizes.append(max_workers)
+        return real(max_workers=max_workers, **kw)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(files, "usable_cores", lambda: 2)
+    rc, out, err = _run(capsys, "--csv", "--jobs", "64", str(library))
+    assert rc == 1 and sizes == [2] and "--jobs 64 capped at 2" in err
+
+
+def test_partial_measures_what_a_truncated_file_holds(library, capsys):
+    rc, out, err = _run(capsys, "--json", "--partial", str(library / "d_truncated.wav"))
+    rec = json.loads(out)
+    assert rc == 0 and "error" not in rec and rec["truncated"]
+    assert "d_truncated.wav: truncated: its header announces 240000 frames" in rec["truncated"]
+    n = int(rec["truncated"].split("only ")[1].split()[0])
+    assert rec["duration_s"] == round(n / FS, 3)
+    assert err.strip() == f"rtamt loudness: {rec['truncated']}"

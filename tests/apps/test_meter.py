@@ -548,3 +548,44 @@ def test_meter_into_a_pipe_writes_lines_not_carriage_returns():
     assert "\r" not in r.stdout
     updates = [ln for ln in r.stdout.splitlines() if "phon" in ln]
     assert len(updates) >= 3, r.stdout
+
+
+# ============================================================ issue 38: an input under 100 ms
+def test_short_file_gets_one_reading_saying_why():
+    """A 50 ms file, shorter than one --interval (0.1 s): the meter printed no reading and
+    empty JSON.  Now one reading over all of it, with a note (JSON ``note``, a stderr
+    line) saying so and which figures it is too short for; exit 0."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        wav = _write_int16(f"{d}/click.wav", _tone(seconds=0.05))
+        r = subprocess.run([entry_point(), "meter", "--input", wav, "--fast", "--json",
+                            "--spl-ref", "100"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        (rec,) = _json_lines(r.stdout)
+        _check_record(rec)
+        assert rec["t"] == 0.05 and rec["spl_db"] == pytest.approx(80.0, abs=0.2)
+        assert rec["lufs_momentary"] is None and rec["stl_sone"] > 0
+        assert rec["note"] == ("the input ended after 0.05 s, before the first --interval 0.1 "
+                               "s update: one reading over all of it (too short for "
+                               "momentary LUFS and short-term LUFS: null)")
+        assert f"rtamt meter: {rec['note']}" in r.stderr.splitlines()
+        r = subprocess.run([entry_point(), "meter", "--input", wav, "--fast", "--spl-ref",
+                            "100"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "t    0.05 s | moore2016 STL" in r.stdout, r.stdout
+        assert "before the first --interval 0.1 s update" in r.stderr
+
+
+def test_no_audio_processed_is_a_record_saying_so(capsys):
+    """The run ended before any block (e.g. stopped at once): a JSON record ``reading:
+    null`` with the reason, and the line on stderr."""
+    from rtamt_apps import meter
+
+    args = types.SimpleNamespace(json=True, interval=0.1)
+    upd = meter._Updates(None, FS, 0.1, 100.0, "moore2016")
+    meter._too_short(args, [upd])
+    out, err = capsys.readouterr()
+    (rec,) = _json_lines(out)
+    assert rec == {"t": 0.0, "reading": None,
+                   "note": "no reading: the run ended before any audio was processed (0 s)"}
+    assert err == f"rtamt meter: {rec['note']}\n"

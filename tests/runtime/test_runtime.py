@@ -417,27 +417,28 @@ def test_file_source_reads_the_file_while_it_pushes(tmp_path, monkeypatch):
     """A FileSource holds one chunk of the file, not the file (a 10-minute stereo file
     was 460 MB in memory before the first block), and gives the same samples: across
     chunk boundaries, odd block sizes and a loop."""
-    monkeypatch.setattr(FileSource, "CHUNK", 1000)
+    monkeypatch.setattr(FileSource, "READ_CHUNK", 1000)
     rng = np.random.default_rng(5)
     x16 = rng.integers(-20000, 20000, size=(4321, 2), dtype=np.int16)
     path = tmp_path / "in.wav"
     wavfile.write(path, 16000, x16)
     held = []
-    real = FileSource._fill
-
-    def fill(self, s):
-        real(self, s)
-        held.append(self._buf.shape[0])
-
-    monkeypatch.setattr(FileSource, "_fill", fill)
     src = FileSource(path, blocksize=[777, 5], realtime=False, loop=True, seconds=0.7)
-    assert not hasattr(src, "data") and src.frames == 4321 and src.channels == 2
+    real = src.reader.read
+
+    def read(n):
+        y = real(n)
+        held.append(y.shape[-1])
+        return y
+
+    src.reader.read = read
+    assert not hasattr(src, "data") and src.length == 4321 and src.channels == 2
     rt = _Collect()
     src.run(rt)
     got = np.concatenate(rt.chunks)
     want = np.tile(x16 / 32768.0, (3, 1))[:11200]
     assert got.shape == want.shape and np.array_equal(got, want)
-    assert max(held) == 1000 and src._reader is None          # closed at the end
+    assert max(held) == 1000 and "_f" not in vars(src.reader)     # closed at the end
 
 
 def test_warmup_keeps_restored_state(sig):

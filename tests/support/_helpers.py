@@ -188,3 +188,51 @@ def mounted_tmpfs(path, size="1m"):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
+
+
+def spy_reads(monkeypatch) -> list:
+    """Patch :meth:`rtamt.signals.AudioReader.read` to record the frames asked for in each
+    call; returns that (growing) list."""
+    from rtamt.signals import AudioReader
+
+    sizes = []
+    real = AudioReader.read
+
+    def spy(self, n):
+        sizes.append(n)
+        return real(self, n)
+
+    monkeypatch.setattr(AudioReader, "read", spy)
+    return sizes
+
+
+def run_on_pty(argv, timeout: float = 300.0, size=(24, 100)):
+    """Run ``python -m rtamt_apps ARGV`` with stdout and stderr on one pseudo-terminal of
+    ``size`` (rows, columns), as in a shell: (exit status, everything written, decoded)."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+    p = subprocess.Popen([sys.executable, "-m", "rtamt_apps", *argv], stdin=subprocess.DEVNULL,
+                         stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks, t0 = [], time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout:
+            try:
+                b = os.read(master, 65536)
+            except OSError:          # EIO: the child closed the terminal
+                break
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(master)
+        p.wait(timeout=30)
+    return p.returncode, b"".join(chunks).decode(errors="replace")
