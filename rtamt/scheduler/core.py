@@ -48,7 +48,6 @@ import copy
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 
@@ -60,7 +59,7 @@ from ..engine.contract import Streaming
 from ..engine.parallel import Parallel
 from ..engine.realtime import DEFAULT_PRIORITY
 from .costs import CostModel, CostTable
-from .dispatch import Dispatcher
+from .dispatch import SWITCH_INTERVAL, Dispatcher
 from .groups import Group
 from .link import RtamtClosedError, SchedulerLink
 from .moves import Mover
@@ -121,6 +120,9 @@ class Scheduler:
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
                        returns waits up to 5 ms for the interpreter lock held by another
                        thread's Python code, several times per call (docs/performance.md).
+                       The schedulers of a process share the interval
+                       (:data:`~rtamt.scheduler.dispatch.SWITCH_INTERVAL`): the smallest
+                       value of those running; the last one to stop restores it.
 
     ``s = Scheduler(); h = s.open('dau1997', 48000, budget_ms=10)``; ``h.push(x)`` from an
     audio callback; ``h.latest()``; ``h.close()``; ``s.close()``.  A scheduler is also a
@@ -167,7 +169,7 @@ class Scheduler:
         #: per worker name: None (SCHED_FIFO granted) or why not
         self.realtime_status: dict[str, str | None] = {}
         self.freeze_gc = bool(freeze_gc)
-        self._old_switch = None
+        self._switch_held = False
         self._groups: dict = {}
         self._streams: list[Stream] = []
         self._names = 0
@@ -234,9 +236,9 @@ class Scheduler:
             return self
         if self.freeze_gc:
             gc.freeze()
-        if self.gil_switch is not None and sys.getswitchinterval() > self.gil_switch:
-            self._old_switch = sys.getswitchinterval()
-            sys.setswitchinterval(self.gil_switch)
+        if self.gil_switch is not None and not self._switch_held:
+            SWITCH_INTERVAL.hold(self.gil_switch)
+            self._switch_held = True
         self._dispatch.start(self.threads)
         return self
 
@@ -255,9 +257,9 @@ class Scheduler:
         if not self._dispatch.started:
             return
         alive = self._dispatch.stop(timeout)
-        if self._old_switch is not None and sys.getswitchinterval() == self.gil_switch:
-            sys.setswitchinterval(self._old_switch)
-        self._old_switch = None
+        if self._switch_held:
+            self._switch_held = False
+            SWITCH_INTERVAL.release(self.gil_switch)
         if alive:
             raise RuntimeError(f"rtamt scheduler threads did not stop within {timeout} s: "
                                f"{alive}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import threading
 import time
 
@@ -32,9 +33,50 @@ from ..engine.contract import RtamtInputError
 from ..engine.denormal import ensure_ftz
 from ..engine.realtime import request_realtime
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "SWITCH_INTERVAL", "SwitchInterval"]
 
 _perf = time.perf_counter
+
+
+class SwitchInterval:
+    """The interpreter's thread switch interval (``sys.setswitchinterval``, one value per
+    process) shared by every running scheduler: each :meth:`hold` of a value lowers it to
+    the smallest value held (never above the interval found when the first hold began),
+    each :meth:`release` gives one back, and the last release restores the interval found
+    at the first hold, unless someone else changed it meanwhile.  So closing one of two
+    schedulers leaves the other's interval in place."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: list[float] = []
+        self._saved = 0.0               # the interval before the first hold
+        self._set = None                # the interval this object set last
+
+    def hold(self, seconds: float) -> None:
+        with self._lock:
+            if not self._held:
+                self._saved = sys.getswitchinterval()
+            self._held.append(float(seconds))
+            self._apply(min(min(self._held), self._saved))
+
+    def release(self, seconds: float) -> None:
+        with self._lock:
+            self._held.remove(float(seconds))
+            self._apply(min(min(self._held), self._saved) if self._held else self._saved)
+            if not self._held:
+                self._set = None
+
+    def _apply(self, want: float) -> None:
+        now = sys.getswitchinterval()
+        if self._set is not None and now != self._set:
+            self._saved = now            # changed by someone else: theirs is the original
+        if now != want:
+            sys.setswitchinterval(want)
+        self._set = sys.getswitchinterval()
+
+
+#: the process's one :class:`SwitchInterval`
+SWITCH_INTERVAL = SwitchInterval()
 
 
 class Dispatcher:

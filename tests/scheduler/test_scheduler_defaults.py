@@ -361,3 +361,39 @@ def test_intake_cost_bench_times_every_path():
     assert r["streams"] == 3 and r["block"] == 256
     assert min(r["per_stream_us"], r["fanout_us"], r["fanout_rows_us"]) > 0
     assert r["ratio"] == r["per_stream_us"] / r["fanout_us"]
+
+
+# ============================================================================ issue 38, item 9
+def test_fanout_is_exported_at_the_top_level_as_the_readme_writes_it():
+    """``rtamt.FanOut(streams)`` (README) is the scheduler's FanOut.  (Before: an
+    AttributeError; it lived only in rtamt.scheduler.)"""
+    import rtamt
+    from rtamt.scheduler import FanOut
+
+    assert rtamt.FanOut is FanOut and "FanOut" in rtamt.__all__
+
+
+def test_closing_one_of_two_schedulers_keeps_the_others_switch_interval():
+    """The thread switch interval is the process's: a scheduler that stops while another
+    runs leaves it lowered; the last one to stop restores what the first one found.
+    (Before: closing the first restored 5 ms under the second.)"""
+    import sys
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        a = Scheduler(threads=1, realtime=None, gil_switch_ms=0.5)
+        b = Scheduler(threads=1, realtime=None, gil_switch_ms=0.5)
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        a.close()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)     # b still runs
+        c = Scheduler(threads=1, realtime=None, gil_switch_ms=0.2)   # the smallest wins
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+        c.close()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)      # the last one out
+        with Scheduler(threads=1, realtime=None, gil_switch_ms=None):
+            assert sys.getswitchinterval() == pytest.approx(0.005)  # None leaves it
+    finally:
+        sys.setswitchinterval(before)
