@@ -30,13 +30,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..engine.contract import RtamtInputError, reject_nonfinite
+from ..engine.contract import FLOATS, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.parallel import Parallel
+from ..engine.stage import as_numpy_block
 from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
-__all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "callback_latency",
-           "mark_pushed", "push_waiting"]
+__all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "as_chunk",
+           "callback_latency", "mark_pushed", "push_waiting"]
 _perf = time.perf_counter
 
 #: PortAudio callback status flags (portaudio.h, ``PaStreamCallbackFlags``).
@@ -198,6 +199,26 @@ def push_waiting(link, who: str, n: int, capacity: int, fits, gone, put, status:
     return True
 
 
+def as_chunk(block, label) -> np.ndarray:
+    """``block`` as a numpy array of float32 or float64 samples, or
+    :class:`~rtamt.RtamtInputError` refusing what the models refuse (a list, a scalar, an
+    integer, complex or float16 dtype, a tensor of such a dtype), with the models' hint
+    for integer PCM.  ``label()`` names the stream and the block (called only to refuse).
+    The shape is the ring's to check (:meth:`~rtamt.scheduler.ring.InputRing.shaped`; a
+    numpy scalar of a float type is refused there, as a chunk of shape ``()``).  Not the
+    hot path: a push calls it only for what has no float32 / float64 ``dtype``."""
+    try:                          # an array, a tensor, or refused as the models refuse it
+        arr = as_numpy_block(block)[0]
+    except RtamtInputError as e:
+        raise RtamtInputError(f"{label()}: {e}; nothing queued") from None
+    if arr.dtype not in FLOATS:
+        try:
+            check_float_dtype(arr, label())
+        except RtamtInputError as e:
+            raise RtamtInputError(f"{e}; nothing queued") from None
+    return arr
+
+
 def _pct(a: np.ndarray, n: int, q: float) -> float:
     k = min(n, a.shape[0])
     if k == 0:
@@ -247,7 +268,8 @@ class Stream:
         if o.policy == "drop-oldest" and self.max_backlog > cap:
             cap = 2 * self.max_backlog
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
-                              self.dtype if o.sample_dtype is None else o.sample_dtype)
+                              self.dtype if o.sample_dtype is None else o.sample_dtype,
+                              owner=f"stream {name!r}")
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
         #: the block being assembled, ``(block, channels)`` (a view of the group's input
         #: rows while the stream is in a batchable CPU group)
@@ -337,23 +359,36 @@ class Stream:
         :class:`~rtamt.scheduler.RtamtClosedError` when its scheduler was closed.
         ``status`` is a PortAudio flag word or a ``sounddevice.CallbackFlags``;
         ``in_latency`` the seconds between capture of the chunk's first frame and now
-        (default: the chunk's duration).  A chunk with another channel count raises
-        :class:`~rtamt.RtamtInputError` (nothing is queued).
+        (default: the chunk's duration).  A chunk the models would refuse raises
+        :class:`~rtamt.RtamtInputError` naming the stream and the block, and nothing is
+        queued or counted: another channel count or rank, integer samples (scale them:
+        ``x / 2**(bits-1)``), complex or float16 samples, a list or a scalar
+        (:func:`as_chunk`).  A float32 / float64 numpy array (or CPU tensor) is what it
+        takes; its values are checked per block by the workers (NaN, Inf, input limit).
         """
         t0 = _perf()
         if self.link.closed:
             self.link.refuse(f"push: stream {self.name!r}")
         if self.closed or self.closing:
             return False
+        if getattr(block, "dtype", ()) not in FLOATS:   # () equals no dtype (None: float64)
+            block = as_chunk(block, self._chunk_label)     # refused, or a float array
+        block = self.ring.shaped(block)
         if not isinstance(status, int):
             status = getattr(status, "_flags", 0) or 0
         n = block.shape[0]
         lat = n / self.fs if in_latency is None else in_latency
         if wait:
-            return self._push_waiting(self.ring.shaped(block), status, lat, t0, timeout)
-        ok = self.ring.push(block, status, lat, t0)
+            return self._push_waiting(block, status, lat, t0, timeout)
+        ok = self.ring.put(block, status, lat, t0)
         self._pushed(t0, n)
         return ok
+
+    def _chunk_label(self) -> str:
+        """``"push: stream 'name', block k"`` (the chunk a push would queue next), for the
+        message that refuses it."""
+        r = self.ring
+        return f"push: stream {self.name!r}, block {r.pushed_chunks + r.dropped_chunks}"
 
     def _push_waiting(self, block, status: int, lat: float, t0: float,
                       timeout: float | None) -> bool:
@@ -362,7 +397,7 @@ class Stream:
 
         def put(a: int, b: int, st: int, la: float) -> bool:
             t = _perf()        # the callback-duration statistic excludes the wait
-            ok = ring.push(block[a:b], st, la, t, True)
+            ok = ring.put(block[a:b], st, la, t, True)
             self._pushed(t, b - a)
             return ok
         return push_waiting(self.link, f"stream {self.name!r}", block.shape[0],
