@@ -37,7 +37,7 @@ from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
 __all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "as_chunk",
-           "callback_latency", "mark_pushed", "push_waiting"]
+           "callback_latency", "mark_pushed", "push_waiting", "ring_frames"]
 _perf = time.perf_counter
 
 #: PortAudio callback status flags (portaudio.h, ``PaStreamCallbackFlags``).
@@ -199,6 +199,16 @@ def push_waiting(link, who: str, n: int, capacity: int, fits, gone, put, status:
     return True
 
 
+def ring_frames(options: StreamOptions, fs: float, block: int) -> int:
+    """Frames of a stream's input ring: ``ring_seconds`` of input, at least 4 blocks, and
+    with the drop-oldest policy at least twice the backlog it keeps."""
+    cap = max(int(round(options.ring_seconds * fs)), 4 * block)
+    backlog = max(int(round(options.max_backlog_s * fs)), block)
+    if options.policy == "drop-oldest" and backlog > cap:
+        cap = 2 * backlog
+    return cap
+
+
 def as_chunk(block, label) -> np.ndarray:
     """``block`` as a numpy array of float32 or float64 samples, or
     :class:`~rtamt.RtamtInputError` refusing what the models refuse (a list, a scalar, an
@@ -240,6 +250,10 @@ class Stream:
     #: the output arrays of the stream's own (unbatched) calls, set by its group
     #: (:class:`~rtamt.scheduler.outputs.OutputPool`; None: the processor allocates)
     out_pool = None
+    #: what admission predicted when the stream opened (:class:`~rtamt.scheduler.
+    #: placement.Admission`): the workers' busy fraction, the worst latency of a block
+    #: (s), one block's call over the block period, and the bytes the stream keeps
+    predicted_load = predicted_latency_s = predicted_serial = predicted_memory = 0.0
 
     def __init__(self, link, proc, name: str, fs: float, channels: int, block: int,
                  budget_s: float, dtype, options: StreamOptions | None = None):
@@ -263,10 +277,8 @@ class Stream:
         #: the name a result's single output is published under (None: the processor
         #: returns its outputs by name already, a :class:`~rtamt.engine.parallel.Parallel`)
         self.out_key = None if isinstance(proc, Parallel) else getattr(proc, "name", "out")
-        cap = max(int(round(o.ring_seconds * self.fs)), 4 * self.block)
+        cap = ring_frames(o, self.fs, self.block)
         self.max_backlog = max(int(round(o.max_backlog_s * self.fs)), self.block)
-        if o.policy == "drop-oldest" and self.max_backlog > cap:
-            cap = 2 * self.max_backlog
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
                               self.dtype if o.sample_dtype is None else o.sample_dtype,
                               owner=f"stream {name!r}")
