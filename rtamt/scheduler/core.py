@@ -60,7 +60,7 @@ from ..engine.contract import Streaming
 from ..engine.parallel import Parallel
 from ..engine.realtime import DEFAULT_PRIORITY
 from .costs import CostModel, CostTable
-from .dispatch import SWITCH_INTERVAL, Dispatcher
+from .dispatch import Dispatcher
 from .groups import Group
 from .link import RtamtClosedError, SchedulerLink
 from .moves import Mover
@@ -170,7 +170,6 @@ class Scheduler:
         #: per worker name: None (SCHED_FIFO granted) or why not
         self.realtime_status: dict[str, str | None] = {}
         self.freeze_gc = bool(freeze_gc)
-        self._switch_held = False
         self._groups: dict = {}
         self._streams: list[Stream] = []
         self._names = 0
@@ -190,7 +189,7 @@ class Scheduler:
         d = self._dispatch
         #: what this scheduler's streams may ask of it (handed to every stream)
         self.link = SchedulerLink(notify=d.notify, attach_state=d.attach_state,
-                                  between_blocks=d.between_blocks,
+                                  between_blocks=d.between_blocks, deliver=d.deliver,
                                   close_stream=d.close_stream, start=self.start,
                                   report=self._report, running=lambda: d.running)
         if start:
@@ -237,10 +236,7 @@ class Scheduler:
             return self
         if self.freeze_gc:
             gc.freeze()
-        if self.gil_switch is not None and not self._switch_held:
-            SWITCH_INTERVAL.hold(self.gil_switch)
-            self._switch_held = True
-        self._dispatch.start(self.threads)
+        self._dispatch.start(self.threads, self.gil_switch)
         return self
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
@@ -258,9 +254,6 @@ class Scheduler:
         if not self._dispatch.started:
             return
         alive = self._dispatch.stop(timeout)
-        if self._switch_held:
-            self._switch_held = False
-            SWITCH_INTERVAL.release(self.gil_switch)
         if alive:
             raise RuntimeError(f"rtamt scheduler threads did not stop within {timeout} s: "
                                f"{alive}")
@@ -323,7 +316,8 @@ class Scheduler:
         options    : the stream's policy, a :class:`StreamOptions` (default: every option
                      at its default): ``admission``, ``policy``, ``max_backlog_s``,
                      ``ring_seconds``, ``max_chunks``, ``sample_dtype``, ``on_error``,
-                     ``source_timeout``, ``history``, ``stats_window``, ``idle_timeout``.
+                     ``source_timeout``, ``history``, ``stats_window``, ``idle_timeout``,
+                     ``subscriber_backlog_s``.
         Each option is also accepted as a keyword (``open(..., policy='drop-newest',
         history=0)``); keywords replace the fields of ``options``.  An unknown keyword
         raises ``TypeError``.  ``admission='strict'`` (the default) raises

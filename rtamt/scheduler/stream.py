@@ -125,6 +125,12 @@ class StreamStats:
     source_stalls: int = 0           # input faults seen (stalls, stream errors)
     group: str = ""
     state: str = "open"              # 'open', 'closing', 'closed', 'aged-out'
+    subscribers: int = 0             # functions subscribed
+    subscriber_p99_ms: float = 0.0   # their time per result (all of them), delivery thread
+    subscriber_max_ms: float = 0.0
+    subscriber_waits: int = 0        # blocks the stream waited for its subscribers
+    subscriber_queue: int = 0        # results published and not yet delivered
+    slow_subscriber: bool = False    # they waited for, or p99 above the block period
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -143,6 +149,12 @@ class StreamStats:
                    f"  source stalls {self.source_stalls}" if self.source_stalls else "")
                 + (f"  subscriber errors {self.subscriber_errors}" if self.subscriber_errors
                    else "")
+                + (f"  subscribers p99/max {self.subscriber_p99_ms:.2f}/"
+                   f"{self.subscriber_max_ms:.2f} ms" if self.subscribers else "")
+                + (f"  SLOW SUBSCRIBER: {self.subscriber_p99_ms:.1f} ms p99 per "
+                   f"{1e3 * self.block / self.fs:.2f} ms block; the stream waited "
+                   f"{self.subscriber_waits} times for it (its input queues)"
+                   if self.slow_subscriber else "")
                 + (f"  last error: {self.last_error}" if self.last_error else ""))
 
 
@@ -316,6 +328,17 @@ class Stream:
         self._keep = int(o.history) > 0          # 0: results go to subscribers only
         self._hist: collections.deque = collections.deque(maxlen=max(1, int(o.history)))
         self._subs: list = []
+        # results for the subscribers (rtamt.scheduler.delivery): written by the worker
+        # that publishes (_dq_w), read by the delivery thread (_dq_r, after the
+        # subscribers returned)
+        self._dq: list = [None] * max(2, -(-int(o.subscriber_backlog_s * self.fs)
+                                           // self.block))
+        self._dq_w = self._dq_r = 0
+        #: in the delivery thread's pending queue
+        self.delivery_notified = False
+        #: not handed back after its last call: its subscribers' queue is full
+        self.held_by_subscribers = False
+        self._sub_waits = 0
         # accounting (preallocated rolling windows)
         n = int(o.stats_window)
         self._proc = np.zeros(n)
@@ -325,6 +348,8 @@ class Stream:
         self._batch_sum = 0
         self._cb = np.zeros(n)
         self._n_cb = 0
+        self._sub_t = np.zeros(n)
+        self._n_sub = 0
         self._status_counts = {k: 0 for k in STATUS_FLAGS}
         self._skipped_chunks = 0
         self._skipped_frames = 0
@@ -485,8 +510,16 @@ class Stream:
         return list(self._hist)
 
     def subscribe(self, fn) -> None:
-        """Call ``fn(result)`` in the worker thread after each block (keep it quick)."""
+        """Call ``fn(result)`` after each block, in the scheduler's delivery thread
+        (:mod:`~rtamt.scheduler.delivery`), never in a worker: the stream's subscribers
+        run in order, one result after another.  A subscriber slower than the blocks
+        backs up this stream only (it waits for them when ``subscriber_backlog_s`` of
+        results are queued; ``stats()`` names it); copy what you keep: a result held
+        keeps its output array from being reused."""
         self._subs.append(fn)
+        g = self.group
+        if g is not None:            # the output arrays a queued result may hold
+            g.history = max(g.history, int(self.options.history) + len(self._dq))
 
     @property
     def state(self) -> str:
@@ -526,7 +559,18 @@ class Stream:
             last_error=self._last_error, subscriber_errors=self._sub_errors,
             source_error=self._source_error, source_stalls=self._source_stalls,
             group=self.group.label if self.group is not None else "", state=self.state,
+            **self._subscriber_stats(),
         )
+
+    def _subscriber_stats(self) -> dict:
+        """The subscriber fields of :class:`StreamStats`."""
+        n, k = self._n_sub, min(self._n_sub, self._sub_t.shape[0])
+        p99 = 1e3 * _pct(self._sub_t, n, 99)
+        return dict(subscribers=len(self._subs), subscriber_p99_ms=p99,
+                    subscriber_max_ms=1e3 * (float(self._sub_t[:k].max()) if k else 0.0),
+                    subscriber_waits=self._sub_waits,
+                    subscriber_queue=self._dq_w - self._dq_r,
+                    slow_subscriber=bool(self._sub_waits or p99 > 1e3 * self.block / self.fs))
 
     # ================================================================ state (between blocks)
     def reset(self) -> int:
@@ -597,16 +641,30 @@ class Stream:
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
         """Leave the scheduler: ``'drain'`` processes what is queued (then the partial last
-        block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s; the
-        state stays readable (:meth:`snapshot`) after closing.  Idempotent."""
+        block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s, also
+        for the subscribers to have every result; the state stays readable
+        (:meth:`snapshot`) after closing.  Idempotent."""
+        end = _perf() + timeout
         self.link.close_stream(self, policy, timeout)
+        if not self._delivered(end):
+            raise RuntimeError(f"stream {self.name!r}: its subscribers did not take the "
+                               f"last results within {timeout} s")
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until everything pushed so far has been processed (or skipped)."""
         end = _perf() + timeout
         while self.ring.available() > 0 or self.ready or self.busy:
             if self.closed or not self.link.running or _perf() > end:
-                return self.ring.available() == 0 and not self.ready
+                return self.ring.available() == 0 and not self.ready and \
+                    self._delivered(end)
+            time.sleep(0.0005)
+        return self._delivered(end)
+
+    def _delivered(self, end: float) -> bool:
+        """Wait (until ``end``) for the subscribers to have every published result."""
+        while self._dq_r < self._dq_w:
+            if _perf() > end:
+                return False
             time.sleep(0.0005)
         return True
 
@@ -826,11 +884,50 @@ class Stream:
         if self._keep:
             self._latest = r
             self._hist.append(r)
-        for fn in self._subs:
-            try:
-                fn(r)
-            except Exception as e:  # noqa: BLE001 - isolated: the other subscribers run
-                self._subscriber_failed(fn, e, r.seq)
+        if self._subs:             # for the delivery thread: never run in the worker
+            q = self._dq
+            q[self._dq_w % len(q)] = r
+            self._dq_w += 1
+            self.link.deliver(self)
+
+    def deliver(self, slice_s: float) -> tuple:
+        """Delivery thread: run the subscribers on the queued results, oldest first, until
+        none is left or ``slice_s`` seconds have passed (a result is always delivered
+        whole).  Returns ``(more queued, the queue was full)``: a full queue means the
+        stream may be held (:meth:`wait_for_subscribers`) and must be released."""
+        q = self._dq
+        Q, end, freed = len(q), _perf() + slice_s, False
+        while self._dq_r < self._dq_w:
+            i = self._dq_r % Q
+            r = q[i]
+            t0 = _perf()
+            for fn in self._subs:
+                try:
+                    fn(r)
+                except Exception as e:  # noqa: BLE001 - isolated: the other subscribers run
+                    self._subscriber_failed(fn, e, r.seq)
+            t1 = _perf()
+            self._sub_t[self._n_sub % self._sub_t.shape[0]] = t1 - t0
+            self._n_sub += 1
+            q[i] = r = None            # its output array may be reused
+            freed |= self._dq_w - self._dq_r >= Q
+            self._dq_r += 1
+            if t1 > end:
+                break
+        return self._dq_r < self._dq_w, freed
+
+    def wait_for_subscribers(self) -> bool:
+        """Under the scheduler's lock, after the stream's call: True (the stream stays
+        busy, held for its subscribers, counted) when its subscribers' queue is full."""
+        if not self.subscribers_full():
+            return False
+        self.held_by_subscribers = True
+        self._sub_waits += 1
+        return True
+
+    def subscribers_full(self) -> bool:
+        """Its subscribers' queue is full (the stream waits for them)."""
+        return self._dq_w - self._dq_r >= len(self._dq)
 
     def _subscriber_failed(self, fn, e: Exception, seq: int) -> None:
         """Worker thread: subscriber ``fn`` raised ``e`` on the block just published:
