@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -47,22 +48,28 @@ def test_a_stream_whose_call_outlasts_its_block_is_refused_on_any_number_of_thre
 @pytest.mark.parametrize("block", [1, 4])
 def test_the_cost_model_predicts_a_small_blocks_real_cost(block):
     """The prediction for one stream's call at a small block (the processor's call plus
-    the scheduler's own time) is at least 0.6 of what a block really takes through the
+    the scheduler's own time) is within 0.6-3x of what a block really takes through the
     scheduler: the median time from one call's start to the next while the worker goes
-    from block to block (a CallTrace of 2000 blocks queued at once).  (Before: 11 us
-    predicted for one sample, extrapolated from 256-sample blocks, against about 35 us
-    on this machine: 0.3.)"""
+    from block to block (a CallTrace of 700 blocks queued at once; the least of three
+    runs, as a shared CPU only ever makes it longer).  The issue's model, extrapolated
+    from 256-sample blocks, predicted 11 us for one sample that took 47 us (0.23); the
+    same model measured 18 us against 32 us here (0.58): this checks accuracy, the
+    refusal itself is the test above."""
     from rtamt.scheduler import CallTrace
 
-    tr = CallTrace(4096)
+    tr, runs = CallTrace(4096), []
     with Scheduler(threads=1, realtime=None, trace=tr) as s:
         h = s.open("dau1997", FS, block=block, admission="best-effort", history=0,
                    source_timeout=None)
         predicted, model = h.group.cost.cost(1, block), h.group.cost.describe()
-        h.push(np.zeros(2000 * block), wait=True)
-        assert h.wait_idle(60)
-    real = float(np.median(np.diff(tr.records()["start"])))
-    assert 0.6 * real <= predicted <= 3.0 * real, (predicted, real, model)
+        for _ in range(3):
+            t0 = time.perf_counter()
+            h.push(np.zeros(700 * block), wait=True)
+            assert h.wait_idle(60)
+            runs.append((t0, time.perf_counter()))
+    start = tr.records()["start"]
+    real = [float(np.median(np.diff(start[(start > a) & (start < b)]))) for a, b in runs]
+    assert 0.6 * min(real) <= predicted <= 3.0 * min(real), (predicted, real, model)
 
 
 def test_a_block_longer_than_its_budget_is_refused_in_strict_mode():
