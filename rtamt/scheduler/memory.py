@@ -89,17 +89,36 @@ def _meminfo_available() -> int | None:
         return None
 
 
+#: per cgroup version: (folder of the hierarchy, limit file, usage file, the page cache
+#: line of memory.stat)
+_CGROUPS = {"v2": ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file "),
+            "v1": ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                   "total_inactive_file ")}
+
+
 def _cgroup_room() -> int | None:
-    """cgroup v2: ``memory.max - memory.current`` of this process's cgroup, bytes (None
-    without a limit or a readable cgroup)."""
-    text = _read("/proc/self/cgroup") or ""
-    for line in text.splitlines():
-        if line.startswith("0::"):
-            base = "/sys/fs/cgroup" + line[3:].strip()
-            lim, cur = _read(base + "/memory.max"), _read(base + "/memory.current")
-            if lim is None or cur is None or lim.strip() == "max":
+    """The room under this process's cgroup memory limit (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``): the limit less what the cgroup uses but the page cache it
+    could drop (``inactive_file`` of ``memory.stat``, as container tools count usage),
+    bytes; None without a limit or a readable cgroup.  In a container the cgroup's own
+    folder is the hierarchy's root."""
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        _, ctrl, path = line.split(":", 2)
+        kind = "v2" if ctrl == "" else "v1" if "memory" in ctrl.split(",") else None
+        if kind is None:
+            continue
+        root, lim_f, cur_f, cache_row = _CGROUPS[kind]
+        for base in dict.fromkeys((root + path.strip().rstrip("/"), root)):
+            lim, cur = _read(f"{base}/{lim_f}"), _read(f"{base}/{cur_f}")
+            if lim is None or cur is None:
+                continue
+            if lim.strip() == "max" or int(lim) >= 2 ** 60:
                 return None
-            return int(lim) - int(cur)
+            cache = 0
+            for row in (_read(f"{base}/memory.stat") or "").splitlines():
+                if row.startswith(cache_row):
+                    cache = int(row.split()[1])
+            return int(lim) - (int(cur) - cache)
     return None
 
 
@@ -115,7 +134,7 @@ def _rlimit_room() -> int | None:
 
 def available_memory() -> int | None:
     """Bytes this process may still allocate: the least of the memory the kernel has
-    available (``MemAvailable``), the room under its cgroup's limit (``memory.max``) and
-    the room under ``RLIMIT_AS``; None when none of them is known."""
+    available (``MemAvailable``), the room under its cgroup's memory limit and the room
+    under ``RLIMIT_AS``; None when none of them is known."""
     room = [v for v in (_meminfo_available(), _cgroup_room(), _rlimit_room()) if v is not None]
     return max(min(room), 0) if room else None

@@ -156,3 +156,26 @@ def test_the_memory_estimate_matches_what_a_stream_takes():
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert 0.75 * out["estimate"] < out["grew"] < 1.25 * out["estimate"], out
+
+
+@pytest.mark.parametrize("files,room", [
+    ({"/proc/self/cgroup": "0::/app\n", "/sys/fs/cgroup/app/memory.max": "6000000000\n",
+      "/sys/fs/cgroup/app/memory.current": "2000000000\n",
+      "/sys/fs/cgroup/app/memory.stat": "anon 1\ninactive_file 1000000000\n"}, 5_000_000_000),
+    ({"/proc/self/cgroup": "4:memory:/ns/x\n0::/\n",     # v1, seen from inside the container
+      "/sys/fs/cgroup/memory/memory.limit_in_bytes": "6000000000\n",
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": "1000000000\n",
+      "/sys/fs/cgroup/memory/memory.stat": "total_inactive_file 0\n"}, 5_000_000_000),
+    ({"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/memory.max": "max\n",
+      "/sys/fs/cgroup/memory.current": "5\n"}, None),
+    ({"/proc/self/cgroup": "4:memory:/\n",
+      "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": "5\n"}, None),
+], ids=["v2", "v1 in a container", "v2 no limit", "v1 no limit"])
+def test_the_room_under_a_cgroup_memory_limit_is_read(monkeypatch, files, room):
+    """A container's memory limit counts (cgroup v2 and v1): the limit less the usage but
+    the page cache the kernel can drop; no limit, no figure."""
+    from rtamt.scheduler import memory
+
+    monkeypatch.setattr(memory, "_read", lambda path: files.get(path))
+    assert memory._cgroup_room() == room
