@@ -241,18 +241,20 @@ _TIME_LAST = ("time is the last axis: pass x[:, 0] for one channel, or x.T for a
               "(frames, channels) block")
 
 
-def check_time_last(x: np.ndarray, where, fresh: bool) -> None:
+def check_time_last(x, where, fresh: bool, declare: str = "with prepare(x)") -> None:
     """Refuse the first block of a stream (``fresh``) when it is a ``(N, 1)`` column with
     ``N >= COLUMN_ROWS``: with time on the last axis it would be taken as ``N`` streams of
     one sample, which is what a (frames, channels) block of an audio callback looks like.
-    ``where`` (who and which block) may be a callable.  To process ``N`` streams whose first
-    block holds one sample, call ``prepare(x)`` first: it declares the batch."""
+    ``x``: a numpy array or a tensor (only its shape is read).  ``where`` (who and which
+    block) may be a callable.  To process ``N`` streams whose first block holds one sample,
+    call ``prepare(x)`` first: it declares the batch (``declare`` says how, in the
+    message: the torch layers declare it with a state of ``N`` streams)."""
     if fresh and x.ndim == 2 and x.shape[-1] == 1 and x.shape[0] >= COLUMN_ROWS:
         raise RtamtInputError(
             f"{where() if callable(where) else where}: got shape {tuple(x.shape)}, which "
             f"would be {x.shape[0]} streams of 1 sample each; {_TIME_LAST} (sounddevice "
             "and soundfile deliver frames x channels).  For that many streams of one "
-            "sample, declare the batch first with prepare(x)")
+            f"sample, declare the batch first {declare}")
 
 
 def time_last_hint(x: np.ndarray) -> str:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from ..engine.contract import RtamtInputError, fingerprint, reject_nonfinite
+from ..engine.contract import RtamtInputError, check_time_last, fingerprint, reject_nonfinite
 from ._autograd import StageFunction, grad_rule, param_np, run_stage
 
 __all__ = ["StreamLayer", "Part", "detach_state", "DESIGN_KEY"]
@@ -177,7 +177,7 @@ class StreamLayer(torch.nn.Module):
         or float64; returns ``(y, new_state)``, ``y`` time-last.  ``state=None`` starts
         from :meth:`initial_state`.  Gradients are recorded only when grad mode is on and
         ``x``, the state or a parameter requires them; otherwise nothing is saved."""
-        self._check_input(x)
+        self._check_input(x, fresh=state is None)
         if state is None:
             state = self.initial_state(x.shape[0], x.device, x.dtype)
         else:
@@ -200,7 +200,12 @@ class StreamLayer(torch.nn.Module):
         names = ("batch", "channel") if len(bad) == 3 else ("batch",)
         return ", ".join([f"{n} {i}" for n, i in zip(names, bad[:-1])] + [f"sample {bad[-1]}"])
 
-    def _check_input(self, x) -> None:
+    def _check_input(self, x, fresh: bool = False) -> None:
+        """Refuse a block the layer cannot take (:class:`RtamtInputError`, nothing run):
+        not a float tensor, another shape, empty, non-finite or beyond the input limit,
+        and, as a stream's first block (``fresh``: no state given), a ``(N, 1)`` column
+        that is one channel in (frames, channels) layout rather than ``N`` streams (as
+        the models refuse it, :func:`~rtamt.engine.contract.check_time_last`)."""
         if not isinstance(x, torch.Tensor):
             raise RtamtInputError(f"{self.name}: expected a torch tensor, got {type(x).__name__}")
         if x.dtype not in _FLOAT_T:
@@ -212,6 +217,9 @@ class StreamLayer(torch.nn.Module):
         shape = "(batch, T)" if self.in_rank == 2 else f"(batch, {self.n_in}, T)"
         if x.ndim != self.in_rank or (self.in_rank == 3 and x.shape[1] != self.n_in):
             raise RtamtInputError(f"{self.name}: expected shape {shape}, got {tuple(x.shape)}")
+        if self.in_rank == 2:
+            check_time_last(x, self.name, fresh, "with a state of that many streams "
+                            "(layer.initial_state(N))")
         if x.shape[0] == 0 or x.shape[-1] == 0:
             raise RtamtInputError(f"{self.name}: empty block {tuple(x.shape)}")
         reject_nonfinite(x.detach().cpu().numpy(), lambda: self.name, self._where,

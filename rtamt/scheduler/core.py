@@ -35,12 +35,13 @@ worker threads.
 the arithmetic it runs alone.
 
 **Cost model and admission.**  Each design has a cost model ``t(call) = a + b * n * T``
-(``n`` streams of ``T`` samples), measured when its first stream opens (this also
-compiles or loads its kernels) and kept current by a running correction factor from every
-call's measured time.  :meth:`Scheduler.open` predicts the load (busy fraction of the
-workers) and the worst latency of the new stream's blocks with it and raises
-:class:`RtamtCapacityError` with the numbers if the budget cannot be met;
-``admission='best-effort'`` opens the stream anyway and counts its misses.
+(``n`` streams of ``T`` samples) plus the scheduler's own time per call and block, measured
+at the block it runs at (:mod:`~rtamt.scheduler.costs`) and corrected by every call.
+:meth:`Scheduler.open` predicts the workers' load, the worst latency of the new stream's
+blocks and its own call against its period (a stream's blocks run one after another)
+and raises :class:`RtamtCapacityError` with the numbers if the budget cannot be met
+(``admission='best-effort'`` opens it anyway), and, in either mode, when the stream's
+block would not fit in memory (:mod:`~rtamt.scheduler.memory`).
 """
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ import copy
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 
@@ -121,6 +121,9 @@ class Scheduler:
                        ``None`` leaves it).  With the default 5 ms, a worker whose kernel
                        returns waits up to 5 ms for the interpreter lock held by another
                        thread's Python code, several times per call (docs/performance.md).
+                       The schedulers of a process share the interval
+                       (:data:`~rtamt.scheduler.dispatch.SWITCH_INTERVAL`): the smallest
+                       value of those running; the last one to stop restores it.
 
     ``s = Scheduler(); h = s.open('dau1997', 48000, budget_ms=10)``; ``h.push(x)`` from an
     audio callback; ``h.latest()``; ``h.close()``; ``s.close()``.  A scheduler is also a
@@ -167,7 +170,6 @@ class Scheduler:
         #: per worker name: None (SCHED_FIFO granted) or why not
         self.realtime_status: dict[str, str | None] = {}
         self.freeze_gc = bool(freeze_gc)
-        self._old_switch = None
         self._groups: dict = {}
         self._streams: list[Stream] = []
         self._names = 0
@@ -187,7 +189,7 @@ class Scheduler:
         d = self._dispatch
         #: what this scheduler's streams may ask of it (handed to every stream)
         self.link = SchedulerLink(notify=d.notify, attach_state=d.attach_state,
-                                  between_blocks=d.between_blocks,
+                                  between_blocks=d.between_blocks, deliver=d.deliver,
                                   close_stream=d.close_stream, start=self.start,
                                   report=self._report, running=lambda: d.running)
         if start:
@@ -234,10 +236,7 @@ class Scheduler:
             return self
         if self.freeze_gc:
             gc.freeze()
-        if self.gil_switch is not None and sys.getswitchinterval() > self.gil_switch:
-            self._old_switch = sys.getswitchinterval()
-            sys.setswitchinterval(self.gil_switch)
-        self._dispatch.start(self.threads)
+        self._dispatch.start(self.threads, self.gil_switch)
         return self
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
@@ -255,9 +254,6 @@ class Scheduler:
         if not self._dispatch.started:
             return
         alive = self._dispatch.stop(timeout)
-        if self._old_switch is not None and sys.getswitchinterval() == self.gil_switch:
-            sys.setswitchinterval(self._old_switch)
-        self._old_switch = None
         if alive:
             raise RuntimeError(f"rtamt scheduler threads did not stop within {timeout} s: "
                                f"{alive}")
@@ -320,16 +316,18 @@ class Scheduler:
         options    : the stream's policy, a :class:`StreamOptions` (default: every option
                      at its default): ``admission``, ``policy``, ``max_backlog_s``,
                      ``ring_seconds``, ``max_chunks``, ``sample_dtype``, ``on_error``,
-                     ``source_timeout``, ``history``, ``stats_window``, ``idle_timeout``.
+                     ``source_timeout``, ``history``, ``stats_window``, ``idle_timeout``,
+                     ``subscriber_backlog_s``.
         Each option is also accepted as a keyword (``open(..., policy='drop-newest',
         history=0)``); keywords replace the fields of ``options``.  An unknown keyword
         raises ``TypeError``.  ``admission='strict'`` (the default) raises
-        :class:`RtamtCapacityError` when the budget cannot be met at the current load;
-        ``history`` (default 1) is the number of results kept: every result holds its
-        block's outputs (Dau1997, float64: 563 KB per 256-sample block) and the results
-        of one call share one batched array, so each result kept makes later calls write
-        cache-cold memory (docs/performance.md); ``0`` keeps none (subscribers get every
-        result).
+        :class:`RtamtCapacityError` when the budget cannot be met at the current load, the
+        block's call outlasts its period or the block outlasts the budget; a block whose
+        stream would not fit in memory is refused in either mode.  ``history`` (default 1)
+        is the number of results kept: every result holds its block's outputs (Dau1997,
+        float64: 563 KB per 256-sample block) and the results of one call share one
+        batched array, so each result kept makes later calls write cache-cold memory
+        (docs/performance.md); ``0`` keeps none (subscribers get every result).
         """
         if self.closed:
             self.link.refuse("open")
@@ -340,28 +338,34 @@ class Scheduler:
         dtype = np.dtype(dtype)
         if dtype not in streaming.FLOATS:
             raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        if block is not None and int(block) < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
         proc = self._build(model, fs, model_kwargs)
         example, batchable, ident, dkey, proto = self._prepare(proc, dtype, channels, fs,
                                                                measure)
-        cost = self._costs.measure(proto, example, dkey)
+        self._costs.measure(proto, example, dkey, fs)
         akey = self._admission.accelerator_cost(proc, proto, example, dkey, measure)
         if budget_ms is None:
-            budget_s = (block / fs) if block else 0.020
+            budget_s = (int(block) / fs) if block else 0.020
         else:
             budget_s = float(budget_ms) / 1e3
             if not budget_s > 0:
                 raise ValueError(f"budget_ms must be > 0, got {budget_ms!r}")
+        # refused before anything of the block's size exists, then timed at that size
+        blocks = self._admission.blocks(None if block is None else int(block), dkey,
+                                        name or getattr(proc, "name", "stream"),
+                                        ident.get("name", type(proc).__name__), opts, fs,
+                                        budget_s, channels, dtype)
+        costs = {B: self._costs.at_block(proc, example, dkey, B, measure) for B in blocks}
         with self._cv:
             if block is None:
-                block = self._admission.pick_block(dkey, cost, fs, budget_s, batchable)
+                block = self._admission.pick_block(dkey, costs, fs, budget_s, batchable)
             block = int(block)
-            if block < 1:
-                raise ValueError(f"block must be >= 1, got {block}")
-            gkey = dkey + (block,)
+            gkey, cost = dkey + (block,), costs[block]
             if self.placement:
                 gkey = self._admission.place(proc, dkey, akey, block, fs, batchable,
                                              budget_s)
-                cost = self._costs[gkey[:-1]]
+                cost = self._costs.get(gkey, self._costs[gkey[:-1]])
             self._names += 1
             nm = name or f"{getattr(proc, 'name', 'stream')}-{self._names}"
             s = Stream(self.link, proc, nm, fs, channels, block, budget_s, dtype, opts)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import threading
 import time
 
@@ -31,10 +32,52 @@ import numpy as np
 from ..engine.contract import RtamtInputError
 from ..engine.denormal import ensure_ftz
 from ..engine.realtime import request_realtime
+from .delivery import Delivery
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "SWITCH_INTERVAL", "SwitchInterval"]
 
 _perf = time.perf_counter
+
+
+class SwitchInterval:
+    """The interpreter's thread switch interval (``sys.setswitchinterval``, one value per
+    process) shared by every running scheduler: each :meth:`hold` of a value lowers it to
+    the smallest value held (never above the interval found when the first hold began),
+    each :meth:`release` gives one back, and the last release restores the interval found
+    at the first hold, unless someone else changed it meanwhile.  So closing one of two
+    schedulers leaves the other's interval in place."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: list[float] = []
+        self._saved = 0.0               # the interval before the first hold
+        self._set = None                # the interval this object set last
+
+    def hold(self, seconds: float) -> None:
+        with self._lock:
+            if not self._held:
+                self._saved = sys.getswitchinterval()
+            self._held.append(float(seconds))
+            self._apply(min(min(self._held), self._saved))
+
+    def release(self, seconds: float) -> None:
+        with self._lock:
+            self._held.remove(float(seconds))
+            self._apply(min(min(self._held), self._saved) if self._held else self._saved)
+            if not self._held:
+                self._set = None
+
+    def _apply(self, want: float) -> None:
+        now = sys.getswitchinterval()
+        if self._set is not None and now != self._set:
+            self._saved = now            # changed by someone else: theirs is the original
+        if now != want:
+            sys.setswitchinterval(want)
+        self._set = sys.getswitchinterval()
+
+
+#: the process's one :class:`SwitchInterval`
+SWITCH_INTERVAL = SwitchInterval()
 
 
 class Dispatcher:
@@ -65,10 +108,14 @@ class Dispatcher:
         self._bell.acquire()
         self._threads: list[threading.Thread] = []
         self._stopping = False
+        self._switch = None            # the switch interval held while running
         self._idle = 0
         self._t_watch = 0.0
         #: a :class:`rtamt.scheduler.trace.CallTrace` every call is recorded in, or None
         self.trace = trace
+        #: the subscribers' thread (:mod:`rtamt.scheduler.delivery`), started and stopped
+        #: with the workers
+        self.delivery = Delivery(self.release_held)
 
     # ================================================================ lifecycle
     @property
@@ -80,16 +127,21 @@ class Dispatcher:
         """Worker threads exist (started and not yet stopped)."""
         return bool(self._threads)
 
-    def start(self, threads: int) -> None:
-        """Start ``threads`` workers; wait (at most 1 s) until each reported its
-        SCHED_FIFO request."""
+    def start(self, threads: int, switch_s: float | None = None) -> None:
+        """Start ``threads`` workers (and the delivery thread); wait (at most 1 s) until
+        each reported its SCHED_FIFO request.  ``switch_s``: the thread switch interval
+        to hold while they run (:data:`SWITCH_INTERVAL`; None: leave it)."""
         self._stopping = False
+        if switch_s is not None:
+            SWITCH_INTERVAL.hold(switch_s)
+            self._switch = switch_s
         if self.trace is not None:
             self.trace.bind(threads)
         th = [threading.Thread(target=self._worker, args=(i,), name=f"rtamt-worker-{i}",
                                daemon=True)
               for i in range(threads)]
         self._threads = th
+        self.delivery.start()
         for t in th:
             t.start()
         if self.realtime is not None:      # each worker reports its SCHED_FIFO request
@@ -110,13 +162,44 @@ class Dispatcher:
         for t in th:
             t.join(max(end - _perf(), 0.0))
         self._threads = []
-        return [t.name for t in th if t.is_alive()]
+        alive = [t.name for t in th if t.is_alive()]
+        if not self.delivery.stop(max(end - _perf(), 0.0)):    # delivers what is queued
+            alive.append("rtamt-delivery (a subscriber did not return)")
+        if self._switch is not None:
+            SWITCH_INTERVAL.release(self._switch)
+            self._switch = None
+        return alive
 
     # ================================================================ producer notification
     def notify(self, s) -> None:
         """From push(): the stream has new input (no lock; a deque append and a doorbell)."""
         self._dirty.append(s)
         self.ring()
+
+    def deliver(self, s) -> None:
+        """From a worker's publication: ``s`` has a result for its subscribers (see
+        :meth:`rtamt.scheduler.delivery.Delivery.notify`)."""
+        self.delivery.notify(s)
+
+    def release_held(self, s) -> None:
+        """Delivery thread: hand back stream ``s`` if it was held for its subscribers and
+        their queue has room now (as a call's hand-back does)."""
+        with self.cv:
+            if not s.held_by_subscribers or s.subscribers_full():
+                return
+            s.held_by_subscribers = False
+            self._hand_back(s, _perf())
+            self.cv.notify_all()
+        self.ring()
+
+    def _hand_back(self, s, now: float) -> None:
+        """Under the lock, after a call: the stream is free for its next block (or its
+        close goes on)."""
+        s.busy = False
+        if s.closing:
+            self.progress_close(s, now)
+        else:
+            s.intake(now)
 
     def ring(self) -> None:
         """Ring the doorbell: wake one sleeping worker (no lock; never blocks)."""
@@ -292,11 +375,8 @@ class Dispatcher:
         with self.cv:
             g.inflight -= 1
             for s in job:
-                s.busy = False
-                if s.closing:
-                    self.progress_close(s, now)
-                else:
-                    s.intake(now)
+                if not s.wait_for_subscribers():  # else held until they catch up
+                    self._hand_back(s, now)
             self.cv.notify_all()          # close() / between-blocks waiters
 
     # ================================================================ closing

@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 
-from ..engine.contract import RtamtInputError
+from ..engine.contract import FLOATS, RtamtInputError
 from .ring import InputRing, RingBank, take_rows
-from .stream import callback_latency, mark_pushed, push_waiting
+from .stream import as_chunk, callback_latency, mark_pushed, push_waiting
 
 _perf = time.perf_counter
 
@@ -25,7 +25,8 @@ class FanOut:
     semantics are :meth:`Stream.push`'s, per stream: ``wait=False`` never blocks, and a
     stream whose ring is full drops the chunk (counted in its ``stats().dropped_frames``)
     while the others take it; ``wait=True`` waits until every open stream has room and
-    loses nothing; a chunk of another shape raises :class:`~rtamt.RtamtInputError` naming
+    loses nothing; a chunk of another shape, or one :meth:`Stream.push` refuses
+    (integers, complex, lists, scalars), raises :class:`~rtamt.RtamtInputError` naming
     the layout and leaves every ring untouched; a closed scheduler raises
     :class:`~rtamt.scheduler.RtamtClosedError`.  Values are checked per stream and block
     by the scheduler, as for :meth:`Stream.push` (a NaN rejects that stream's block only).
@@ -99,19 +100,28 @@ class FanOut:
             except Exception:  # noqa: BLE001 - reported by take_in's fallback
                 return
 
+    def _label(self) -> str:
+        """``"push: FanOut ('ch0' .. 'ch7'), block k"`` (the chunk a push would queue
+        next), for the message that refuses it."""
+        ss = self.streams
+        names = repr(ss[0].name) if len(ss) == 1 else f"{ss[0].name!r} .. {ss[-1].name!r}"
+        return f"push: FanOut ({names}), block {self.bank.w_chunk}"
+
     def _check(self, block, want: str, ok) -> np.ndarray:
-        block = np.asarray(block)
+        """``block`` if it is a float32 / float64 array (or CPU tensor) that ``ok`` accepts,
+        else :class:`~rtamt.RtamtInputError` naming the expected layout (as
+        :meth:`Stream.push` refuses: lists, scalars, integer, complex or float16
+        samples, with the models' hint for integer PCM)."""
+        if getattr(block, "dtype", ()) not in FLOATS:   # () equals no dtype (None: float64)
+            block = as_chunk(block, self._label)
         if not ok(block):
             k = self.per
             cols = ("column c" if k == 1 else f"columns {k}c..{k}c+{k - 1}") \
                 if want.startswith("(frames") else "row c"
             raise RtamtInputError(
-                f"push: expected shape {want} ({len(self.streams)} streams x {k} "
+                f"{self._label()}: expected shape {want} ({len(self.streams)} streams x {k} "
                 f"channel{'s' if k > 1 else ''}; stream c gets {cols}), got "
                 f"{tuple(block.shape)}; nothing queued")
-        if block.dtype.kind not in "fiu":
-            raise RtamtInputError(f"push: dtype {block.dtype} is not a real number type; "
-                                  "nothing queued")
         return block
 
     def push(self, block, status=0, in_latency: float | None = None, *, wait: bool = False,
@@ -133,7 +143,7 @@ class FanOut:
         the ring bank is row by row (about 4x cheaper than :meth:`push`'s transpose)."""
         N, k = len(self.streams), self.per
         want = f"({N}, frames)" if k == 1 else f"({N}, {k}, frames)"
-        x = self._check(block, want, lambda b: b.shape[0] == N and (
+        x = self._check(block, want, lambda b: b.ndim and b.shape[0] == N and (
             (b.ndim == 2 and k == 1) or (b.ndim == 3 and b.shape[1] == k)))
         x = x[:, :, None] if x.ndim == 2 else x.transpose(0, 2, 1)
         return self._offer(x, status, in_latency, wait, timeout)

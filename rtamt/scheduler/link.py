@@ -21,6 +21,8 @@ class SchedulerLink:
 
     notify(stream)          : from a producer's thread (``push``), no lock: ``stream`` (or
                               a FanOut) has new input; a queue append and a doorbell.
+    deliver(stream)         : from a worker, no lock: ``stream`` queued a result for its
+                              subscribers (:mod:`rtamt.scheduler.delivery`).
     attach_state(stream)    : the stream's processor got a new state (``reset`` /
                               ``restore``): put it back into the group's slot store.
     between_blocks(stream, fn, timeout): run ``fn()`` in the caller's thread while the
@@ -37,11 +39,12 @@ class SchedulerLink:
     """
 
     __slots__ = ("notify", "attach_state", "between_blocks", "close_stream", "start",
-                 "report", "closed", "_running")
+                 "report", "closed", "_running", "deliver")
 
     def __init__(self, *, notify, attach_state, between_blocks, close_stream, start,
-                 report, running):
+                 report, running, deliver):
         self.notify = notify
+        self.deliver = deliver
         self.attach_state = attach_state
         self.between_blocks = between_blocks
         self.close_stream = close_stream

@@ -38,6 +38,10 @@ class StreamOptions:
                     reported ``aged-out`` (``None``: never).
     admission     : ``'strict'`` (refuse a stream whose budget cannot be met) or
                     ``'best-effort'`` (open it anyway).
+    subscriber_backlog_s: seconds of results queued for the stream's subscribers (at
+                    least 2 results; :mod:`~rtamt.scheduler.delivery`): when they fall
+                    further behind, the stream waits for them (its input queues in its
+                    ring) and its stats report a slow subscriber.
 
     Checked when made: a bad value raises ``ValueError`` naming the option.
     """
@@ -53,6 +57,7 @@ class StreamOptions:
     stats_window: int = 4096
     idle_timeout: float | None = None
     admission: str = "strict"
+    subscriber_backlog_s: float = 0.1
 
     def __post_init__(self):
         if self.admission not in ADMISSIONS:
@@ -63,6 +68,9 @@ class StreamOptions:
             raise ValueError("on_error must be 'skip' or 'stop'")
         if int(self.history) < 0:
             raise ValueError(f"history must be >= 0, got {self.history!r}")
+        if not float(self.subscriber_backlog_s) >= 0.0:
+            raise ValueError(f"subscriber_backlog_s must be >= 0, got "
+                             f"{self.subscriber_backlog_s!r}")
         if not float(self.source_timeout or 0.0) >= 0.0:
             raise ValueError(f"source_timeout must be >= 0 or None, got "
                              f"{self.source_timeout!r}")

@@ -27,8 +27,12 @@ import copy
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..engine import backend as backends
 from .groups import Group
+from .memory import StreamMemory, available_memory, fmt_bytes
+from .stream import ring_frames
 
 __all__ = ["BLOCKS", "Admission", "Placement", "RtamtCapacityError", "accelerator", "decide",
            "work"]
@@ -45,11 +49,14 @@ class RtamtCapacityError(RuntimeError):
 def work(cost, streams: int, block: int, fs: float, max_batch: int) -> float:
     """Busy seconds per second of ``streams`` streams of one group: ``fs / block`` blocks
     per second each, run in calls of at most ``max_batch`` streams (1: every stream its
-    own call), each call costing ``cost.cost(n, block)`` seconds."""
+    own call), each call costing ``cost.cost(n, block)`` seconds (the processor's call
+    and the scheduler's own time for it, when the model has one)."""
     if streams <= 0:
         return 0.0
     calls = (fs / block) * math.ceil(streams / max_batch)
-    return cost.scale * (calls * cost.fixed_s + streams * fs * cost.per_sample_s)
+    return (cost.scale * (calls * cost.fixed_s + streams * fs * cost.per_sample_s)
+            + calls * getattr(cost, "call_overhead_s", 0.0)
+            + streams * (fs / block) * getattr(cost, "block_overhead_s", 0.0))
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,14 @@ class Admission:
         return work(g.cost, m, g.block, g.fs, g.max_batch)
 
     def predict(self, g: Group, s_budget: float, extra: bool = True):
-        """(load, latency) predicted for a stream of budget ``s_budget`` joining ``g``."""
+        """``(load, latency, serial)`` predicted for a stream of budget ``s_budget``
+        joining ``g``: the workers' busy fraction; the worst latency of its blocks (its
+        own call, one call already running on the worker it waits for, and the work of
+        the streams with a budget as tight or tighter, spread over the workers, within
+        one block period); and ``serial``, its own call over the block period.  A
+        stream's blocks run one after another (one block in flight per stream), so a
+        stream whose call takes longer than its period falls behind on any number of
+        workers: ``serial`` must stay within ``max_load``."""
         load, tighter, cmax = 0.0, 0.0, 0.0
         groups = set(self.groups.values()) | {g}
         for h in groups:
@@ -176,40 +190,122 @@ class Admission:
         own = g.cost.cost(min(m, g.max_batch), g.block)
         load /= self.threads
         tighter /= self.threads
-        return load, own + cmax + tighter * g.period
+        return load, own + cmax + tighter * g.period, own / g.period
+
+    def refusals(self, g: Group, s) -> list:
+        """Why a stream ``s`` (already predicted: ``s.predicted_*``) joining ``g`` cannot
+        meet its budget: one sentence per limit it exceeds (empty: admitted)."""
+        why = []
+        own = s.predicted_serial * g.period
+        if s.predicted_serial > self.max_load:
+            c = g.cost
+            rate = self.max_load / g.fs - c.scale * c.per_sample_s    # s per sample left
+            fixed = c.cost(1, g.block) - c.scale * c.per_sample_s * g.block
+            need = f"; a block of at least {math.ceil(fixed / rate)} samples" if rate > 0 \
+                else ""
+            why.append(
+                f"one block's call takes {1e6 * own:.1f} us (the scheduler's own "
+                f"{1e6 * (c.call_overhead_s + c.block_overhead_s):.1f} us included), "
+                f"{s.predicted_serial:.2f} of its {1e6 * g.period:.1f} us period (limit "
+                f"{self.max_load:.2f}): a stream's blocks run one after another, so it "
+                f"cannot keep up on any number of threads{need}")
+        if s.predicted_load > self.max_load:
+            why.append("the workers would be too busy")
+        if s.predicted_latency_s > s.budget_s:
+            why.append("its blocks would be late")
+        return why
 
     def admit(self, g: Group, s, admission: str, open_streams: int) -> None:
-        """Predict ``s`` joining ``g`` (kept as ``s.predicted_load`` and
-        ``s.predicted_latency_s``); with ``admission='strict'`` raise
-        :class:`RtamtCapacityError` when the load or the latency is too high."""
-        load, lat = self.predict(g, s.budget_s)
-        s.predicted_latency_s = lat
-        s.predicted_load = load
-        if admission == "strict" and (load > self.max_load or lat > s.budget_s):
+        """Predict ``s`` joining ``g`` (kept as ``s.predicted_load``,
+        ``s.predicted_latency_s``, ``s.predicted_serial`` and ``s.predicted_memory``); with
+        ``admission='strict'`` raise :class:`RtamtCapacityError` naming every limit the
+        stream exceeds (:meth:`refusals`)."""
+        s.predicted_load, s.predicted_latency_s, s.predicted_serial = \
+            self.predict(g, s.budget_s)
+        s.predicted_memory = self.stream_memory(g.key[:-1], s.options, g.fs, g.block,
+                                                s.channels, s.dtype).at(g.block)
+        why = self.refusals(g, s) if admission == "strict" else []
+        if why:
             raise RtamtCapacityError(
                 f"cannot open {s.name!r} ({g.label}, budget {1e3 * s.budget_s:.2f} ms): "
-                f"predicted worker load {load:.2f} (limit {self.max_load:.2f}) and worst "
-                f"latency {1e3 * lat:.2f} ms with {open_streams} open streams on "
-                f"{self.threads} threads; cost model {g.cost.describe()}; "
-                "close streams, lengthen the budget, or open with admission='best-effort'")
+                f"{'; '.join(why)}: predicted worker load {s.predicted_load:.2f} (limit "
+                f"{self.max_load:.2f}) and worst latency {1e3 * s.predicted_latency_s:.2f} "
+                f"ms with {open_streams} open streams on {self.threads} threads; cost model "
+                f"{g.cost.describe()}; close streams, lengthen the budget or the block, or "
+                "open with admission='best-effort'")
 
-    def pick_block(self, dkey, cost, fs, budget_s, batchable) -> int:
+    def pick_block(self, dkey, costs: dict, fs, budget_s, batchable) -> int:
         """The largest of :data:`BLOCKS` whose period plus predicted latency fits
-        ``budget_s`` at the current load (``open(block=None)``)."""
+        ``budget_s`` at the current load, and whose call fits its period
+        (``open(block=None)``); ``costs``: the design's cost model at each candidate
+        block (:meth:`~rtamt.scheduler.costs.CostTable.at_block`)."""
         for B in BLOCKS:
-            if B / fs >= budget_s:
+            if B / fs >= budget_s or B not in costs:
                 continue
             g = self.groups.get(dkey + (B,))
             if g is None:
-                g = Group(dkey + (B,), "", None, B, fs, cost, False, 1)
+                g = Group(dkey + (B,), "", None, B, fs, costs[B], False, 1)
                 g.batchable, g.max_batch = batchable, self.max_batch if batchable else 1
-            load, lat = self.predict(g, budget_s)
-            if B / fs + lat <= budget_s and load <= self.max_load:
+            load, lat, serial = self.predict(g, budget_s)
+            if B / fs + lat <= budget_s and load <= self.max_load and serial <= self.max_load:
                 return B
+        some = next(iter(costs.values()), None)
         raise RtamtCapacityError(
             f"no block from {BLOCKS[-1]} to {BLOCKS[0]} meets a budget of {1e3 * budget_s:.2f} "
-            f"ms at {fs:g} Hz (block period plus predicted latency); cost model "
-            f"{cost.describe()}")
+            f"ms at {fs:g} Hz (block period plus predicted latency, and each block's call "
+            f"within its period); cost model"
+            f"{'' if some is None else ' ' + some.describe()}")
+
+    def blocks(self, block, dkey, name: str, label: str, opts, fs: float, budget_s: float,
+               channels: int, dtype) -> list:
+        """Before anything of a block's size is allocated (or measured): ``[block]`` when
+        the stream fits the memory this process can still allocate (else
+        :class:`RtamtCapacityError`, :meth:`check_memory`, whatever the admission) and,
+        with ``opts.admission == 'strict'``, the block lasts no longer than the budget
+        (else :class:`RtamtCapacityError`: its first sample would wait longer than the
+        budget for the block to fill); with ``block=None`` the candidates of
+        :data:`BLOCKS` shorter than the budget that fit."""
+        def mem(B):
+            return self.stream_memory(dkey, opts, fs, B, channels, dtype)
+        limit = available_memory()
+        if block is not None:
+            if opts.admission == "strict" and block / fs > budget_s:
+                raise RtamtCapacityError(
+                    f"cannot open {name!r} ({label}, budget {1e3 * budget_s:.2f} ms): a "
+                    f"block of {block} samples lasts {1e3 * block / fs:.2f} ms at {fs:g} Hz, "
+                    "longer than the budget: the worst latency of its first sample is at "
+                    f"least that (it waits for the block to fill); at most "
+                    f"{int(budget_s * fs)} samples fit (or open with "
+                    "admission='best-effort')")
+            self.check_memory(name, label, block, mem(block), limit)
+            return [block]
+        return [B for B in BLOCKS if B / fs < budget_s
+                and (limit is None or mem(B).at(B) <= limit)]
+
+    def stream_memory(self, dkey, opts, fs: float, block: int, channels: int,
+                      dtype) -> StreamMemory:
+        """What one stream of design ``dkey`` keeps at ``block`` samples (its outputs and
+        work buffers as measured with the design, nothing when it was not measured; its
+        input buffers and ring from the options)."""
+        ring = np.dtype(dtype if opts.sample_dtype is None else opts.sample_dtype)
+        out, work_ = self.costs.memory.get(dkey, (0.0, 0.0))
+        return StreamMemory(out, work_, 2 * channels * np.dtype(dtype).itemsize,
+                            ring_frames(opts, fs, block) * channels * ring.itemsize,
+                            int(opts.history) + 2)
+
+    def check_memory(self, s_name: str, label: str, block: int, mem, limit) -> None:
+        """Raise :class:`RtamtCapacityError` when a stream of ``block`` samples would keep
+        more than ``limit`` bytes (:class:`~rtamt.scheduler.memory.StreamMemory` ``mem``;
+        ``limit`` None: unknown, nothing refused): the figures and the largest block
+        that fits.  Called before anything of the block's size is allocated."""
+        if limit is None or mem is None or mem.at(block) <= limit:
+            return
+        fit = mem.largest_block(limit)
+        raise RtamtCapacityError(
+            f"cannot open {s_name!r} ({label}): a block of {block} samples needs about "
+            f"{mem.describe(block)}, more than the {fmt_bytes(limit)} of memory this process "
+            f"can still allocate; the largest block that fits is {fit} samples (use a "
+            f"smaller block{', or history=0' if mem.held > 2 else ''})")
 
     def load(self) -> float:
         """Predicted busy fraction of the workers for the open streams."""

@@ -94,9 +94,12 @@ class InputRing(_Records):
     a producer that waited for room: the drop-oldest policy must not skip it).
     """
 
-    def __init__(self, channels: int, capacity: int, max_chunks: int, dtype=np.float32):
+    def __init__(self, channels: int, capacity: int, max_chunks: int, dtype=np.float32,
+                 owner: str = "ring"):
         if channels < 1 or capacity < 1 or max_chunks < 1:
             raise ValueError("channels, capacity and max_chunks must be >= 1")
+        #: who the ring belongs to, in messages (``"stream 'mic0'"``)
+        self.owner = owner
         self.channels = int(channels)
         self.capacity = int(capacity)
         self.dtype = np.dtype(dtype)
@@ -120,8 +123,9 @@ class InputRing(_Records):
             if block.ndim == 1 and self.channels == 1:
                 return block.reshape(block.shape[0], 1)
             raise RtamtInputError(
-                f"push: block {self.pushed_chunks + self.dropped_chunks}: expected shape "
-                f"(frames, {self.channels}), got {tuple(block.shape)}")
+                f"push: {self.owner}, block {self.pushed_chunks + self.dropped_chunks}: "
+                f"expected shape (frames, {self.channels}), got {tuple(block.shape)}; "
+                "nothing queued")
         return block
 
     def room(self, n: int) -> bool:
@@ -137,8 +141,12 @@ class InputRing(_Records):
         (cheap); values are checked by the processing thread.  ``keep``: the chunk comes
         from a producer that waited for room (the drop-oldest policy leaves it alone).
         """
+        return self.put(self.shaped(block), status, in_latency, t_push, keep)
+
+    def put(self, block, status: int = 0, in_latency: float = 0.0,
+            t_push: float | None = None, keep: bool = False) -> bool:
+        """:meth:`push` of a block already ``(frames, channels)`` (:meth:`shaped`)."""
         t = _perf() if t_push is None else t_push
-        block = self.shaped(block)
         n = block.shape[0]
         wc = self.w_chunk
         wf = self.w_frame
@@ -296,7 +304,7 @@ class BankRing:
         raise RuntimeError("this stream is fed by a FanOut (one ring bank for all its "
                            "streams): push the FanOut, not the stream")
 
-    push = room = shaped
+    push = put = room = shaped
 
     # ---------------------------------------------------------------- counters
     @property

@@ -30,13 +30,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..engine.contract import RtamtInputError, reject_nonfinite
+from ..engine.contract import FLOATS, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.parallel import Parallel
+from ..engine.stage import as_numpy_block
 from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
-__all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "callback_latency",
-           "mark_pushed", "push_waiting"]
+__all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "as_chunk",
+           "callback_latency", "mark_pushed", "push_waiting", "ring_frames"]
 _perf = time.perf_counter
 
 #: PortAudio callback status flags (portaudio.h, ``PaStreamCallbackFlags``).
@@ -124,6 +125,12 @@ class StreamStats:
     source_stalls: int = 0           # input faults seen (stalls, stream errors)
     group: str = ""
     state: str = "open"              # 'open', 'closing', 'closed', 'aged-out'
+    subscribers: int = 0             # functions subscribed
+    subscriber_p99_ms: float = 0.0   # their time per result (all of them), delivery thread
+    subscriber_max_ms: float = 0.0
+    subscriber_waits: int = 0        # blocks the stream waited for its subscribers
+    subscriber_queue: int = 0        # results published and not yet delivered
+    slow_subscriber: bool = False    # they waited for, or p99 above the block period
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -142,6 +149,12 @@ class StreamStats:
                    f"  source stalls {self.source_stalls}" if self.source_stalls else "")
                 + (f"  subscriber errors {self.subscriber_errors}" if self.subscriber_errors
                    else "")
+                + (f"  subscribers p99/max {self.subscriber_p99_ms:.2f}/"
+                   f"{self.subscriber_max_ms:.2f} ms" if self.subscribers else "")
+                + (f"  SLOW SUBSCRIBER: {self.subscriber_p99_ms:.1f} ms p99 per "
+                   f"{1e3 * self.block / self.fs:.2f} ms block; the stream waited "
+                   f"{self.subscriber_waits} times for it (its input queues)"
+                   if self.slow_subscriber else "")
                 + (f"  last error: {self.last_error}" if self.last_error else ""))
 
 
@@ -205,6 +218,36 @@ def push_waiting(link, who: str, n: int, capacity: int, fits, gone, put, status:
     return True
 
 
+def ring_frames(options: StreamOptions, fs: float, block: int) -> int:
+    """Frames of a stream's input ring: ``ring_seconds`` of input, at least 4 blocks, and
+    with the drop-oldest policy at least twice the backlog it keeps."""
+    cap = max(int(round(options.ring_seconds * fs)), 4 * block)
+    backlog = max(int(round(options.max_backlog_s * fs)), block)
+    if options.policy == "drop-oldest" and backlog > cap:
+        cap = 2 * backlog
+    return cap
+
+
+def as_chunk(block, label) -> np.ndarray:
+    """``block`` as a numpy array of float32 or float64 samples, or
+    :class:`~rtamt.RtamtInputError` refusing what the models refuse (a list, a scalar, an
+    integer, complex or float16 dtype, a tensor of such a dtype), with the models' hint
+    for integer PCM.  ``label()`` names the stream and the block (called only to refuse).
+    The shape is the ring's to check (:meth:`~rtamt.scheduler.ring.InputRing.shaped`; a
+    numpy scalar of a float type is refused there, as a chunk of shape ``()``).  Not the
+    hot path: a push calls it only for what has no float32 / float64 ``dtype``."""
+    try:                          # an array, a tensor, or refused as the models refuse it
+        arr = as_numpy_block(block)[0]
+    except RtamtInputError as e:
+        raise RtamtInputError(f"{label()}: {e}; nothing queued") from None
+    if arr.dtype not in FLOATS:
+        try:
+            check_float_dtype(arr, label())
+        except RtamtInputError as e:
+            raise RtamtInputError(f"{e}; nothing queued") from None
+    return arr
+
+
 def _pct(a: np.ndarray, n: int, q: float) -> float:
     k = min(n, a.shape[0])
     if k == 0:
@@ -226,6 +269,10 @@ class Stream:
     #: the output arrays of the stream's own (unbatched) calls, set by its group
     #: (:class:`~rtamt.scheduler.outputs.OutputPool`; None: the processor allocates)
     out_pool = None
+    #: what admission predicted when the stream opened (:class:`~rtamt.scheduler.
+    #: placement.Admission`): the workers' busy fraction, the worst latency of a block
+    #: (s), one block's call over the block period, and the bytes the stream keeps
+    predicted_load = predicted_latency_s = predicted_serial = predicted_memory = 0.0
 
     def __init__(self, link, proc, name: str, fs: float, channels: int, block: int,
                  budget_s: float, dtype, options: StreamOptions | None = None):
@@ -249,12 +296,11 @@ class Stream:
         #: the name a result's single output is published under (None: the processor
         #: returns its outputs by name already, a :class:`~rtamt.engine.parallel.Parallel`)
         self.out_key = None if isinstance(proc, Parallel) else getattr(proc, "name", "out")
-        cap = max(int(round(o.ring_seconds * self.fs)), 4 * self.block)
+        cap = ring_frames(o, self.fs, self.block)
         self.max_backlog = max(int(round(o.max_backlog_s * self.fs)), self.block)
-        if o.policy == "drop-oldest" and self.max_backlog > cap:
-            cap = 2 * self.max_backlog
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
-                              self.dtype if o.sample_dtype is None else o.sample_dtype)
+                              self.dtype if o.sample_dtype is None else o.sample_dtype,
+                              owner=f"stream {name!r}")
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
         #: the block being assembled, ``(block, channels)`` (a view of the group's input
         #: rows while the stream is in a batchable CPU group)
@@ -289,6 +335,17 @@ class Stream:
         self._keep = int(o.history) > 0          # 0: results go to subscribers only
         self._hist: collections.deque = collections.deque(maxlen=max(1, int(o.history)))
         self._subs: list = []
+        # results for the subscribers (rtamt.scheduler.delivery): written by the worker
+        # that publishes (_dq_w), read by the delivery thread (_dq_r, after the
+        # subscribers returned)
+        self._dq: list = [None] * max(2, -(-int(o.subscriber_backlog_s * self.fs)
+                                           // self.block))
+        self._dq_w = self._dq_r = 0
+        #: in the delivery thread's pending queue
+        self.delivery_notified = False
+        #: not handed back after its last call: its subscribers' queue is full
+        self.held_by_subscribers = False
+        self._sub_waits = 0
         # accounting (preallocated rolling windows)
         n = int(o.stats_window)
         self._proc = np.zeros(n)
@@ -298,6 +355,8 @@ class Stream:
         self._batch_sum = 0
         self._cb = np.zeros(n)
         self._n_cb = 0
+        self._sub_t = np.zeros(n)
+        self._n_sub = 0
         self._status_counts = {k: 0 for k in STATUS_FLAGS}
         self._skipped_chunks = 0
         self._skipped_frames = 0
@@ -344,23 +403,36 @@ class Stream:
         :class:`~rtamt.scheduler.RtamtClosedError` when its scheduler was closed.
         ``status`` is a PortAudio flag word or a ``sounddevice.CallbackFlags``;
         ``in_latency`` the seconds between capture of the chunk's first frame and now
-        (default: the chunk's duration).  A chunk with another channel count raises
-        :class:`~rtamt.RtamtInputError` (nothing is queued).
+        (default: the chunk's duration).  A chunk the models would refuse raises
+        :class:`~rtamt.RtamtInputError` naming the stream and the block, and nothing is
+        queued or counted: another channel count or rank, integer samples (scale them:
+        ``x / 2**(bits-1)``), complex or float16 samples, a list or a scalar
+        (:func:`as_chunk`).  A float32 / float64 numpy array (or CPU tensor) is what it
+        takes; its values are checked per block by the workers (NaN, Inf, input limit).
         """
         t0 = _perf()
         if self.link.closed:
             self.link.refuse(f"push: stream {self.name!r}")
         if self.closed or self.closing:
             return False
+        if getattr(block, "dtype", ()) not in FLOATS:   # () equals no dtype (None: float64)
+            block = as_chunk(block, self._chunk_label)     # refused, or a float array
+        block = self.ring.shaped(block)
         if not isinstance(status, int):
             status = getattr(status, "_flags", 0) or 0
         n = block.shape[0]
         lat = n / self.fs if in_latency is None else in_latency
         if wait:
-            return self._push_waiting(self.ring.shaped(block), status, lat, t0, timeout)
-        ok = self.ring.push(block, status, lat, t0)
+            return self._push_waiting(block, status, lat, t0, timeout)
+        ok = self.ring.put(block, status, lat, t0)
         self._pushed(t0, n)
         return ok
+
+    def _chunk_label(self) -> str:
+        """``"push: stream 'name', block k"`` (the chunk a push would queue next), for the
+        message that refuses it."""
+        r = self.ring
+        return f"push: stream {self.name!r}, block {r.pushed_chunks + r.dropped_chunks}"
 
     def _push_waiting(self, block, status: int, lat: float, t0: float,
                       timeout: float | None) -> bool:
@@ -369,7 +441,7 @@ class Stream:
 
         def put(a: int, b: int, st: int, la: float) -> bool:
             t = _perf()        # the callback-duration statistic excludes the wait
-            ok = ring.push(block[a:b], st, la, t, True)
+            ok = ring.put(block[a:b], st, la, t, True)
             self._pushed(t, b - a)
             return ok
         return push_waiting(self.link, f"stream {self.name!r}", block.shape[0],
@@ -446,8 +518,16 @@ class Stream:
         return list(self._hist)
 
     def subscribe(self, fn) -> None:
-        """Call ``fn(result)`` in the worker thread after each block (keep it quick)."""
+        """Call ``fn(result)`` after each block, in the scheduler's delivery thread
+        (:mod:`~rtamt.scheduler.delivery`), never in a worker: the stream's subscribers
+        run in order, one result after another.  A subscriber slower than the blocks
+        backs up this stream only (it waits for them when ``subscriber_backlog_s`` of
+        results are queued; ``stats()`` names it); copy what you keep: a result held
+        keeps its output array from being reused."""
         self._subs.append(fn)
+        g = self.group
+        if g is not None:            # the output arrays a queued result may hold
+            g.history = max(g.history, int(self.options.history) + len(self._dq))
 
     @property
     def state(self) -> str:
@@ -487,7 +567,18 @@ class Stream:
             last_error=self._last_error, subscriber_errors=self._sub_errors,
             source_error=self._source_error, source_stalls=self._source_stalls,
             group=self.group.label if self.group is not None else "", state=self.state,
+            **self._subscriber_stats(),
         )
+
+    def _subscriber_stats(self) -> dict:
+        """The subscriber fields of :class:`StreamStats`."""
+        n, k = self._n_sub, min(self._n_sub, self._sub_t.shape[0])
+        p99 = 1e3 * _pct(self._sub_t, n, 99)
+        return dict(subscribers=len(self._subs), subscriber_p99_ms=p99,
+                    subscriber_max_ms=1e3 * (float(self._sub_t[:k].max()) if k else 0.0),
+                    subscriber_waits=self._sub_waits,
+                    subscriber_queue=self._dq_w - self._dq_r,
+                    slow_subscriber=bool(self._sub_waits or p99 > 1e3 * self.block / self.fs))
 
     # ================================================================ state (between blocks)
     def reset(self) -> int:
@@ -558,16 +649,30 @@ class Stream:
 
     def close(self, policy: str = "drain", timeout: float = 30.0) -> None:
         """Leave the scheduler: ``'drain'`` processes what is queued (then the partial last
-        block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s; the
-        state stays readable (:meth:`snapshot`) after closing.  Idempotent."""
+        block), ``'discard'`` throws it away (counted).  Waits at most ``timeout`` s, also
+        for the subscribers to have every result; the state stays readable
+        (:meth:`snapshot`) after closing.  Idempotent."""
+        end = _perf() + timeout
         self.link.close_stream(self, policy, timeout)
+        if not self._delivered(end):
+            raise RuntimeError(f"stream {self.name!r}: its subscribers did not take the "
+                               f"last results within {timeout} s")
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until everything pushed so far has been processed (or skipped)."""
         end = _perf() + timeout
         while self.ring.available() > 0 or self.ready or self.busy:
             if self.closed or not self.link.running or _perf() > end:
-                return self.ring.available() == 0 and not self.ready
+                return self.ring.available() == 0 and not self.ready and \
+                    self._delivered(end)
+            time.sleep(0.0005)
+        return self._delivered(end)
+
+    def _delivered(self, end: float) -> bool:
+        """Wait (until ``end``) for the subscribers to have every published result."""
+        while self._dq_r < self._dq_w:
+            if _perf() > end:
+                return False
             time.sleep(0.0005)
         return True
 
@@ -787,11 +892,50 @@ class Stream:
         if self._keep:
             self._latest = r
             self._hist.append(r)
-        for fn in self._subs:
-            try:
-                fn(r)
-            except Exception as e:  # noqa: BLE001 - isolated: the other subscribers run
-                self._subscriber_failed(fn, e, r.seq)
+        if self._subs:             # for the delivery thread: never run in the worker
+            q = self._dq
+            q[self._dq_w % len(q)] = r
+            self._dq_w += 1
+            self.link.deliver(self)
+
+    def deliver(self, slice_s: float) -> tuple:
+        """Delivery thread: run the subscribers on the queued results, oldest first, until
+        none is left or ``slice_s`` seconds have passed (a result is always delivered
+        whole).  Returns ``(more queued, the queue was full)``: a full queue means the
+        stream may be held (:meth:`wait_for_subscribers`) and must be released."""
+        q = self._dq
+        Q, end, freed = len(q), _perf() + slice_s, False
+        while self._dq_r < self._dq_w:
+            i = self._dq_r % Q
+            r = q[i]
+            t0 = _perf()
+            for fn in self._subs:
+                try:
+                    fn(r)
+                except Exception as e:  # noqa: BLE001 - isolated: the other subscribers run
+                    self._subscriber_failed(fn, e, r.seq)
+            t1 = _perf()
+            self._sub_t[self._n_sub % self._sub_t.shape[0]] = t1 - t0
+            self._n_sub += 1
+            q[i] = r = None            # its output array may be reused
+            freed |= self._dq_w - self._dq_r >= Q
+            self._dq_r += 1
+            if t1 > end:
+                break
+        return self._dq_r < self._dq_w, freed
+
+    def wait_for_subscribers(self) -> bool:
+        """Under the scheduler's lock, after the stream's call: True (the stream stays
+        busy, held for its subscribers, counted) when its subscribers' queue is full."""
+        if not self.subscribers_full():
+            return False
+        self.held_by_subscribers = True
+        self._sub_waits += 1
+        return True
+
+    def subscribers_full(self) -> bool:
+        """Its subscribers' queue is full (the stream waits for them)."""
+        return self._dq_w - self._dq_r >= len(self._dq)
 
     def _subscriber_failed(self, fn, e: Exception, seq: int) -> None:
         """Worker thread: subscriber ``fn`` raised ``e`` on the block just published:

@@ -233,3 +233,27 @@ def test_bad_parameters_raise():
         assert torch.equal(st[k], before[k])
     with pytest.raises(ValueError, match="unknown stage 'adapt'"):
         rn.Dau1997(FS, fhigh=2000.0, learnable=["adapt"])
+
+
+# issue 38 item 4
+def test_torch_layers_refuse_a_column_as_a_fresh_streams_first_block():
+    """``rn.Dau1997(fs)(torch.zeros(4800, 1))`` is one channel in (frames, channels) layout,
+    not 4800 streams of one sample: refused as the models refuse it (the message says how
+    to pass it).  A state of 4800 streams declares the batch, and (1, T) / (B, T) blocks
+    are taken as before.  (Before: it returned (4800, 275, 1).)"""
+    import rtamt
+
+    layer = rn.Dau1997(16000, flow=1000.0, fhigh=1300.0)
+    x = torch.zeros(4800, 1, dtype=torch.float64)
+    with pytest.raises(RtamtInputError, match=r"got shape \(4800, 1\), which would be 4800 "
+                       r"streams of 1 sample each; time is the last axis"):
+        layer(x)
+    with pytest.raises(RtamtInputError, match=r"\(4800, 1\)"):
+        rtamt.Dau1997(16000, flow=1000.0, fhigh=1300.0)(x.numpy())     # the model's refusal
+    y, st = layer(x, layer.initial_state(4800, dtype=torch.float64))   # a declared batch
+    assert y.shape[0] == 4800 and y.shape[-1] == 1
+    y, _ = layer(x.T)                                                  # one stream
+    assert y.shape[0] == 1 and y.shape[-1] == 4800
+    gl = rn.Glasberg2002(32000)
+    with pytest.raises(RtamtInputError, match="which would be 3200 streams"):
+        gl(torch.zeros(3200, 1))

@@ -7,14 +7,11 @@
 * a subscriber that raises is isolated (the stream's other subscribers still run), and
   its error is counted, logged once and shown in ``line()`` and ``Scheduler.errors``;
 * a closed scheduler refuses ``open()`` and ``push``;
-* the README's example (the snippet proposed for it, run here) prints meaningful stats.
+* (the README's example: tests/docs/test_readme.py runs it as written).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-import re
 import threading
 
 import numpy as np
@@ -193,33 +190,6 @@ def test_queue_max_is_never_below_the_current_queue():
         s.close("discard", timeout=30)
 
 
-#: the snippet proposed for the README's scheduler example (README.md ~78-85)
-README_SNIPPET = '''
-with rtamt.Scheduler() as s:                       # threads=None: one worker per core
-    mics = [s.open("dau1997", fs, block=256, budget_ms=10, name=f"mic{i}") for i in range(4)]
-    for i in range(0, 9600, 480):                  # any chunk size, e.g. from an audio callback
-        for h in mics:
-            h.push(x[i:i + 480])                   # never blocks, no allocation
-    for h in mics:
-        h.wait_idle()                              # everything pushed is processed
-    print(mics[0].stats().line())                  # latency p50/p99/max, misses, drops, ...
-'''
-
-
-def test_readme_scheduler_snippet_prints_meaningful_stats():
-    import rtamt
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(README_SNIPPET, {"rtamt": rtamt, "fs": FS, "x": _signal(1, 9600), "np": np})
-    line = buf.getvalue()
-    blocks = int(re.search(r"blocks (\d+)", line).group(1))
-    q, qmax = map(int, re.search(r"queue (\d+) fr \(max (\d+)\)", line).groups())
-    rtf = float(re.search(r"rtf ([0-9.]+)", line).group(1))
-    assert blocks == 9600 // 256 and rtf > 0 and qmax >= q, line
-    assert "dropped 0" in line and "skipped 0" in line, line
-
-
 # ============================================================================ batched intake
 def _chunks(total: int, seed: int) -> list:
     rng = np.random.default_rng(seed)
@@ -361,3 +331,39 @@ def test_intake_cost_bench_times_every_path():
     assert r["streams"] == 3 and r["block"] == 256
     assert min(r["per_stream_us"], r["fanout_us"], r["fanout_rows_us"]) > 0
     assert r["ratio"] == r["per_stream_us"] / r["fanout_us"]
+
+
+# ============================================================================ issue 38, item 9
+def test_fanout_is_exported_at_the_top_level_as_the_readme_writes_it():
+    """``rtamt.FanOut(streams)`` (README) is the scheduler's FanOut.  (Before: an
+    AttributeError; it lived only in rtamt.scheduler.)"""
+    import rtamt
+    from rtamt.scheduler import FanOut
+
+    assert rtamt.FanOut is FanOut and "FanOut" in rtamt.__all__
+
+
+def test_closing_one_of_two_schedulers_keeps_the_others_switch_interval():
+    """The thread switch interval is the process's: a scheduler that stops while another
+    runs leaves it lowered; the last one to stop restores what the first one found.
+    (Before: closing the first restored 5 ms under the second.)"""
+    import sys
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        a = Scheduler(threads=1, realtime=None, gil_switch_ms=0.5)
+        b = Scheduler(threads=1, realtime=None, gil_switch_ms=0.5)
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        a.close()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)     # b still runs
+        c = Scheduler(threads=1, realtime=None, gil_switch_ms=0.2)   # the smallest wins
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+        c.close()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)      # the last one out
+        with Scheduler(threads=1, realtime=None, gil_switch_ms=None):
+            assert sys.getswitchinterval() == pytest.approx(0.005)  # None leaves it
+    finally:
+        sys.setswitchinterval(before)
