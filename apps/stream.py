@@ -30,11 +30,11 @@ its estimated size and the memory it takes; another, at the end, what was writte
   :data:`DISK_MARGIN_BYTES` (or a minute of output) remains free, or the output reaches
   ``--max-output-gb``.
 * Memory: bounded, whatever the run's length.  A stream's subscriber
-  (:class:`rtamt.io.StreamTap`, on the worker thread) only copies each block's outputs into
-  a ring of preallocated slots (at most :data:`TAP_MAX_BYTES` per stream); one writer
-  thread pools them and appends them to the files.  With ``--fast`` a full ring makes the
-  worker wait (backpressure: nothing is dropped); live, a writer that cannot keep up ends
-  the run with an error (exit 1) instead of leaving a hole.
+  (:class:`rtamt.io.StreamTap`, on the scheduler's delivery thread) only copies each
+  block's outputs into a ring of preallocated slots (at most :data:`TAP_MAX_BYTES` per
+  stream); one writer thread pools them and appends them to the files.  With ``--fast`` a
+  full ring makes the stream wait (backpressure: nothing is dropped); live, a writer that
+  cannot keep up ends the run with an error (exit 1) instead of leaving a hole.
 * Nothing half-written: everything is written into a hidden directory beside ``DIR``
   (:class:`rtamt.io.OutputSet`) and renamed into place when the run ends normally (at the
   end of the input, after ``--seconds``, on Ctrl-C or ``SIGTERM``, which then exits with
@@ -150,13 +150,13 @@ class _Recorder:
     """``--out``: every stream's outputs stored in ``DIR/<stream name>/`` (one
     :class:`rtamt.io.OutputSet`, committed as a whole), in bounded memory.
 
-    Each stream's subscriber is a :class:`rtamt.io.StreamTap`: on the worker thread it only
+    Each stream's subscriber is a :class:`rtamt.io.StreamTap`: on the delivery thread it only
     copies the block's outputs into a preallocated slot (no allocation, no lock).  One
     writer thread (this object's) takes the slots in order, pools them to frames
     (:meth:`Plan.reduce <rtamt_apps.outputs.Plan.reduce>`: the same pooling as
     ``rtamt process``), appends them to the stream's files with the block's ``start`` and
     ``frames`` (``block_start``, ``block_frames``) and frees the slot.  With ``--fast`` a
-    full tap makes the worker wait (backpressure: nothing lost); live, a full tap loses
+    full tap makes the stream wait (backpressure: nothing lost); live, a full tap loses
     the block, which ends the run with an error (:attr:`failure`).
 
     ``failure``: why the output cannot be kept (a write error, a lost block), set by the
@@ -252,7 +252,7 @@ class _Recorder:
     def _fail(self, why: str) -> None:
         self.failure = why
         for t in self.taps:
-            t.cancel()                  # a worker waiting for room goes on (and loses)
+            t.cancel()                  # a producer waiting for room goes on (and loses)
 
     def _watch(self) -> None:
         """An open-ended run: stop below the free-space margin or at --max-output-gb."""

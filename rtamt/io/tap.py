@@ -1,14 +1,16 @@
-"""Taking a scheduled stream's outputs off the worker thread, in bounded memory.
+"""Taking a scheduled stream's outputs off the scheduler's threads, in bounded memory.
 
 ::
 
-    worker thread ── Result ──► StreamTap.__call__   (subscriber: copies the block's outputs
+    delivery thread ── Result ──► StreamTap.__call__   (subscriber: copies the block's outputs
                                   into the next free slot of a preallocated ring; no array
                                   is allocated, no lock taken)
-    writer thread ────────────► StreamTap.oldest() / release()   (pools, converts, writes,
+    writer thread ──────────────► StreamTap.oldest() / release()   (pools, converts, writes,
                                   then frees the slot)
 
-A :class:`StreamTap` is subscribed to one stream (``stream.subscribe(tap)``).  Each slot
+A :class:`StreamTap` is subscribed to one stream (``stream.subscribe(tap)``); the scheduler
+calls its subscribers from its delivery thread (:mod:`rtamt.scheduler.delivery`), so the
+"producer" below is that thread.  Each slot
 holds one block of every output named in its layout, time-major (``(capacity, *lead)``,
 so a block computed time-major, as the stages compute it, is copied in one contiguous
 pass), plus the block's ``start``, ``frames``, ``gap`` and ``seq``.  The ring has one
@@ -21,10 +23,11 @@ of a run is the ring, whatever its length.
 
 When the ring is full:
 
-* ``wait=True`` (a file processed as fast as possible): the worker waits until the
-  consumer frees a slot.  That is backpressure, not loss: the stream's input ring fills
-  and a waiting ``push(wait=True)`` waits in turn; nothing is dropped.
-* ``wait=False`` (a live input, where waiting would make the worker miss its deadlines):
+* ``wait=True`` (a file processed as fast as possible): the producer waits until the
+  consumer frees a slot.  That is backpressure, not loss: the stream's subscriber queue
+  fills, its blocks wait, its input ring fills and a waiting ``push(wait=True)`` waits in
+  turn; nothing is dropped.
+* ``wait=False`` (a live input, where waiting would hold the stream's blocks back):
   the block is not kept.  The loss is counted (``lost_blocks``, ``lost_frames``) and
   :attr:`StreamTap.error` says which block was the first lost, so the consumer can stop
   and report it instead of writing an output with a hole.
@@ -87,11 +90,11 @@ class StreamTap:
     layout : ``{name: (lead, capacity, dtype)}``: output ``name`` of a block is
              ``(*lead, n)`` with ``n <= capacity`` samples; it is stored as ``dtype``.
     slots  : blocks the ring holds (>= 2).
-    wait   : a full ring makes the worker wait (True) or loses the block (False).
+    wait   : a full ring makes the producer wait (True) or loses the block (False).
     pick   : ``pick(result.outputs) -> {name: array}`` (default: the processor's one
              array, or its dict of outputs).
     name   : the stream's name, for messages.
-    poll_s : how often a waiting worker looks for a free slot, s.
+    poll_s : how often a waiting producer looks for a free slot, s.
 
     Memory: ``slots * sum(capacity * prod(lead)) * itemsize`` bytes (:attr:`nbytes`),
     written once here so that its pages are mapped before the stream starts.
@@ -111,11 +114,11 @@ class StreamTap:
         self.bufs = {}
         for k, (_, cap, dtype) in layout.items():
             b = np.empty((self.slots, int(cap)) + self.lead[k], dtype=dtype)
-            b.fill(0)                       # map the pages now, not on the worker
+            b.fill(0)                       # map the pages now, not on the producer
             self.bufs[k] = b
         self.n = {k: np.zeros(self.slots, np.int64) for k in layout}
         self.meta = np.zeros((self.slots, 4), np.int64)      # seq, start, frames, gap
-        self.written = 0          # slots filled (the worker's counter)
+        self.written = 0          # slots filled (the producer's counter)
         self.taken = 0            # slots released (the consumer's counter)
         self.blocks = 0           # blocks received, kept or not
         self.frames = 0           # their input frames
@@ -132,7 +135,7 @@ class StreamTap:
         """Memory of the ring's slots, bytes."""
         return sum(b.nbytes for b in self.bufs.values())
 
-    # ---------------------------------------------------------------- worker thread
+    # ---------------------------------------------------------------- producer (subscriber)
     def __call__(self, r) -> None:
         self.blocks += 1
         self.frames += r.frames
@@ -209,6 +212,6 @@ class StreamTap:
         self.taken += 1
 
     def cancel(self) -> None:
-        """Stop waiting for room (the consumer gave up): the worker returns, and this block
+        """Stop waiting for room (the consumer gave up): the producer returns, and this block
         and every later one count as lost."""
         self.cancelled = True
