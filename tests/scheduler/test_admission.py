@@ -46,7 +46,7 @@ def test_a_stream_whose_call_outlasts_its_block_is_refused_on_any_number_of_thre
 
 
 @pytest.mark.parametrize("block", [1, 4])
-def test_the_cost_model_predicts_a_small_blocks_real_cost(block):
+def test_the_cost_model_predicts_a_small_blocks_real_cost(block, monkeypatch):
     """The prediction for one stream's call at a small block (the processor's call plus
     the scheduler's own time) is within 0.6-3x of what a block really takes through the
     scheduler: the median time from one call's start to the next while the worker goes
@@ -55,8 +55,12 @@ def test_the_cost_model_predicts_a_small_blocks_real_cost(block):
     from 256-sample blocks, predicted 11 us for one sample that took 47 us (0.23); the
     same model measured 18 us against 32 us here (0.58): this checks accuracy, the
     refusal itself is the test above."""
-    from rtamt.scheduler import CallTrace
+    from rtamt.scheduler import CallTrace, costs
 
+    # the scheduler's overhead is measured once per process: measure it again now, so that
+    # the prediction and the blocks timed below see the same machine (the VM's speed
+    # drifts 2x over a suite's run)
+    monkeypatch.setattr(costs, "_OVERHEADS", {})
     tr, runs = CallTrace(4096), []
     with Scheduler(threads=1, realtime=None, trace=tr) as s:
         h = s.open("dau1997", FS, block=block, admission="best-effort", history=0,
