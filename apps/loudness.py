@@ -15,12 +15,19 @@ its header) and an MP3 without a length tag are measured; a truncated file is fa
 the frames that could be read, unless ``--partial``: then those frames are measured,
 ``duration_s`` is theirs, and the record's ``truncated`` (JSON, CSV) and a line on stderr
 say what was missing (:mod:`rtamt_apps.files`).  Channels are weighted by their layout
-(``--layout``; default from the channel count: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R
-C LFE Ls Rs).
+after BS.1770 (:mod:`rtamt.loudness.layouts`: 1.41 beside the listener, LFE left out):
+``--layout NAME``, ``--channels NAME,...`` or ``--weights G,...`` for every file, else the
+file's own: its WAVE channel mask (WAV, RF64, W64) or FLAC channel-mask tag, else the order
+its format defines (FLAC, Ogg Vorbis/Opus), 1 = mono, 2 = stereo, and for a WAV without a
+mask 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs.  A file whose layout is not known that way (an
+8-channel WAV without a mask, ...) is failed with the layouts to choose from
+(:mod:`rtamt_apps.layout_options`); a mask that disagrees with the channel count too.
+The record's ``layout`` and ``layout_from`` say which layout was used and why.
 
 Output (stdout): a table (default), ``--json`` (JSON Lines: one object per file with
 ``file, integrated_lufs, lra_lu, true_peak_dbtp, sample_peak_dbfs, true_peak_channels_dbtp,
-duration_s, fs, channels, truncated`` or ``file, error``), or ``--csv`` (a header line, then
+duration_s, fs, channels, layout, layout_from, channel_weights, truncated`` or ``file,
+error``), or ``--csv`` (a header line, then
 one row per file; ``error`` is empty for a measured file).  Values that are not defined (a file of
 digital silence has no integrated loudness) are empty / ``null``.
 
@@ -46,6 +53,7 @@ from pathlib import Path
 
 from .args import UsageError, int_range
 from .files import add_partial_argument, cap_jobs, partial_note, read_error
+from .layout_options import add_layout_arguments
 
 #: file name endings taken from a directory (formats libsndfile reads)
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
@@ -55,7 +63,7 @@ EXIT_FAILED = 1
 #: a progress bar from this many files on (on a terminal)
 PROGRESS_MIN_FILES = 5
 FIELDS = ("file", "integrated_lufs", "lra_lu", "true_peak_dbtp", "sample_peak_dbfs",
-          "duration_s", "fs", "channels", "truncated", "error")
+          "duration_s", "fs", "channels", "layout", "layout_from", "truncated", "error")
 
 
 def add_arguments(p):
@@ -64,8 +72,7 @@ def add_arguments(p):
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON Lines: one object per file")
     out.add_argument("--csv", action="store_true", help="CSV with a header line")
-    p.add_argument("--layout", choices=("mono", "stereo", "5.0", "5.1"), default=None,
-                   help="channel layout of every file (default: from its channel count)")
+    add_layout_arguments(p)          # --layout / --channels / --weights -> args.layout
     p.add_argument("--block", type=int_range(1024, 1 << 22), default=65536,
                    help="frames read per block (default 65536)")
     p.add_argument("--mode", choices=("histogram", "exact"), default="histogram",
@@ -104,20 +111,20 @@ def _value(v, digits=2):
 
 def measure(path, layout=None, block=65536, mode="histogram", partial=False) -> dict:
     """EBU R128 figures of one file (a dict of :data:`FIELDS` without ``error``, plus
-    ``true_peak_channels_dbtp``); raises ``ValueError`` / ``OSError`` for a file that
-    cannot be measured (:class:`rtamt.signals.AudioFileError` for a truncated one unless
-    ``partial``: then ``truncated`` says what was missing)."""
+    ``true_peak_channels_dbtp`` and ``channel_weights``); raises ``ValueError`` /
+    ``OSError`` for a file that cannot be measured (:class:`rtamt.signals.AudioFileError`
+    for a truncated one unless ``partial``: then ``truncated`` says what was missing; a
+    ``LayoutError`` for a layout that is not known or does not fit).  ``layout``: the
+    ``--layout`` / ``--channels`` / ``--weights`` value (:mod:`rtamt_apps.layout_options`),
+    None for the file's own."""
     from rtamt.loudness.bs1770 import LoudnessMeter
     from rtamt.signals import AudioReader
 
+    from .layout_options import choose
+
     with AudioReader(path, partial=partial, count=False) as r:
-        lay = layout
-        if lay is not None:
-            from rtamt.loudness.bs1770 import LAYOUTS
-            if len(LAYOUTS[lay]) != r.channels:
-                raise ValueError(f"{path}: {r.channels} channels, --layout {lay} has "
-                                 f"{len(LAYOUTS[lay])}")
-        meter = LoudnessMeter(fs=r.fs, channels=r.channels, layout=lay, mode=mode)
+        lay = choose(r.channels, layout, r)      # LayoutError (ValueError) with the choices
+        meter = LoudnessMeter(fs=r.fs, channels=r.channels, mode=mode, **lay.meter_kwargs())
         while r.frames is None or r.pos < r.frames:    # None: a coded file, to its end
             x = r.read(block)
             if x.shape[-1] == 0:
@@ -130,7 +137,8 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False) -> 
             "sample_peak_dbfs": _value(meter.sample_peak),
             "true_peak_channels_dbtp": [_value(v) for v in meter.true_peak_channels],
             "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels,
-            "truncated": partial_note(r)}
+            "layout": lay.name, "layout_from": lay.origin,
+            "channel_weights": list(lay.weights), "truncated": partial_note(r)}
 
 
 def _measure_or_error(job) -> dict:
