@@ -1,17 +1,20 @@
-"""``rtamt meter``: live loudness meter (sone, phon, dB SPL, LUFS) on the real-time runtime.
+"""``rtamt meter``: live loudness meter (LUFS, dB SPL; sone and phon with ``--model``) on
+the real-time runtime.
 
 Inputs: ``demo`` (built-in signal, looped; the default when there is no input device),
 a WAV file (real-time pace, or ``--fast``), or a sound device (name substring or
-index, ``--hostapi`` to choose e.g. JACK).  Three chains run on the same stream:
-the loudness model (``moore2016`` default, or ``glasberg2002``), an ITU-R BS.1770 meter
-and a sound-level meter.  About 10 updates per second of audio: a terminal line, or
-with ``--json`` one JSON object per update with ``t, stl_sone, ltl_sone, phon,
-stl_phon, spl_db, peak_db, max_peak_db, lufs_momentary, lufs_short_term,
-lufs_integrated, lra_lu, lra_stable, true_peak_dbtp`` (EBU R128: the loudness range after EBU
-Tech 3342, false in ``lra_stable`` and marked ``~`` on the terminal during the first 60 s as
-EBU Tech 3341 section 2.4 asks, and the maximum true peak after ITU-R BS.1770-4 Annex 2, over
-the channels of the stream)
-(+ per-ear values for moore2016) and the runtime's health
+index, ``--hostapi`` to choose e.g. JACK).  By default two chains run on the stream: an
+ITU-R BS.1770 / EBU R128 meter and a sound-level meter (the meter-only mode: about 0.005
+of real time on the demo).  ``--model moore2016`` or ``--model glasberg2002`` adds a
+loudness model as a third chain (sone and phon; with Moore2016 the run takes 0.08-0.15 of
+real time); Moore2016 was the default before issue 39.  About 10 updates per second of
+audio: a terminal line, or with ``--json`` one JSON object per update with ``t, spl_db,
+peak_db, max_peak_db, lufs_momentary, lufs_short_term, lufs_integrated, lra_lu, lra_stable,
+true_peak_dbtp`` (EBU R128: the loudness range after EBU Tech 3342, false in ``lra_stable``
+and marked ``~`` on the terminal during the first 60 s as EBU Tech 3341 section 2.4 asks,
+and the maximum true peak after ITU-R BS.1770-4 Annex 2, over the channels of the stream),
+with ``--model`` also ``stl_sone, ltl_sone, phon, stl_phon`` (+ per-ear values for
+moore2016), and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
 An input that ends before the first update (a file shorter than ``--interval``) gets one
@@ -19,7 +22,7 @@ reading over all of it at the end, with ``note`` in its JSON record (and a line 
 saying so and which figures it is too short for; a run that processed no audio at all gets
 a JSON record with ``t``, ``reading: null`` and the ``note`` why (and the line on stderr).
 
-``--per-channel``: every input channel gets its own three chains on its own stream of an
+``--per-channel``: every input channel gets its own chains on its own stream of an
 :class:`rtamt.scheduler.Scheduler` (fed by a :class:`rtamt.scheduler.FanOut`; ``--threads``,
 ``--budget-ms``, ``--admission``), any number of channels: one line per channel and update
 (``ch0 | t ...``; JSON records carry ``stream``), one final line per channel.
@@ -41,7 +44,6 @@ import numpy as np
 
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 from rtamt.loudness.bs1770 import LoudnessMeter
-from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
 
 from .args import (
@@ -65,7 +67,18 @@ from .inputs import (
 )
 from .warm import warm_chains
 
-LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
+#: ``--model`` choices: no loudness model (the meter-only default) or the model's class name
+#: in :mod:`rtamt.models` (imported only when chosen)
+LOUDNESS_MODELS = {"none": None, "moore2016": "Moore2016", "glasberg2002": "Glasberg2002"}
+
+
+def _model_class(name: str):
+    """The loudness model class of ``--model name`` (None for ``none``)."""
+    if LOUDNESS_MODELS[name] is None:
+        return None
+    import rtamt.models
+
+    return getattr(rtamt.models, LOUDNESS_MODELS[name])
 
 
 def add_arguments(p):
@@ -73,7 +86,9 @@ def add_arguments(p):
                    help="'demo', a WAV file, 'default', or an input device (name substring or "
                         "index); default: the default input device, or demo if there is none")
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
-    p.add_argument("--model", default="moore2016", choices=sorted(LOUDNESS_MODELS))
+    p.add_argument("--model", default="none", choices=sorted(LOUDNESS_MODELS),
+                   help="loudness model run beside the R128 meter and the sound-level meter "
+                        "(sone, phon; default none: the meter only)")
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
     p.add_argument("--channels", type=int_range(1, 256), default=None,
@@ -117,8 +132,8 @@ class _Updates:
         self.acc_n += r.frames
         self.acc_peak = max(self.acc_peak, peak)
         self.max_peak = max(self.max_peak, peak)
-        lo = r.outputs["loudness"]
-        if lo["stl"].shape[-1]:
+        lo = r.outputs.get("loudness")
+        if lo is not None and lo["stl"].shape[-1]:
             d = {k: float(np.asarray(v)[..., -1].sum()) for k, v in lo.items()
                  if k in ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right")}
             self.last.update(d)
@@ -147,12 +162,16 @@ class _Updates:
 
 
 def _record(rec, model, spl_ref, st):
-    stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
+    """One JSON update; ``model`` is the loudness model or None (no sone/phon keys)."""
     m, s, i = rec.get("lufs", (None, None, None))
     lra, tp, lra_stable = rec.get("r128", (None, None, False))
-    out = dict(t=rec["t"], stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
-               phon=round(float(model.phon(ltl)), 2), stl_phon=round(float(model.phon(stl)), 2),
-               spl_db=_db(rec["ms"], spl_ref), peak_db=_db(rec["peak"] ** 2, spl_ref),
+    out = dict(t=rec["t"])
+    if model is not None:
+        stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
+        out.update(stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
+                   phon=round(float(model.phon(ltl)), 2),
+                   stl_phon=round(float(model.phon(stl)), 2))
+    out.update(spl_db=_db(rec["ms"], spl_ref), peak_db=_db(rec["peak"] ** 2, spl_ref),
                max_peak_db=_db(rec["max_peak"] ** 2, spl_ref),
                lufs_momentary=None if m is None or not math.isfinite(m) else round(m, 2),
                lufs_short_term=None if s is None or not math.isfinite(s) else round(s, 2),
@@ -175,8 +194,9 @@ def _line(d, model_name):
     def f(v, fmt):
         return "  -  " if v is None else format(v, fmt)
     st = ",".join(f"{k}={v}" for k, v in d["status"].items()) or "ok"
-    return (f"t {d['t']:7.2f} s | {model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} "
-            f"sone {d['phon']:6.1f} phon | SPL {f(d['spl_db'], '5.1f')} peak "
+    lo = (f"{model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} sone "
+          f"{d['phon']:6.1f} phon | " if "phon" in d else "")
+    return (f"t {d['t']:7.2f} s | {lo}SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS "
             f"LRA {f(d['lra_lu'], '4.1f')}{' ' if d['lra_stable'] else '~'}LU TP "
@@ -227,20 +247,23 @@ def run(args) -> int:
         fs, channels = inp.fs, inp.channels
         ch = 1 if args.per_channel else channels      # channels of one stream
         kw = {"presentation": "monaural"} if args.model == "glasberg2002" and ch == 2 else {}
+        model_cls = _model_class(args.model)
 
         def chains_of():
-            return {"loudness": LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref,
-                                                            field=args.field, **kw),
-                    "bs1770": LoudnessMeter(fs=fs, channels=ch), "level": SoundLevel()}
+            lo = {} if model_cls is None else {
+                "loudness": model_cls(fs, spl_ref=spl_ref, field=args.field, **kw)}
+            return {**lo, "bs1770": LoudnessMeter(fs=fs, channels=ch), "level": SoundLevel()}
         chains = chains_of()
-        model = chains["loudness"]
+        model = chains.get("loudness")
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
-    model.phon(1.0)  # build the phon table before streaming
+    if model is not None:
+        model.phon(1.0)  # build the phon table before streaming
     policy = "drop-newest" if args.fast else "drop-oldest"
     if not args.json:
-        print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch"
+        what = "R128 meter" if model is None else args.model
+        print(f"rtamt meter: {what} on {inp.label} ({fs:g} Hz, {channels} ch"
               f"{', one stream per channel' if args.per_channel else ''}), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
     warm_chains(chains, np.float64, ch)     # kernels loaded (or compiled) before streaming
