@@ -41,7 +41,8 @@ COMMANDS = {
     "stream": ("stream", "run a model live (demo, WAV or input device) on the real-time "
                "runtime"),
     "devices": ("devices", "list audio input devices and host APIs"),
-    "meter": ("meter", "live loudness meter: sone, phon, dB SPL, LUFS (demo, WAV or device)"),
+    "meter": ("meter", "live EBU R128 meter: LUFS, true peak, dB SPL; sone and phon with "
+              "--model (demo, WAV or device)"),
     "monitor": ("monitor", "live pyqtgraph monitor: excitation, loudness, modulation "
                 "spectrum, health (demo, WAV or device; needs the rtamt[monitor] extra)"),
     "calibrate": ("calibrate", "measure a calibrator tone and store spl_ref for the meter"),

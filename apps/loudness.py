@@ -40,7 +40,16 @@ shows the files done when there are at least :data:`PROGRESS_MIN_FILES`; the tab
 and the messages are printed through it (``tqdm.write``), so no row lands on the bar's
 line.  ``--jobs N`` measures N files at a time in worker processes (the output keeps the
 files' order); N is capped at the number of usable cores, with a note on stderr, unless
-``--force`` (:func:`rtamt_apps.files.cap_jobs`).
+``--force`` (:func:`rtamt_apps.files.cap_jobs`).  The workers start once, as copies of this
+process made after it has loaded the meter (:func:`_results`), and each measures file after
+file: no start-up per file or per worker, and a worker's own memory is the pages it
+writes (about 10-15 MB).
+
+Start-up: the command imports the meter, the reader and numba only (not the models, the
+scheduler, scipy.signal or torch; ``import rtamt`` imports its parts on first use), and
+numba loads the meter's kernels from its cache on their first call (docs/startup.md,
+issue 39).  Blocks are decoded into one time-major buffer whose transpose the meter takes
+as it is (:meth:`rtamt.signals.AudioReader.read_tm`).
 """
 from __future__ import annotations
 
@@ -117,6 +126,8 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False) -> 
     ``LayoutError`` for a layout that is not known or does not fit).  ``layout``: the
     ``--layout`` / ``--channels`` / ``--weights`` value (:mod:`rtamt_apps.layout_options`),
     None for the file's own."""
+    import numpy as np
+
     from rtamt.loudness.bs1770 import LoudnessMeter
     from rtamt.signals import AudioReader
 
@@ -125,11 +136,13 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False) -> 
     with AudioReader(path, partial=partial, count=False) as r:
         lay = choose(r.channels, layout, r)      # LayoutError (ValueError) with the choices
         meter = LoudnessMeter(fs=r.fs, channels=r.channels, mode=mode, **lay.meter_kwargs())
+        # one time-major buffer for every block; the meter takes its transpose uncopied
+        buf = np.empty((min(block, r.frames or block), r.channels))
         while r.frames is None or r.pos < r.frames:    # None: a coded file, to its end
-            x = r.read(block)
-            if x.shape[-1] == 0:
+            x = r.read_tm(buf.shape[0], out=buf)
+            if x.shape[0] == 0:
                 break
-            meter(x)
+            meter(x.T)
         fs, channels, frames = r.fs, r.channels, r.frames
     return {"file": str(path), "integrated_lufs": _value(meter.integrated),
             "lra_lu": _value(meter.loudness_range),
@@ -153,15 +166,67 @@ def _measure_or_error(job) -> dict:
         return {"file": str(f), "error": err if str(f) in err else f"{f}: {err}"}
 
 
-def _results(jobs, n_jobs: int):
-    """The results of ``jobs`` in their order (``n_jobs`` processes for more than one)."""
+def _warm_meter(mode: str) -> None:
+    """Import the reader (soundfile, libsndfile) and load the meter's kernels for ``mode``
+    (numba: from its disk cache, or compiled on a first run): one 0.1 s stereo block and
+    the gating statistics (:meth:`~rtamt.loudness.bs1770.LoudnessMeter.warm_kernels`), with
+    the argument types :func:`measure` passes at every sample rate and channel count."""
+    import numpy as np
+    import soundfile  # noqa: F401  (what every worker opens files with)
+
+    from rtamt.loudness.bs1770 import LoudnessMeter
+
+    m = LoudnessMeter(fs=48000.0, channels=2, mode=mode)
+    m(np.zeros((4800, 2)).T)
+    m.warm_kernels()
+
+
+def _pool_context():
+    """The multiprocessing context of the ``--jobs`` workers: ``fork`` on Linux, so that a
+    worker starts as a copy of this process, its imports and loaded kernels included
+    (nothing to import or load per worker; the pages stay shared until written), else the
+    platform's default (``spawn``: each worker imports and loads once, in
+    :func:`_warm_meter`)."""
+    import multiprocessing
+
+    if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def _results(jobs, n_jobs: int, mode: str = "histogram"):
+    """An iterator over the results of ``jobs`` in their order (``n_jobs`` processes for
+    more than one).
+
+    With processes, this process first imports and loads what the meter needs
+    (:func:`_warm_meter`), then the pool starts and every job is queued, before the
+    iterator is returned: workers are forked (:func:`_pool_context`) while this process
+    has no other thread (the progress bar's monitor starts later), paying no start-up of
+    their own, and each worker measures file after file.  The pool is shut down when the
+    iterator ends or is closed."""
     if n_jobs == 1 or len(jobs) < 2:
-        yield from map(_measure_or_error, jobs)
-        return
+        return (_measure_or_error(j) for j in jobs)
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as ex:
-        yield from ex.map(_measure_or_error, jobs)
+    ctx = _pool_context()
+    if ctx.get_start_method() == "fork":
+        _warm_meter(mode)
+        sys.stdout.flush()           # a forked worker must not print this process's buffer
+        sys.stderr.flush()
+    ex = ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx,
+                             initializer=_warm_meter, initargs=(mode,))
+    try:
+        pending = ex.map(_measure_or_error, jobs)        # queues every job now
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+
+    def results():
+        try:
+            yield from pending
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+    return results()
 
 
 def _progress(n: int):
@@ -196,15 +261,16 @@ def _csv_row(values) -> str:
 def run(args) -> int:
     files = _files(args.paths)
     n_jobs = cap_jobs("rtamt loudness", args.jobs, args.force)
+    jobs = [(f, args.layout, args.block, args.mode, args.partial) for f in files]
+    results = _results(jobs, n_jobs, args.mode)      # workers start before the bar's thread
     bar = _progress(len(files))
     if args.csv:
         _emit(bar, _csv_row(FIELDS))
     elif not args.json:
         _emit(bar, f"{'I LUFS':>8} {'LRA LU':>7} {'TP dBTP':>8} {'SP dBFS':>8} {'s':>9}  file")
     failed = 0
-    jobs = [(f, args.layout, args.block, args.mode, args.partial) for f in files]
     try:
-        for f, rec in zip(files, _results(jobs, n_jobs)):
+        for f, rec in zip(files, results):
             err = rec.get("error")
             if err is not None:
                 failed += 1
@@ -227,6 +293,7 @@ def run(args) -> int:
             if bar is not None:
                 bar.update(1)
     finally:
+        results.close()
         if bar is not None:
             bar.close()
     if failed:

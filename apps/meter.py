@@ -1,17 +1,20 @@
-"""``rtamt meter``: live loudness meter (sone, phon, dB SPL, LUFS) on the real-time runtime.
+"""``rtamt meter``: live loudness meter (LUFS, dB SPL; sone and phon with ``--model``) on
+the real-time runtime.
 
 Inputs: ``demo`` (built-in signal, looped; the default when there is no input device),
 a WAV file (real-time pace, or ``--fast``), or a sound device (name substring or
-index, ``--hostapi`` to choose e.g. JACK).  Three chains run on the same stream:
-the loudness model (``moore2016`` default, or ``glasberg2002``), an ITU-R BS.1770 meter
-and a sound-level meter.  About 10 updates per second of audio: a terminal line, or
-with ``--json`` one JSON object per update with ``t, stl_sone, ltl_sone, phon,
-stl_phon, spl_db, peak_db, max_peak_db, lufs_momentary, lufs_short_term,
-lufs_integrated, lra_lu, lra_stable, true_peak_dbtp`` (EBU R128: the loudness range after EBU
-Tech 3342, false in ``lra_stable`` and marked ``~`` on the terminal during the first 60 s as
-EBU Tech 3341 section 2.4 asks, and the maximum true peak after ITU-R BS.1770-4 Annex 2, over
-the channels of the stream)
-(+ per-ear values for moore2016) and the runtime's health
+index, ``--hostapi`` to choose e.g. JACK).  By default two chains run on the stream: an
+ITU-R BS.1770 / EBU R128 meter and a sound-level meter (the meter-only mode: about 0.005
+of real time on the demo).  ``--model moore2016`` or ``--model glasberg2002`` adds a
+loudness model as a third chain (sone and phon; with Moore2016 the run takes 0.08-0.15 of
+real time); Moore2016 was the default before issue 39.  About 10 updates per second of
+audio: a terminal line, or with ``--json`` one JSON object per update with ``t, spl_db,
+peak_db, max_peak_db, lufs_momentary, lufs_short_term, lufs_integrated, lra_lu, lra_stable,
+true_peak_dbtp`` (EBU R128: the loudness range after EBU Tech 3342, false in ``lra_stable``
+and marked ``~`` on the terminal during the first 60 s as EBU Tech 3341 section 2.4 asks,
+and the maximum true peak after ITU-R BS.1770-4 Annex 2, over the channels of the stream),
+with ``--model`` also ``stl_sone, ltl_sone, phon, stl_phon`` (+ per-ear values for
+moore2016), and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
 An input that ends before the first update (a file shorter than ``--interval``) gets one
@@ -23,10 +26,10 @@ Channel layout (BS.1770 channel weights, :mod:`rtamt_apps.layout_options`): ``--
 NAME``, ``--channels NAME,...`` (the channels in order; ``--channels N`` is a count) or
 ``--weights G,...``; else a file's channel mask or its format's order, 1 = mono, 2 =
 stereo; a device or the demo with more channels needs one of them (refused with the
-choices otherwise).  Any number of channels: the loudness model (1 or 2 channels) is not
-run on more than 2, its fields are null (``-`` on the terminal).
+choices otherwise).  Any number of channels: the loudness model (``--model``; 1 or 2
+channels) is not run on more than 2, and its fields are left out.
 
-``--per-channel``: every input channel gets its own three chains on its own stream of an
+``--per-channel``: every input channel gets its own chains on its own stream of an
 :class:`rtamt.scheduler.Scheduler` (fed by a :class:`rtamt.scheduler.FanOut`; ``--threads``,
 ``--budget-ms``, ``--admission``), any number of channels: one line per channel and update
 (``ch0 | t ...``; JSON records carry ``stream``), one final line per channel.
@@ -49,7 +52,6 @@ import numpy as np
 
 from rtamt.calibration import CalibrationError, resolve_spl_ref
 from rtamt.loudness.bs1770 import LoudnessMeter
-from rtamt.models import Glasberg2002, Moore2016
 from rtamt.runtime import Runtime
 
 from .args import (
@@ -74,7 +76,18 @@ from .layout_options import add_layout_arguments, channels_or_names
 from .layout_options import choose as choose_layout
 from .warm import warm_chains
 
-LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
+#: ``--model`` choices: no loudness model (the meter-only default) or the model's class name
+#: in :mod:`rtamt.models` (imported only when chosen)
+LOUDNESS_MODELS = {"none": None, "moore2016": "Moore2016", "glasberg2002": "Glasberg2002"}
+
+
+def _model_class(name: str):
+    """The loudness model class of ``--model name`` (None for ``none``)."""
+    if LOUDNESS_MODELS[name] is None:
+        return None
+    import rtamt.models
+
+    return getattr(rtamt.models, LOUDNESS_MODELS[name])
 
 
 def add_arguments(p):
@@ -82,7 +95,9 @@ def add_arguments(p):
                    help="'demo', a WAV file, 'default', or an input device (name substring or "
                         "index); default: the default input device, or demo if there is none")
     p.add_argument("--hostapi", default=None, help="host API of the device (e.g. JACK, ALSA)")
-    p.add_argument("--model", default="moore2016", choices=sorted(LOUDNESS_MODELS))
+    p.add_argument("--model", default="none", choices=sorted(LOUDNESS_MODELS),
+                   help="loudness model run beside the R128 meter and the sound-level meter "
+                        "(sone, phon; default none: the meter only)")
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
     p.add_argument("--channels", type=channels_or_names, default=None, metavar="N|NAME,...",
@@ -128,7 +143,7 @@ class _Updates:
         self.acc_n += r.frames
         self.acc_peak = max(self.acc_peak, peak)
         self.max_peak = max(self.max_peak, peak)
-        lo = r.outputs.get("loudness")           # None: no model (more than 2 channels)
+        lo = r.outputs.get("loudness")
         if lo is not None and lo["stl"].shape[-1]:
             d = {k: float(np.asarray(v)[..., -1].sum()) for k, v in lo.items()
                  if k in ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right")}
@@ -158,15 +173,16 @@ class _Updates:
 
 
 def _record(rec, model, spl_ref, st):
-    stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
+    """One JSON update; ``model`` is the loudness model or None (no sone/phon keys)."""
     m, s, i = rec.get("lufs", (None, None, None))
     lra, tp, lra_stable = rec.get("r128", (None, None, False))
-    sone = dict(stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
-                phon=round(float(model.phon(ltl)), 2), stl_phon=round(float(model.phon(stl)), 2)
-                ) if model is not None else dict.fromkeys(("stl_sone", "ltl_sone", "phon",
-                                                          "stl_phon"))
-    out = dict(t=rec["t"], **sone, spl_db=_db(rec["ms"], spl_ref),
-               peak_db=_db(rec["peak"] ** 2, spl_ref),
+    out = dict(t=rec["t"])
+    if model is not None:
+        stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
+        out.update(stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
+                   phon=round(float(model.phon(ltl)), 2),
+                   stl_phon=round(float(model.phon(stl)), 2))
+    out.update(spl_db=_db(rec["ms"], spl_ref), peak_db=_db(rec["peak"] ** 2, spl_ref),
                max_peak_db=_db(rec["max_peak"] ** 2, spl_ref),
                lufs_momentary=None if m is None or not math.isfinite(m) else round(m, 2),
                lufs_short_term=None if s is None or not math.isfinite(s) else round(s, 2),
@@ -189,10 +205,9 @@ def _line(d, model_name):
     def f(v, fmt):
         return "  -  " if v is None else format(v, fmt)
     st = ",".join(f"{k}={v}" for k, v in d["status"].items()) or "ok"
-    sone = "" if d["stl_sone"] is None else (
-        f"{model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} sone "
-        f"{d['phon']:6.1f} phon | ")
-    return (f"t {d['t']:7.2f} s | {sone}SPL {f(d['spl_db'], '5.1f')} peak "
+    lo = (f"{model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} sone "
+          f"{d['phon']:6.1f} phon | " if "phon" in d else "")
+    return (f"t {d['t']:7.2f} s | {lo}SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS "
             f"LRA {f(d['lra_lu'], '4.1f')}{' ' if d['lra_stable'] else '~'}LU TP "
@@ -275,13 +290,13 @@ def run(args) -> int:
         except ValueError as e:             # no layout known, or one that does not fit
             raise _LayoutUsage(str(e)) from None
         kw = {"presentation": "monaural"} if args.model == "glasberg2002" and ch == 2 else {}
+        model_cls = _model_class(args.model)
 
         def chains_of():
-            model = {"loudness": LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref,
-                                                             field=args.field, **kw)
-                     } if ch <= 2 else {}          # the models take 1 or 2 channels
-            return {**model, "bs1770": LoudnessMeter(fs=fs, channels=ch,
-                                                     **(lay.meter_kwargs() if lay else {})),
+            lo = {} if model_cls is None or ch > 2 else {     # the models take 1 or 2
+                "loudness": model_cls(fs, spl_ref=spl_ref, field=args.field, **kw)}
+            return {**lo, "bs1770": LoudnessMeter(fs=fs, channels=ch,
+                                                  **(lay.meter_kwargs() if lay else {})),
                     "level": SoundLevel()}
         chains = chains_of()
         model = chains.get("loudness")
@@ -293,9 +308,13 @@ def run(args) -> int:
     if model is not None:
         model.phon(1.0)  # build the phon table before streaming
     policy = "drop-newest" if args.fast else "drop-oldest"
+    skipped = model_cls is not None and model is None
+    if skipped:          # asked for, on more than 2 channels: said on stderr, JSON or not
+        print(f"rtamt meter: --model {args.model} is not run: the loudness models take 1 or 2 "
+              f"channels, the input has {ch}; the R128 meter runs alone", file=sys.stderr,
+              flush=True)
     if not args.json:
-        what = args.model if model is not None else \
-            f"BS.1770 (no {args.model}: it takes 1 or 2 channels)"
+        what = args.model if model is not None else "R128 meter"
         print(f"rtamt meter: {what} on {inp.label} ({fs:g} Hz, {channels} ch"
               f"{', one stream per channel' if args.per_channel else ''}"
               f"{f', layout {lay.name} ({lay.origin})' if lay else ''}), spl_ref "

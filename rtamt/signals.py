@@ -528,17 +528,33 @@ class AudioReader:
     def read(self, n: int) -> np.ndarray:
         """The next ``n`` frames (fewer at the end of the file) as float64
         ``(channels, n)``; ``(channels, 0)`` at the end."""
+        return np.ascontiguousarray(self.read_tm(n).T)
+
+    def read_tm(self, n: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The next ``n`` frames (fewer at the end of the file) time-major, as soundfile
+        gives them: float64 ``(n, channels)``, C-contiguous; ``(0, channels)`` at the end.
+        With ``out`` (float64 ``(>= n, channels)``, C-contiguous) the frames are decoded
+        into it and a view of its first rows is returned (no allocation per block: a
+        block loop reuses one buffer).  ``x.T`` of the result is a ``(channels, n)``
+        view, which :class:`rtamt.loudness.bs1770.LoudnessMeter` takes without a copy.
+        Same checks as :meth:`read` (truncation, NaN/Inf)."""
         n = int(n)
         if self.frames is not None:
             n = min(n, self.frames - self.pos)
         if n <= 0:
-            return np.zeros((self.channels, 0))
+            return np.zeros((0, self.channels))
+        if out is not None and (out.dtype != np.float64 or out.ndim != 2
+                                or out.shape[0] < n or out.shape[1] != self.channels
+                                or not out.flags.c_contiguous):
+            raise ValueError(f"{self.path}: out must be C-contiguous float64 (>= {n}, "
+                             f"{self.channels}), got {out.dtype} {out.shape}")
         try:
-            d = self._f.read(n, dtype="float64", always_2d=True)
+            d = self._f.read(n, dtype="float64", always_2d=True,
+                             out=None if out is None else out[:n])
         except Exception as e:   # libsndfile decoding errors (a damaged FLAC/OGG)
             if self.frames is None:                   # count=False: the end, early
                 self._end(self.pos, e)
-                return np.zeros((self.channels, 0))
+                return np.zeros((0, self.channels))
             raise AudioFileError(f"{self.path}: damaged or truncated: reading failed after "
                                  f"{self.pos} of {self.frames} frames ({_one_line(e)})",
                                  frames_read=self.pos) from None
@@ -550,12 +566,17 @@ class AudioReader:
                 raise AudioFileError(f"{self.path}: truncated: {got} of the {self.frames} "
                                      "frames counted when it was opened could be read",
                                      frames_read=got)
-        bad = ~np.isfinite(d)
-        if bad.any():
-            raise AudioFileError(f"{self.path}: the file contains NaN or Inf samples (from "
-                                 f"frame {self.pos + int(np.argmax(bad.any(axis=1)))})")
+        # NaN and Inf make the sum non-finite (one pass, no temporary); only then is the
+        # block searched (a sum that overflows on finite samples finds nothing)
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = np.add.reduce(d, axis=None)
+        if not np.isfinite(total):
+            bad = ~np.isfinite(d)
+            if bad.any():
+                raise AudioFileError(f"{self.path}: the file contains NaN or Inf samples "
+                                     f"(from frame {self.pos + int(np.argmax(bad.any(axis=1)))})")
         self.pos += d.shape[0]
-        return np.ascontiguousarray(d.T)
+        return d
 
     def seek(self, frame: int) -> None:
         """Continue reading at ``frame`` (0 <= frame <= ``frames``; a reader whose length is

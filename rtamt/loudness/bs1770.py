@@ -573,7 +573,10 @@ class LoudnessMeter(Registered):
 
     # -- validation ---------------------------------------------------------------------
     def _check(self, x: Any) -> np.ndarray:
-        """Return the block as a ``(C, T)`` array, or raise before anything changes."""
+        """Return the block as a C-contiguous time-major ``(T, C)`` array (what the stages
+        take), or raise before anything changes.  A ``(C, T)`` block that is the transpose of
+        a ``(T, C)`` array (``buf.T`` of a file's frames as soundfile reads them) is not
+        copied."""
         C = self.coeffs.channels
         where = f"{self.name}: block {self._s['block']}"
         if not isinstance(x, np.ndarray):
@@ -590,17 +593,17 @@ class LoudnessMeter(Registered):
                 f"{where}: got {x.shape[0]} channels (shape {x.shape}), the meter measures {C}")
         if x.shape[1] == 0:
             raise LoudnessInputError(f"{where}: empty block (0 samples); blocks need >= 1 sample")
-        reject_nonfinite(np.ascontiguousarray(x), where,
-                         lambda b: f"channel {b[0]}, sample {b[1]}", LoudnessInputError)
-        return x
+        xt = np.ascontiguousarray(x.T)
+        reject_nonfinite(xt, where, lambda b: f"channel {b[1]}, sample {b[0]}",
+                         LoudnessInputError)
+        return xt
 
     # -- processing ---------------------------------------------------------------------
     def __call__(self, x: np.ndarray) -> LoudnessResult:
         """Measure one block; returns a :class:`LoudnessResult` (see class docstring)."""
-        x = self._check(x)
+        xt = self._check(x)[None]                                # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
-        xt = np.ascontiguousarray(x.T)[None]                     # (1, T, C) time-major
         kw, gt, tp = self.stages
         y = self._work[0] = kw.process_tm(kw.coeffs, kw._state, xt, self._work[0])
         steps = gt.process_tm(gt.coeffs, gt._state, y, self._work[1])
@@ -613,7 +616,7 @@ class LoudnessMeter(Registered):
         k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
         if n:
             self._gate(e_m, e_s, k)
-        s["samples"] += x.shape[1]
+        s["samples"] += xt.shape[1]
         s["block"] += 1
         if n:
             mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)

@@ -59,6 +59,49 @@ def test_reader_reads_every_format_as_soundfile_does(tmp_path, fmt, subtype):
     np.testing.assert_array_equal(np.concatenate(parts, axis=-1), x)
 
 
+def test_read_tm_into_one_buffer_gives_the_frames_of_read(tmp_path):
+    """``read_tm(n, out=buf)``: the frames of :meth:`AudioReader.read`, time-major, decoded
+    into the caller's buffer (a view of its first rows, no new array per block); a buffer
+    of another shape or dtype is refused before anything is read."""
+    path = tmp_path / "a.flac"
+    sf.write(path, _x(10_000, ch=2), FS, format="FLAC", subtype="PCM_24")
+    with AudioReader(path, count=False) as r:
+        want = r.read(10**6)
+    buf = np.empty((4096, 2))
+    parts = []
+    with AudioReader(path, count=False) as r:
+        with pytest.raises(ValueError, match=r"out must be C-contiguous float64 \(>= 4096, 2\)"):
+            r.read_tm(4096, out=np.empty((4096, 2), np.float32))
+        with pytest.raises(ValueError, match="out must be"):
+            r.read_tm(4096, out=np.empty((2, 4096)))
+        assert r.pos == 0
+        while True:
+            x = r.read_tm(4096, out=buf)
+            if x.shape[0] == 0:
+                break
+            assert x.base is buf or x is buf or np.shares_memory(x, buf)
+            assert x.flags.c_contiguous and x.shape[1] == 2
+            parts.append(x.copy())
+    assert [p.shape[0] for p in parts] == [4096, 4096, 10_000 - 8192]
+    np.testing.assert_array_equal(np.concatenate(parts).T, want)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_read_tm_names_the_frame_of_a_non_finite_sample(tmp_path, bad):
+    """NaN and +-Inf are found (the one-pass sum check lets neither through) and the first
+    bad frame is named; huge finite samples whose sum overflows are not refused."""
+    x = _x(5000, ch=2)
+    x[4321, 1] = bad
+    path = tmp_path / "bad.wav"
+    sf.write(path, x, FS, subtype="DOUBLE")
+    with AudioReader(path) as r, pytest.raises(AudioFileError, match="from frame 4321"):
+        r.read_tm(8192, out=np.empty((8192, 2)))
+    big = np.full((64, 2), 1.5e308)
+    sf.write(path, big, FS, subtype="DOUBLE")
+    with AudioReader(path) as r:
+        np.testing.assert_array_equal(r.read_tm(64), big)
+
+
 def test_int16_scaling_is_unchanged():
     """Full scale int16 reads as 32767/32768 (what scipy-based reading gave)."""
     import io

@@ -2,11 +2,11 @@
 
 A plain sounddevice OutputStream in the test process plays a steady 1 kHz tone (float32, RMS
 -26 dB re digital RMS 1.0) into JACK.  The meter runs as its own process, exactly as a user
-starts it (``python -m rtamt_apps meter --input system --hostapi JACK --channels 1 --json
---spl-ref 100``); its PortAudio client is a second JACK client (``PortAudio-01``, see
-tests/_jack.py).  Once the meter's input port exists and PortAudio has auto-connected it to
-``system:capture_1`` (on ``stream.start()``), the test removes that connection and connects the
-tone instead (``jack_connect PortAudio:out_0 PortAudio-01:in_0``).
+starts it (``python -m rtamt_apps meter --input system --hostapi JACK --channels 1 --model
+moore2016 --json --spl-ref 100``); its PortAudio client is a second JACK client
+(``PortAudio-01``, see tests/_jack.py).  Once the meter's input port exists and PortAudio has
+auto-connected it to ``system:capture_1`` (on ``stream.start()``), the test removes that
+connection and connects the tone instead (``jack_connect PortAudio:out_0 PortAudio-01:in_0``).
 
 The meter must print >= 10 JSON updates carrying the tone whose dB SPL equals the played
 level (74 dB SPL) within 1 dB once settled, a loudness level near 74 phon, and no dropped,
@@ -47,8 +47,8 @@ def _attempt(sd, server, tmp_path, attempt):
     env = dict(os.environ, RTAMT_CALIBRATION=str(tmp_path / "calibration.json"))
     stdout, stderr, player = run_app_on_tone(
         sd, server, ["meter", "--input", "system", "--hostapi", "JACK", "--channels", "1",
-                     "--blocksize", str(PERIOD), "--seconds", str(METER_SECONDS),
-                     "--spl-ref", str(SPL_REF), "--json"],
+                     "--model", "moore2016", "--blocksize", str(PERIOD), "--seconds",
+                     str(METER_SECONDS), "--spl-ref", str(SPL_REF), "--json"],
         tmp_path, f"meter-{attempt}", dbfs=TONE_DBFS, period=PERIOD,
         port_timeout=PORT_TIMEOUT, run_timeout=METER_TIMEOUT, env=env)
     recs = [json.loads(ln) for ln in stdout.splitlines() if ln.strip()]

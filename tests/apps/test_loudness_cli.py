@@ -6,7 +6,11 @@
 * the values of Tech 3341-like tones (stereo -23 dBFS: -23 LUFS; 5.1 with a loud LFE);
 * files are read in blocks of ``--block`` frames, never whole;
 * usage errors (missing path, empty directory, option values): one line, exit 2;
-* the progress bar appears on a terminal for long lists only.
+* the progress bar appears on a terminal for long lists only;
+* start-up (issue 39 item 7): the command imports only what the meter needs (no model, no
+  scheduler, no scipy.signal, no torch), and ``--jobs`` workers are forked from a process
+  that has loaded the meter's kernels: no worker imports or loads anything per file, and
+  each keeps little memory of its own.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import csv
 import io
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -223,3 +228,94 @@ def test_partial_measures_what_a_truncated_file_holds(library, capsys):
     n = int(rec["truncated"].split("only ")[1].split()[0])
     assert rec["duration_s"] == round(n / FS, 3)
     assert err.strip() == f"rtamt loudness: {rec['truncated']}"
+
+
+# ------------------------------------------------ issue 39 item 7: start-up and --jobs
+#: modules `rtamt loudness` must not import: the models (and the scipy.signal /
+#: scipy.interpolate they need), the scheduler and runtime, torch, the audio devices
+NOT_FOR_THE_METER = ("torch", "scipy.signal", "scipy.stats", "scipy.interpolate", "scipy.io",
+                     "rtamt.models", "rtamt.scheduler", "rtamt.runtime", "rtamt.ear",
+                     "rtamt.filterbank", "rtamt.nn", "sounddevice")
+_LOADED = """
+import json, sys
+from rtamt_apps.cli import main
+rc = main(sys.argv[1:])
+print("LOADED", json.dumps(sorted(m for m in sys.modules
+                                  if m in NOT or m in ("rtamt.loudness.bs1770", "soundfile"))))
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_loudness_imports_only_what_the_meter_needs(tmp_path, jobs):
+    """`import rtamt` imported every model (scipy.signal, scipy.stats: 1-1.5 s of a
+    2.0-3.2 s run on a 0.3 s file, and 50 MB): `rtamt loudness` now loads the meter, its
+    kernels and the reader only (also the parent of --jobs workers)."""
+    files = [str(_tone(tmp_path / f"t{i}.wav", seconds=0.3)) for i in range(2)]
+    code = f"NOT = {NOT_FOR_THE_METER!r}\n" + _LOADED
+    r = subprocess.run([sys.executable, "-c", code, "loudness", "--json", "--jobs", jobs,
+                        "--force", *files], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout.rsplit("LOADED", 1)[1])
+    assert loaded == ["rtamt.loudness.bs1770", "soundfile"], loaded     # it did measure
+    assert len(r.stdout.strip().splitlines()) == 3
+
+
+_JOBS_SPY = """
+import json, os, sys
+from numba.core.dispatcher import Dispatcher
+from rtamt_apps import loudness
+
+added = [0]
+add_overload = Dispatcher.add_overload
+
+
+def counting(self, cres):           # a kernel compiled or loaded from numba's cache
+    added[0] += 1
+    return add_overload(self, cres)
+
+
+Dispatcher.add_overload = counting
+real = loudness._measure_or_error
+
+
+def private_kb():
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            return sum(int(ln.split()[1]) for ln in f if ln.startswith("Private_"))
+    except OSError:
+        return None
+
+
+def spy(job):
+    imported, before = "rtamt.loudness.bs1770" in sys.modules, added[0]
+    rec = real(job)
+    rec.update(pid=os.getpid(), imported=imported, kernels=added[0] - before,
+               private_kb=private_kb())
+    return rec
+
+
+spy.__module__, spy.__qualname__ = loudness.__name__, "_measure_or_error"
+loudness._measure_or_error = spy
+print("PARENT", os.getpid(), file=sys.stderr)
+sys.exit(__import__("rtamt_apps.cli").cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /proc: Linux")
+def test_jobs_workers_start_once_not_per_file(tmp_path):
+    """--jobs 2 on many small files: every file is measured in one of two worker processes
+    that had the meter imported and its kernels loaded before their first file (each
+    worker imported rtamt and loaded the kernels itself: 1.5-2 s and 220 MB a worker), and
+    a worker's own memory (pages not shared with the parent) stays small."""
+    files = [str(_tone(tmp_path / f"t{i:02d}.wav", seconds=0.5)) for i in range(12)]
+    r = subprocess.run([sys.executable, "-c", _JOBS_SPY, "loudness", "--json", "--jobs", "2",
+                        "--force", *files], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    parent = int(r.stderr.split("PARENT", 1)[1].split()[0])
+    recs = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert [x["file"] for x in recs] == files and not any("error" in x for x in recs)
+    pids = {x["pid"] for x in recs}
+    assert len(pids) <= 2 and parent not in pids, (pids, parent)
+    assert [(x["imported"], x["kernels"]) for x in recs] == [(True, 0)] * len(files)
+    assert max(x["private_kb"] for x in recs) < 60_000, [x["private_kb"] for x in recs]

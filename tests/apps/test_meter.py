@@ -30,11 +30,12 @@ from _helpers import entry_point
 
 FS = 48000
 
-#: keys of every JSON update (moore2016 adds the per-ear values)
-KEYS = ("t", "stl_sone", "ltl_sone", "phon", "stl_phon", "spl_db", "peak_db", "max_peak_db",
-        "lufs_momentary", "lufs_short_term", "lufs_integrated", "lra_lu", "lra_stable",
-        "true_peak_dbtp", "dropped_frames",
+#: keys of every JSON update; a loudness model (--model) adds MODEL_KEYS, moore2016 also
+#: the per-ear values
+KEYS = ("t", "spl_db", "peak_db", "max_peak_db", "lufs_momentary", "lufs_short_term",
+        "lufs_integrated", "lra_lu", "lra_stable", "true_peak_dbtp", "dropped_frames",
         "skipped_frames", "rejected_blocks", "status", "queue_frames", "proc_p99_us", "rtf")
+MODEL_KEYS = ("stl_sone", "ltl_sone", "phon", "stl_phon")
 EAR_KEYS = ("stl_left", "stl_right", "ltl_left", "ltl_right")
 
 
@@ -77,12 +78,15 @@ def _meter(capsys, *argv):
     return rc, (_json_lines(out) if rc == 0 and "--json" in argv else []), err
 
 
-def _check_record(d, model="moore2016"):
+def _check_record(d, model="none"):
+    """Every key of ``--model model`` (``none``: the meter-only default) and no other."""
     for k in KEYS:
         assert k in d, f"missing key {k!r} in {d}"
+    for k in MODEL_KEYS:
+        assert (k in d) == (model != "none"), (k, model)
     for k in EAR_KEYS:
         assert (k in d) == (model == "moore2016"), (k, model)
-    for k in ("t", "stl_sone", "ltl_sone", "phon", "stl_phon", "proc_p99_us", "rtf"):
+    for k in ("t", "proc_p99_us", "rtf") + (MODEL_KEYS if model != "none" else ()):
         assert isinstance(d[k], (int, float)) and math.isfinite(d[k]), (k, d[k])
     for k in ("spl_db", "peak_db", "max_peak_db", "lufs_momentary", "lufs_short_term",
               "lufs_integrated", "lra_lu", "true_peak_dbtp"):
@@ -97,17 +101,18 @@ def _check_record(d, model="moore2016"):
 
 
 def test_demo_json_realtime_viaentry_point():
-    """3 s of the built-in demo, paced in real time: ~10 JSON updates per second, every key,
+    """3 s of the built-in demo, paced in real time, with Moore2016 (``--model``; the default
+    runs the meter only): ~10 JSON updates per second, every key,
     sensible values during the 60 dB SPL 1 kHz tone and while there is sound at all."""
     t0 = time.monotonic()
-    r = subprocess.run([entry_point(), "meter", "--input", "demo", "--seconds", "3", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([entry_point(), "meter", "--input", "demo", "--seconds", "3", "--json",
+                        "--model", "moore2016"], capture_output=True, text=True, timeout=120)
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     recs = _json_lines(r.stdout)          # every stdout line is a JSON object
     assert 20 <= len(recs) <= 40, len(recs)
     for d in recs:
-        _check_record(d)
+        _check_record(d, "moore2016")
     ts = [d["t"] for d in recs]
     assert ts == sorted(ts) and ts[0] < 0.2 and abs(ts[-1] - 3.0) < 1e-6
     assert wall >= 2.9, f"real-time pacing: 3 s of audio took {wall:.2f} s"
@@ -163,6 +168,48 @@ def test_wav_tone_level_and_loudness(tmp_path, capsys, model):
         assert abs(d["spl_db"] - 60.0) <= 0.1, d
 
 
+def test_meter_only_by_default_and_the_model_when_asked(tmp_path):
+    """Issue 39: the meter always ran Moore2016 beside the R128 meter (0.146 of real time).
+    By default now the R128 meter and the sound-level meter run alone: no loudness model is
+    built or imported, the records carry no sone / phon; ``--model moore2016`` adds it."""
+    import sys
+
+    wav = _write_int16(tmp_path / "tone.wav", _tone(channels=2))
+    code = ("import json, sys\nfrom rtamt_apps.cli import main\nrc = main(sys.argv[1:])\n"
+            "print('MODELS', json.dumps('rtamt.models' in sys.modules))\nsys.exit(rc)\n")
+
+    def run(*extra):
+        r = subprocess.run([sys.executable, "-c", code, "meter", "--input", wav, "--fast",
+                            "--json", "--spl-ref", "80", *extra], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out, models = r.stdout.rsplit("MODELS", 1)
+        return _json_lines(out), json.loads(models)
+
+    recs, models = run()
+    assert not models and 19 <= len(recs) <= 21
+    for d in recs:
+        _check_record(d, "none")
+    assert abs(recs[-1]["spl_db"] - 60.0) <= 0.1 and abs(recs[-1]["lufs_integrated"] + 16.99) < 0.2
+    recs_m, models = run("--model", "moore2016")
+    assert models
+    for d in recs_m:
+        _check_record(d, "moore2016")
+    assert abs(recs_m[-1]["phon"] - 60.0) <= 1.5
+    # the meter's own figures do not depend on whether a model runs beside it
+    same = [k for k in KEYS if k not in ("proc_p99_us", "rtf", "queue_frames")]
+    assert [[d[k] for k in same] for d in recs] == [[d[k] for k in same] for d in recs_m]
+
+
+def test_meter_only_runs_at_rates_the_models_refuse(tmp_path, capsys):
+    """BS.1770 and the level meter run at 16 kHz; the loudness models need 32 kHz, so that
+    rate is refused only when one is asked for (test_meter_sample_rate_too_low)."""
+    wav = _write_int16(tmp_path / "t16.wav", _tone(seconds=1.0, fs=16000), fs=16000)
+    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--spl-ref", "100")
+    assert rc == 0, err
+    assert abs(recs[-1]["spl_db"] - 80.0) <= 0.1 and abs(recs[-1]["lufs_integrated"] + 20) < 0.2
+
+
 def test_wav_r128_loudness_range_and_true_peak(tmp_path, capsys):
     """EBU R128 figures in the updates: the loudness range (LU) once a 3 s window is full
     (0 for a steady tone), and the maximum true peak of a tone whose samples miss its
@@ -185,9 +232,11 @@ def test_wav_mono_equals_stereo_diotic(tmp_path, capsys):
     x = _tone(dbfs=-30.0)
     mono = _write_int16(tmp_path / "m.wav", x)
     stereo = _write_int16(tmp_path / "s.wav", np.repeat(x, 2, axis=1))
-    rc, rm, err = _meter(capsys, "--input", mono, "--fast", "--json", "--spl-ref", "100")
+    rc, rm, err = _meter(capsys, "--input", mono, "--fast", "--json", "--spl-ref", "100",
+                         "--model", "moore2016")
     assert rc == 0, err
-    rc, rs, err = _meter(capsys, "--input", stereo, "--fast", "--json", "--spl-ref", "100")
+    rc, rs, err = _meter(capsys, "--input", stereo, "--fast", "--json", "--spl-ref", "100",
+                         "--model", "moore2016")
     assert rc == 0, err
     a, b = rm[-1], rs[-1]
     assert a["spl_db"] == pytest.approx(70.0, abs=0.1)
@@ -198,13 +247,20 @@ def test_wav_mono_equals_stereo_diotic(tmp_path, capsys):
 
 
 def test_wav_terminal_output(tmp_path, capsys):
-    """Without --json: a header naming spl_ref and its source, then the final statistics."""
+    """Without --json: a header naming what runs and spl_ref with its source, then the
+    final statistics; the loudness model's figures only with --model."""
     wav = _write_int16(tmp_path / "tone.wav", _tone(seconds=1.0))
     capsys.readouterr()
     assert main(["meter", "--input", wav, "--fast", "--spl-ref", "90"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("rtamt meter: moore2016 on ") and "spl_ref 90.00 dB (--spl-ref)" in out
+    assert out.startswith("rtamt meter: R128 meter on ") and "spl_ref 90.00 dB (--spl-ref)" in out
     assert "SPL  70.0" in out and "\nfinal: blocks" in out
+    assert "sone" not in out and "phon" not in out
+    assert main(["meter", "--input", wav, "--fast", "--spl-ref", "90", "--model",
+                 "moore2016"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("rtamt meter: moore2016 on ") and "SPL  70.0" in out
+    assert "| moore2016 STL " in out and " phon | SPL " in out
 
 
 # ============================================================================ calibrate -> meter
@@ -229,7 +285,8 @@ def test_calibrate_then_meter(tmp_path, capsys, cal_path):
     # explicit file, at another place (the default path is moved away)
     other = tmp_path / "elsewhere.json"
     cal_path.rename(other)
-    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--calibration", str(other))
+    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--calibration", str(other),
+                           "--model", "moore2016")
     assert rc == 0, err
     assert abs(recs[-1]["spl_db"] - 94.0) <= 0.1, recs[-1]
     assert abs(recs[-1]["phon"] - 94.0) <= 1.5
@@ -382,11 +439,13 @@ def test_meter_three_channels(tmp_path, capsys):
     rc, _, err = _meter(capsys, "--input", wav, "--fast", "--json")
     assert rc == 2 and "3 channels and no channel mask" in err and "3.0 (L R C)" in err \
         and "2.1 (L R LFE)" in err and "--layout" in err
-    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--layout", "3.0")
+    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--layout", "3.0",
+                           "--model", "moore2016")
     assert rc == 0, err
     # a 1 kHz tone of RMS -30 dB reads -30 LUFS in one channel; 3 channels weighted 1.0
     assert abs(recs[-1]["lufs_momentary"] - (-30 + 10 * np.log10(3))) < 0.1
-    assert recs[-1]["stl_sone"] is None and recs[-1]["phon"] is None
+    # the loudness models take 1 or 2 channels: asked for on 3, it is left out, said once
+    assert not set(MODEL_KEYS) & set(recs[-1]) and "--model moore2016 is not run" in err
 
 
 class _NoDevices:
@@ -555,7 +614,7 @@ def test_meter_into_a_pipe_writes_lines_not_carriage_returns():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stdout
-    updates = [ln for ln in r.stdout.splitlines() if "phon" in ln]
+    updates = [ln for ln in r.stdout.splitlines() if "LUFS" in ln]
     assert len(updates) >= 3, r.stdout
 
 
@@ -574,14 +633,14 @@ def test_short_file_gets_one_reading_saying_why():
         (rec,) = _json_lines(r.stdout)
         _check_record(rec)
         assert rec["t"] == 0.05 and rec["spl_db"] == pytest.approx(80.0, abs=0.2)
-        assert rec["lufs_momentary"] is None and rec["stl_sone"] > 0
+        assert rec["lufs_momentary"] is None and rec["lufs_integrated"] is None
         assert rec["note"] == ("the input ended after 0.05 s, before the first --interval 0.1 "
                                "s update: one reading over all of it (too short for "
                                "momentary LUFS and short-term LUFS: null)")
         assert f"rtamt meter: {rec['note']}" in r.stderr.splitlines()
         r = subprocess.run([entry_point(), "meter", "--input", wav, "--fast", "--spl-ref",
                             "100"], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0 and "t    0.05 s | moore2016 STL" in r.stdout, r.stdout
+        assert r.returncode == 0 and "t    0.05 s | SPL  80.0" in r.stdout, r.stdout
         assert "before the first --interval 0.1 s update" in r.stderr
 
 

@@ -117,7 +117,7 @@ def test_meter_per_channel_lines_and_values(wav4, tmp_path):
              "--interval", "0.5")
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("rtamt meter: moore2016 on ") and "4 ch" in lines[0]
+    assert lines[0].startswith("rtamt meter: R128 meter on ") and "4 ch" in lines[0]
     assert [ln.split(" | ")[0] for ln in lines[1:5]] == [f"ch{c}" for c in range(N_CH)]
     assert [ln.split(":")[0] for ln in lines[5:]] == [f"final ch{c}" for c in range(N_CH)]
     # JSON: each channel's records equal the meter's on a mono file of that channel

@@ -31,6 +31,32 @@ def test_import_rtamt_does_not_import_heavy_or_app_modules():
     assert r.stdout.strip() == "[]"
 
 
+def test_import_rtamt_loads_its_parts_on_first_use(tmp_path):
+    """Issue 39: `import rtamt` imported every model, the scheduler and numba (and through
+    them scipy.signal and scipy.stats), so `rtamt loudness` paid for all of them.  Now the
+    package's names are imported on first use: `import rtamt` loads none of that,
+    `rtamt.Moore2016`, `from rtamt import MODELS` and `rtamt.models` work as before, and a
+    state of a kind not yet imported still stacks."""
+    import pickle
+
+    m = rtamt.Dau1997(16000.0)
+    m(np.zeros(160))
+    path = tmp_path / "state.pkl"
+    path.write_bytes(pickle.dumps(m.state_dict()))
+    r = _run_py(
+        "import pickle, sys, rtamt\n"
+        "heavy = ('numba', 'scipy', 'rtamt.models', 'rtamt.scheduler', 'rtamt.engine.stage')\n"
+        "print(sorted(k for k in heavy if k in sys.modules))\n"
+        f"st = pickle.loads(open({str(path)!r}, 'rb').read())\n"
+        "print(rtamt.stack_states([st, st])['stream']['batch'])\n"
+        "from rtamt import MODELS, Scheduler\n"
+        "print(rtamt.Moore2016.__name__, sorted(MODELS) == sorted(rtamt.models.MODELS),\n"
+        "      Scheduler is rtamt.scheduler.Scheduler, rtamt.__version__,\n"
+        "      set(rtamt.__all__) <= set(dir(rtamt)))\n")
+    lines = r.stdout.splitlines()
+    assert lines == ["[]", "2", "Moore2016 True True 0.1.0 True"], r.stdout
+
+
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                     reason="FTZ/DAZ through MXCSR is x86 only")
 def test_processing_flushes_denormals_without_importing_torch():

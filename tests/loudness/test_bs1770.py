@@ -261,6 +261,24 @@ def test_block_invariance_non_integer_subblock_rate():
     _check_invariance(fs, x, random_lengths(x.shape[-1], np.random.default_rng(4)), np.float64)
 
 
+def test_transposed_time_major_blocks_give_the_bits_of_contiguous_blocks():
+    """``rtamt loudness`` passes ``buf.T``, the ``(C, T)`` view of a ``(T, C)`` buffer that
+    soundfile decodes into (the meter's stages are time-major, so nothing is copied): the
+    same bits as C-contiguous ``(C, T)`` blocks, state included."""
+    fs = 48000
+    x = invariance_signal(fs, 3.5, seed=7)                 # (2, T)
+    a, b = LoudnessMeter(fs=fs), LoudnessMeter(fs=fs)
+    buf = np.empty((7000, 2))
+    for i in range(0, x.shape[1], 7000):
+        n = min(7000, x.shape[1] - i)
+        buf[:n] = x[:, i:i + n].T
+        ra, rb = a(np.ascontiguousarray(x[:, i:i + n])), b(buf[:n].T)
+        np.testing.assert_array_equal(ra.step_momentary, rb.step_momentary)
+    assert_same_state(a.state_dict(), b.state_dict())
+    assert (a.integrated, a.loudness_range, a.true_peak) == (b.integrated, b.loudness_range,
+                                                             b.true_peak)
+
+
 # ---------------------------------------------------------------- bad input
 def _bad_blocks():
     nan = np.full((2, 100), 0.01)

@@ -191,18 +191,19 @@ def mounted_tmpfs(path, size="1m"):
 
 
 def spy_reads(monkeypatch) -> list:
-    """Patch :meth:`rtamt.signals.AudioReader.read` to record the frames asked for in each
+    """Patch :meth:`rtamt.signals.AudioReader.read_tm` (every read goes through it,
+    :meth:`~rtamt.signals.AudioReader.read` too) to record the frames asked for in each
     call; returns that (growing) list."""
     from rtamt.signals import AudioReader
 
     sizes = []
-    real = AudioReader.read
+    real = AudioReader.read_tm
 
-    def spy(self, n):
+    def spy(self, n, out=None):
         sizes.append(n)
-        return real(self, n)
+        return real(self, n, out)
 
-    monkeypatch.setattr(AudioReader, "read", spy)
+    monkeypatch.setattr(AudioReader, "read_tm", spy)
     return sizes
 
 
