@@ -14,7 +14,7 @@ LUFS) and the duration.
 A directory stands for the audio files below it, walked recursively, in sorted order:
 the formats libsndfile reads (``.wav .flac .ogg .oga .opus .aif .aiff .aifc .au .snd
 .caf .w64 .rf64 .mp3``) and media containers it does not (``.m4a .mp4 .mov .mxf .mkv
-...``, :data:`rtamt.media.MEDIA_SUFFIXES`), which are decoded through FFmpeg's libraries
+...``, :data:`MEDIA_SUFFIXES`), which are decoded through FFmpeg's libraries
 by PyAV (the ``rtamt[media]`` extra, :class:`rtamt.media.MediaReader`), or, without it,
 listed as skipped with the reason.  A file named on the command line with another
 suffix that libsndfile cannot open is tried with PyAV too.
@@ -81,6 +81,14 @@ from .files import add_partial_argument, cap_jobs, partial_note, read_error
 #: file name endings taken from a directory (formats libsndfile reads)
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
                   ".snd", ".caf", ".w64", ".rf64", ".mp3")
+#: media containers (and coded streams) libsndfile does not read, taken from a directory
+#: and decoded through PyAV (:class:`rtamt.media.MediaReader`, the ``rtamt[media]`` extra)
+MEDIA_SUFFIXES = (".m4a", ".m4b", ".mp4", ".m4v", ".mov", ".3gp", ".mxf", ".mkv", ".mka",
+                  ".webm", ".ts", ".m2ts", ".mts", ".aac", ".ac3", ".eac3", ".ec3", ".dts",
+                  ".wma", ".wmv", ".asf", ".avi", ".mpg", ".mpeg", ".mp2", ".vob", ".amr",
+                  ".ape", ".wv", ".tta", ".dv")
+#: what to install for them
+PYAV_HINT = "pip install 'rtamt[media]' (PyAV)"
 #: exit status when at least one file could not be measured (or was skipped)
 EXIT_FAILED = 1
 #: exit status when every file was measured and at least one row is not compliant with
@@ -128,8 +136,8 @@ def add_arguments(p):
                    help=f"--target tolerance (default {DEFAULT_TOLERANCE_LU:g}: EBU R 128 "
                         "production; 0.2 for its quality control)")
     p.add_argument("--max-true-peak", type=float_range(-70.0, 20.0), default=None,
-                   metavar="DBTP", help="true-peak limit of compliance (e.g. -1 EBU R 128, "
-                                        "-2 ATSC A/85)")
+                   metavar="DBTP", help="true-peak limit of compliance (e.g. -1, EBU "
+                                        "R 128's maximum permitted true-peak level)")
     p.add_argument("--series", default=None, metavar="FILE",
                    help="write M, S and running I every 100 ms to FILE (.csv, or .jsonl / "
                         ".ndjson for JSON Lines), replaced atomically at the end")
@@ -147,8 +155,6 @@ def _scan(d: Path, raw: str) -> list[tuple[Path, str | None, str | None]]:
     """The audio and media files below directory ``d`` (sorted), as :func:`_entries`
     rows; a sub-directory that cannot be read is a failed row, and so is ``d`` when it
     holds no audio file."""
-    from rtamt.media import MEDIA_SUFFIXES
-
     found, problems = [], []
 
     def unreadable(e: OSError) -> None:
@@ -163,8 +169,8 @@ def _scan(d: Path, raw: str) -> list[tuple[Path, str | None, str | None]]:
             if f.suffix.lower() in AUDIO_SUFFIXES + MEDIA_SUFFIXES and f.is_file():
                 found.append(f)
     if not found and not problems:
-        return [(d, "failed", f"{raw}: a directory without audio files "
-                              f"({', '.join(AUDIO_SUFFIXES + MEDIA_SUFFIXES)})")]
+        return [(d, "failed", f"{raw}: a directory without audio files (none named "
+                              f"{', '.join(AUDIO_SUFFIXES)} or as a media container)")]
     return sorted([(f, None, None) for f in found] + problems, key=lambda r: str(r[0]))
 
 
@@ -183,21 +189,23 @@ def _entries(paths) -> list[tuple[Path, str | None, str | None]]:
         else:
             out.append((p, "failed", f"{raw}: no such file or directory"))
     media = [i for i, (f, st, _) in enumerate(out) if st is None and _is_media(f)]
-    if media:
-        from rtamt.media import PYAV_HINT, have_pyav
-
-        if not have_pyav():
-            for i in media:
-                f = out[i][0]
-                out[i] = (f, "skipped", f"{f}: a {f.suffix.lower()} file, which libsndfile "
-                                        f"does not read; to measure it: {PYAV_HINT}")
+    if media and not have_pyav():
+        for i in media:
+            f = out[i][0]
+            out[i] = (f, "skipped", f"{f}: a {f.suffix.lower()} file, which libsndfile "
+                                    f"does not read; to measure it: {PYAV_HINT}")
     return out
 
 
 def _is_media(f: Path) -> bool:
-    from rtamt.media import MEDIA_SUFFIXES
-
     return f.suffix.lower() in MEDIA_SUFFIXES
+
+
+def have_pyav() -> bool:
+    """Whether PyAV (the ``rtamt[media]`` extra) is installed (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("av") is not None
 
 
 # ---------------------------------------------------------------- measuring
@@ -211,7 +219,7 @@ def _open(path, partial: bool):
     for a file of another name that libsndfile cannot open, when PyAV is installed (a
     file named as a libsndfile format keeps libsndfile's verdict, the one every app
     gives it)."""
-    from rtamt.media import MediaReader, have_pyav
+    from rtamt.media import MediaReader
     from rtamt.signals import AudioFileError, AudioReader
 
     if _is_media(Path(path)):
@@ -520,62 +528,31 @@ def _options(args) -> dict:
 def run(args) -> int:
     opts = _options(args)
     entries = _entries(args.paths)
-    todo = [f for f, st, _ in entries if st is None]
     n_jobs = cap_jobs("rtamt loudness", args.jobs, args.force)
     judged = args.target is not None or args.max_true_peak is not None
-    series = None
-    if args.series is not None:
-        series = _Series(args.series)
-        opts["series_format"] = series.fmt
-    jobs = [(f, {**opts, **({"series": series.part(i)} if series else {})})
-            for i, f in enumerate(todo)]
-    bar = _progress(len(entries))
-    if args.csv:
-        _emit(bar, _csv_row(FIELDS))
-    elif not args.json:
-        _emit(bar, _table_header(judged))
-    counts = {"measured": 0, "failed": 0, "skipped": 0, "noncompliant": 0}
-    total = None
-    done = 0
-    results = _results(jobs, n_jobs)
-    old_term = _stop_on_sigterm() if series is not None else None
+    todo = [f for f, st, _ in entries if st is None]
+    old_term = _stop_on_sigterm() if args.series is not None else None
+    series = bar = results = None
     try:
-        for f, st, why in entries:
-            if st is None:
-                rec = next(results)
-                if series is not None:
-                    series.add(done, rec["status"] == "measured")
-                done += 1
-            else:
-                rec = {"file": str(f), "status": st, "error": why}
-            stats = rec.pop("statistics", None)
-            if stats is not None:
-                total = stats if total is None else total.merge(stats)
-            counts[rec["status"]] += 1
-            if rec["status"] != "measured":
-                _emit(bar, f"rtamt loudness: {rec['error']}", sys.stderr)
-            elif rec.get("truncated"):
-                _emit(bar, f"rtamt loudness: {rec['truncated']}", sys.stderr)
-            if rec.get("compliant") is False:
-                counts["noncompliant"] += 1
-            _output(bar, rec, args, judged)
-            if bar is not None:
-                bar.update(1)
-        if args.total:
-            rec = _total(total, counts["measured"], opts)
-            if rec["compliant"] is False:
-                counts["noncompliant"] += 1
-            _output(bar, rec, args, judged)
+        if args.series is not None:
+            series = _Series(args.series)
+            opts["series_format"] = series.fmt
+        jobs = [(f, {**opts, **({"series": series.part(i)} if series else {})})
+                for i, f in enumerate(todo)]
+        bar = _progress(len(entries))
+        results = _results(jobs, n_jobs)
+        counts = _rows(entries, results, series, bar, args, judged, opts)
         if series is not None:
             series.commit()
             series = None
-    except SystemExit as e:
+    except SystemExit:
         if series is not None:
             print(f"rtamt loudness: SIGTERM: stopped; {args.series} not written",
                   file=sys.stderr)
-        raise e
+        raise
     finally:
-        results.close()       # the pending files cancelled, the running ones waited for
+        if results is not None:       # the pending files cancelled, the running ones waited
+            results.close()
         if bar is not None:
             bar.close()
         if series is not None:
@@ -584,8 +561,7 @@ def run(args) -> int:
             import signal
 
             signal.signal(signal.SIGTERM, old_term)
-    bad = counts["failed"] + counts["skipped"]
-    if bad:
+    if counts["failed"] or counts["skipped"]:
         print(f"rtamt loudness: {counts['failed']} of {len(entries)} file(s) failed"
               + (f", {counts['skipped']} skipped" if counts["skipped"] else ""),
               file=sys.stderr)
@@ -600,6 +576,46 @@ def run(args) -> int:
               file=sys.stderr)
         return EXIT_NONCOMPLIANT
     return 0
+
+
+def _rows(entries, results, series, bar, args, judged: bool, opts: dict) -> dict:
+    """Print the header and a row per entry (the measured files' from ``results``, in
+    order; their ``--series`` parts appended), then the ``--total`` row; returns the
+    counts of measured, failed, skipped and non-compliant rows."""
+    if args.csv:
+        _emit(bar, _csv_row(FIELDS))
+    elif not args.json:
+        _emit(bar, _table_header(judged))
+    counts = {"measured": 0, "failed": 0, "skipped": 0, "noncompliant": 0}
+    total = None
+    done = 0
+    for f, st, why in entries:
+        if st is None:
+            rec = next(results)
+            if series is not None:
+                series.add(done, rec["status"] == "measured")
+            done += 1
+        else:
+            rec = {"file": str(f), "status": st, "error": why}
+        stats = rec.pop("statistics", None)
+        if stats is not None:
+            total = stats if total is None else total.merge(stats)
+        counts[rec["status"]] += 1
+        if rec["status"] != "measured":
+            _emit(bar, f"rtamt loudness: {rec['error']}", sys.stderr)
+        elif rec.get("truncated"):
+            _emit(bar, f"rtamt loudness: {rec['truncated']}", sys.stderr)
+        if rec.get("compliant") is False:
+            counts["noncompliant"] += 1
+        _output(bar, rec, args, judged)
+        if bar is not None:
+            bar.update(1)
+    if args.total:
+        rec = _total(total, counts["measured"], opts)
+        if rec["compliant"] is False:
+            counts["noncompliant"] += 1
+        _output(bar, rec, args, judged)
+    return counts
 
 
 def _stop_on_sigterm():

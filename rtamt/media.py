@@ -19,8 +19,6 @@ decoding error part way is a truncated file (raised with ``frames_read`` at the 
 with ``partial``, the frames before it are the file and :attr:`MediaReader.truncated` says
 what was missing); a file without samples and NaN/Inf samples are refused.
 
-:data:`MEDIA_SUFFIXES` are the file-name endings of such containers (for folder scans);
-:func:`have_pyav` tells whether the extra is installed, :data:`PYAV_HINT` what to install.
 """
 from __future__ import annotations
 
@@ -31,29 +29,12 @@ import numpy as np
 
 from .signals import AudioFileError, _one_line
 
-__all__ = ["MediaReader", "MEDIA_SUFFIXES", "PYAV_HINT", "have_pyav"]
-
-#: containers (and raw coded streams) that libsndfile does not read and FFmpeg does
-MEDIA_SUFFIXES = (".m4a", ".m4b", ".mp4", ".m4v", ".mov", ".3gp", ".mxf", ".mkv", ".mka",
-                  ".webm", ".ts", ".m2ts", ".mts", ".aac", ".ac3", ".eac3", ".ec3", ".dts",
-                  ".wma", ".wmv", ".asf", ".avi", ".mpg", ".mpeg", ".mp2", ".vob", ".amr",
-                  ".ape", ".wv", ".tta", ".dv")
-#: what to install for them
-PYAV_HINT = "pip install 'rtamt[media]' (PyAV)"
+__all__ = ["MediaReader"]
 
 
 def _why(e: BaseException) -> str:
     """An FFmpeg error in words (its ``strerror`` without the errno and the path)."""
     return getattr(e, "strerror", None) or _one_line(e)
-
-
-def have_pyav() -> bool:
-    """Whether PyAV (the ``rtamt[media]`` extra) can be imported."""
-    try:
-        import av  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class MediaReader:

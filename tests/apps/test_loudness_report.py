@@ -322,9 +322,7 @@ def test_batch_missing_m4a_corrupt_every_file_a_row(batch, capsys):
 
 
 def test_batch_without_pyav_lists_the_m4a_as_skipped(batch, capsys, monkeypatch):
-    import rtamt.media
-
-    monkeypatch.setattr(rtamt.media, "have_pyav", lambda: False)
+    monkeypatch.setattr(app, "have_pyav", lambda: False)
     rc, recs, err = _json(capsys, batch)
     assert rc == 1
     m4a = next(r for r in recs if r["file"].endswith("prog.m4a"))
