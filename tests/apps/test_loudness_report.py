@@ -182,6 +182,8 @@ def test_total_gates_the_blocks_of_all_files(tmp_path, capsys, quiet):
     row = list(csv.DictReader(io.StringIO(out)))[-1]
     assert row["status"] == "total" and row["file"] == ""
     assert float(row["integrated_lufs"]) == total["integrated_lufs"]
+    rc2, out2, _ = _run(capsys, "--csv", "--total", "--jobs", "2", fa, fb)
+    assert (rc2, out2) == (rc, out)        # the workers' statistics merged alike
     rc, out, _ = _run(capsys, "--total", fa, fb)
     assert out.splitlines()[-1].endswith("total (2 files)") and rc == 0
     assert float(out.splitlines()[-1].split()[0]) == round(total["integrated_lufs"], 1)
@@ -257,12 +259,17 @@ def _m4a(path, x):
 
 
 def _ffmpeg_ebur128(path) -> dict:
-    """I and LRA of ffmpeg's ebur128 filter (its summary: 0.1 LU resolution)."""
+    """I and the relative gates of I and LRA ("Threshold") of ffmpeg's ebur128 filter
+    (its summary: 0.1 LU resolution)."""
     r = subprocess.run([FFMPEG, "-hide_banner", "-nostats", "-i", str(path), "-af",
                         "ebur128=peak=true", "-f", "null", "-"], capture_output=True,
                        text=True, timeout=120)
     summary = r.stderr.rsplit("Summary:", 1)[1]
-    return {"I": float(re.search(r"I:\s+(-?[\d.]+) LUFS", summary).group(1))}
+    i, lra = summary.split("Loudness range:")
+    num = r"(-?[\d.]+)"
+    return {"I": float(re.search(rf"I:\s+{num} LUFS", i).group(1)),
+            "gate": float(re.search(rf"Threshold:\s+{num} LUFS", i).group(1)),
+            "lra_gate": float(re.search(rf"Threshold:\s+{num} LUFS", lra).group(1))}
 
 
 @pytest.fixture
@@ -300,7 +307,11 @@ def test_batch_missing_m4a_corrupt_every_file_a_row(batch, capsys):
                                "error": f"{missing}: no such file or directory"}
     m4a = got["prog.m4a"]
     assert m4a["status"] == "measured" and m4a["channels"] == 2 and m4a["fs"] == FS
-    assert abs(m4a["integrated_lufs"] - _ffmpeg_ebur128(batch / "prog.m4a")["I"]) <= 0.06
+    ff = _ffmpeg_ebur128(batch / "prog.m4a")
+    assert abs(m4a["integrated_lufs"] - ff["I"]) <= 0.06, (m4a, ff)
+    # the gates ffmpeg prints as thresholds
+    assert abs(m4a["relative_gate_lufs"] - ff["gate"]) <= 0.06, (m4a, ff)
+    assert abs(m4a["lra_gate_lufs"] - ff["lra_gate"]) <= 0.06, (m4a, ff)
     # the samples are FFmpeg's decoder output: as ffmpeg decodes the file to a WAV
     dec = batch.parent / "dec.wav"
     subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-y", "-i",
