@@ -48,7 +48,8 @@ and whose JSON has ``files``, the number of files in it).  Values that are not d
 are empty / ``null``.  ``--series FILE`` writes momentary, short-term and running
 integrated loudness every 100 ms of every file (``.csv``: a header line; ``.jsonl`` /
 ``.ndjson``: JSON Lines), streamed to disk in bounded memory under a temporary name and
-renamed into place when the run ends (no half file under ``FILE``).
+renamed into place when the run ends (no half file under ``FILE``; an interrupted run, or
+one that measured no file, leaves an older ``FILE`` as it was).
 
 A path that does not exist, a directory that cannot be read or holds no audio file, and
 a file that cannot be read (not audio, truncated, damaged, a sample rate the meter cannot
@@ -542,9 +543,12 @@ def run(args) -> int:
         bar = _progress(len(entries))
         results = _results(jobs, n_jobs)
         counts = _rows(entries, results, series, bar, args, judged, opts)
-        if series is not None:
+        if series is not None and counts["measured"]:
             series.commit()
             series = None
+        elif series is not None:       # nothing to write: an older file stays
+            print(f"rtamt loudness: {args.series} not written: no file was measured",
+                  file=sys.stderr)
     except SystemExit:
         if series is not None:
             print(f"rtamt loudness: SIGTERM: stopped; {args.series} not written",

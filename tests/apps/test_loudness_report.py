@@ -473,6 +473,13 @@ def test_series_is_written_atomically(tmp_path, capsys, monkeypatch):
     assert rc == 0 and out.read_text().startswith("file,t_s,") and len(
         out.read_text().splitlines()) == 21
     assert oct(out.stat().st_mode & 0o777) == "0o644"
+    # no file measured: the older file stays, said on stderr
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF0000WAVEjunk" * 8)
+    before = out.read_text()
+    rc, _, err = _run(capsys, "--series", out, bad)
+    assert rc == 1 and out.read_text() == before and f"{out} not written" in err
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
 
 
 def test_series_rows_go_to_disk_while_measuring(tmp_path, monkeypatch):
