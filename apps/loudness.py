@@ -24,8 +24,16 @@ up front, so the length of a coded file is what reading it gives, and whether it
 truncated is known at its end.  A truncated file is failed with the frames that could be
 read, unless ``--partial``: then those frames are measured, ``duration_s`` is theirs, and
 the record's ``truncated`` and a line on stderr say what was missing
-(:mod:`rtamt_apps.files`).  Channels are weighted by their layout (``--layout``; default
-from the channel count: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs).
+(:mod:`rtamt_apps.files`).  Channels are weighted by their layout after BS.1770
+(:mod:`rtamt.loudness.layouts`: 1.41 beside the listener, LFE left out): ``--layout NAME``,
+``--channels NAME,...`` or ``--weights G,...`` for every file, else the file's own: its
+WAVE channel mask (WAV, RF64, W64) or FLAC channel-mask tag, else the order its format
+defines (FLAC, Ogg Vorbis/Opus; a media container: FFmpeg's channel layout of the stream),
+1 = mono, 2 = stereo, and for a WAV without a mask 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs.
+A file whose layout is not known that way (an 8-channel WAV without a mask, ...) is failed
+with the layouts to choose from (:mod:`rtamt_apps.layout_options`); a mask that disagrees
+with the channel count too.  The record's ``layout``, ``layout_from`` and
+``channel_weights`` say which layout was used, why, and its weights.
 
 Totals and compliance: ``--total`` adds a row over all the measured files together (a
 programme or album loudness: every 400 ms gating block and 3 s short-term value of every
@@ -41,15 +49,15 @@ loudness is not compliant with a target.
 
 Output (stdout): a table (default), ``--json`` (JSON Lines: one object per file with the
 keys of :data:`FIELDS`; a file that could not be measured has ``file, status, error``),
-or ``--csv`` (a header line, then one row per file; the per-channel true peaks joined by
-``;``).  ``status`` is ``measured``, ``failed`` (with ``error``), ``skipped`` (with
-``error``: why) or ``total`` (the ``--total`` row, whose ``file`` is empty / ``null``
-and whose JSON has ``files``, the number of files in it).  Values that are not defined
-are empty / ``null``.  ``--series FILE`` writes momentary, short-term and running
-integrated loudness every 100 ms of every file (``.csv``: a header line; ``.jsonl`` /
-``.ndjson``: JSON Lines), streamed to disk in bounded memory under a temporary name and
-renamed into place when the run ends (no half file under ``FILE``; an interrupted run, or
-one that measured no file, leaves an older ``FILE`` as it was).
+or ``--csv`` (a header line, then one row per file; the per-channel true peaks and the
+channel weights joined by ``;``).  ``status`` is ``measured``, ``failed`` (with
+``error``), ``skipped`` (with ``error``: why) or ``total`` (the ``--total`` row, whose
+``file`` is empty / ``null`` and whose JSON has ``files``, the number of files in it).
+Values that are not defined are empty / ``null``.  ``--series FILE`` writes momentary,
+short-term and running integrated loudness every 100 ms of every file (``.csv``: a header
+line; ``.jsonl`` / ``.ndjson``: JSON Lines), streamed to disk in bounded memory under a
+temporary name and renamed into place when the run ends (no half file under ``FILE``; an
+interrupted run, or one that measured no file, leaves an older ``FILE`` as it was).
 
 A path that does not exist, a directory that cannot be read or holds no audio file, and
 a file that cannot be read (not audio, truncated, damaged, a sample rate the meter cannot
@@ -78,6 +86,7 @@ from pathlib import Path
 
 from .args import UsageError, float_range, int_range
 from .files import add_partial_argument, cap_jobs, partial_note, read_error
+from .layout_options import add_layout_arguments
 
 #: file name endings taken from a directory (formats libsndfile reads)
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
@@ -103,8 +112,9 @@ PROGRESS_MIN_FILES = 5
 FIELDS = ("file", "status", "integrated_lufs", "integrated_reason", "lra_lu", "lra_low_lufs",
           "lra_high_lufs", "max_momentary_lufs", "max_short_term_lufs", "true_peak_dbtp",
           "true_peak_channels_dbtp", "sample_peak_dbfs", "absolute_gate_lufs",
-          "relative_gate_lufs", "lra_gate_lufs", "duration_s", "fs", "channels",
-          "target_offset_lu", "target_gain", "compliant", "truncated", "error")
+          "relative_gate_lufs", "lra_gate_lufs", "duration_s", "fs", "channels", "layout",
+          "layout_from", "channel_weights", "target_offset_lu", "target_gain", "compliant",
+          "truncated", "error")
 #: ``--series`` columns (CSV) / keys (JSON Lines)
 SERIES_FIELDS = ("file", "t_s", "momentary_lufs", "short_term_lufs", "integrated_lufs")
 #: ``--series`` formats by the file's suffix
@@ -117,8 +127,7 @@ def add_arguments(p):
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON Lines: one object per file")
     out.add_argument("--csv", action="store_true", help="CSV with a header line")
-    p.add_argument("--layout", choices=("mono", "stereo", "5.0", "5.1"), default=None,
-                   help="channel layout of every file (default: from its channel count)")
+    add_layout_arguments(p)          # --layout / --channels / --weights -> args.layout
     p.add_argument("--block", type=int_range(1024, 1 << 22), default=65536,
                    help="frames read per block (default 65536)")
     p.add_argument("--mode", choices=("histogram", "exact"), default="histogram",
@@ -308,19 +317,18 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
     (``series_format`` ``'csv'`` or ``'jsonl'``, without a header).  Raises
     ``ValueError`` / ``OSError`` for a file that cannot be measured
     (:class:`rtamt.signals.AudioFileError` for a truncated one unless ``partial``: then
-    ``truncated`` says what was missing)."""
+    ``truncated`` says what was missing; a ``LayoutError`` for a layout that is not known
+    or does not fit).  ``layout``: the ``--layout`` / ``--channels`` / ``--weights`` value
+    (:mod:`rtamt_apps.layout_options`), None for the file's own."""
     from rtamt.loudness.bs1770 import LoudnessMeter
+
+    from .layout_options import choose
 
     rows = None
     with _open(path, partial) as r:
-        lay = layout
-        if lay is not None:
-            from rtamt.loudness.bs1770 import LAYOUTS
-            if len(LAYOUTS[lay]) != r.channels:
-                raise ValueError(f"{path}: {r.channels} channels, --layout {lay} has "
-                                 f"{len(LAYOUTS[lay])}")
-        meter = LoudnessMeter(fs=r.fs, channels=r.channels, layout=lay, mode=mode,
-                              lra_hop=lra_hop)
+        lay = choose(r.channels, layout, r)      # LayoutError (ValueError) with the choices
+        meter = LoudnessMeter(fs=r.fs, channels=r.channels, mode=mode, lra_hop=lra_hop,
+                              **lay.meter_kwargs())
         try:
             if series is not None:
                 rows = _SeriesRows(series, series_format, str(path))
@@ -339,6 +347,8 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
            **_figures(meter, meter.true_peak, meter.sample_peak),
            "true_peak_channels_dbtp": [_value(v) for v in meter.true_peak_channels],
            "duration_s": round(frames / fs, 3), "fs": fs, "channels": channels,
+           "layout": lay.name, "layout_from": lay.origin,
+           "channel_weights": list(lay.weights),
            **_compliance(meter.integrated, meter.true_peak, target, tolerance, max_true_peak),
            "truncated": partial_note(r)}
     rec = {k: rec[k] for k in FIELDS if k in rec}
@@ -496,7 +506,7 @@ def _table_row(rec: dict, judged: bool) -> str:
 def _csv_record(rec: dict) -> str:
     def cell(k):
         v = rec.get(k)
-        if k == "true_peak_channels_dbtp" and v is not None:
+        if k in ("true_peak_channels_dbtp", "channel_weights") and v is not None:
             return ";".join("" if c is None else str(c) for c in v)
         return "" if v is None else v
     return _csv_row([cell(k) for k in FIELDS])

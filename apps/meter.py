@@ -23,6 +23,13 @@ reading over all of it at the end, with ``note`` in its JSON record (and a line 
 saying so and which figures it is too short for; a run that processed no audio at all gets
 a JSON record with ``t``, ``reading: null`` and the ``note`` why (and the line on stderr).
 
+Channel layout (BS.1770 channel weights, :mod:`rtamt_apps.layout_options`): ``--layout
+NAME``, ``--channels NAME,...`` (the channels in order; ``--channels N`` is a count) or
+``--weights G,...``; else a file's channel mask or its format's order, 1 = mono, 2 =
+stereo; a device or the demo with more channels needs one of them (refused with the
+choices otherwise).  Any number of channels: the loudness model (1 or 2 channels) is not
+run on more than 2, its fields are null (``-`` on the terminal).
+
 ``--per-channel``: every input channel gets its own three chains on its own stream of an
 :class:`rtamt.scheduler.Scheduler` (fed by a :class:`rtamt.scheduler.FanOut`; ``--threads``,
 ``--budget-ms``, ``--admission``), any number of channels: one line per channel and update
@@ -37,6 +44,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -53,7 +61,6 @@ from .args import (
     UsageError,
     add_block_arguments,
     float_range,
-    int_range,
     positive_float,
 )
 from .feed import SoundLevel
@@ -67,6 +74,8 @@ from .inputs import (
     open_input,
     open_per_channel,
 )
+from .layout_options import add_layout_arguments, channels_or_names
+from .layout_options import choose as choose_layout
 from .warm import warm_chains
 
 LOUDNESS_MODELS = {"moore2016": Moore2016, "glasberg2002": Glasberg2002}
@@ -80,8 +89,10 @@ def add_arguments(p):
     p.add_argument("--model", default="moore2016", choices=sorted(LOUDNESS_MODELS))
     p.add_argument("--fs", type=float_range(*FS_LIMITS), default=None,
                    help="sample rate for demo / device (default 32000 demo, device default)")
-    p.add_argument("--channels", type=int_range(1, 256), default=None,
-                   help="device / demo channels (1 or 2; more with --per-channel)")
+    p.add_argument("--channels", type=channels_or_names, default=None, metavar="N|NAME,...",
+                   help="device / demo channels: a count, or the channel names in order "
+                        "(L,R,C,LFE,Ls,Rs: the layout too)")
+    add_layout_arguments(p, names=False)   # --layout / --weights -> args.layout
     add_block_arguments(p, 512, 256)
     p.add_argument("--seconds", type=positive_float(), default=None,
                    help="stop after this many seconds")
@@ -121,8 +132,8 @@ class _Updates:
         self.acc_n += r.frames
         self.acc_peak = max(self.acc_peak, peak)
         self.max_peak = max(self.max_peak, peak)
-        lo = r.outputs["loudness"]
-        if lo["stl"].shape[-1]:
+        lo = r.outputs.get("loudness")           # None: no model (more than 2 channels)
+        if lo is not None and lo["stl"].shape[-1]:
             d = {k: float(np.asarray(v)[..., -1].sum()) for k, v in lo.items()
                  if k in ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right")}
             self.last.update(d)
@@ -183,9 +194,12 @@ def _record(rec, model, spl_ref, st):
     stl, ltl = rec.get("stl", 0.0), rec.get("ltl", 0.0)
     m, s, i = rec.get("lufs", (None, None, None))
     lra, tp, lra_stable = rec.get("r128", (None, None, False))
-    out = dict(t=rec["t"], stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
-               phon=round(float(model.phon(ltl)), 2), stl_phon=round(float(model.phon(stl)), 2),
-               spl_db=_db(rec["ms"], spl_ref), peak_db=_db(rec["peak"] ** 2, spl_ref),
+    sone = dict(stl_sone=round(stl, 5), ltl_sone=round(ltl, 5),
+                phon=round(float(model.phon(ltl)), 2), stl_phon=round(float(model.phon(stl)), 2)
+                ) if model is not None else dict.fromkeys(("stl_sone", "ltl_sone", "phon",
+                                                          "stl_phon"))
+    out = dict(t=rec["t"], **sone, spl_db=_db(rec["ms"], spl_ref),
+               peak_db=_db(rec["peak"] ** 2, spl_ref),
                max_peak_db=_db(rec["max_peak"] ** 2, spl_ref),
                lufs_momentary=None if m is None or not math.isfinite(m) else round(m, 2),
                lufs_short_term=None if s is None or not math.isfinite(s) else round(s, 2),
@@ -208,8 +222,10 @@ def _line(d, model_name):
     def f(v, fmt):
         return "  -  " if v is None else format(v, fmt)
     st = ",".join(f"{k}={v}" for k, v in d["status"].items()) or "ok"
-    return (f"t {d['t']:7.2f} s | {model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} "
-            f"sone {d['phon']:6.1f} phon | SPL {f(d['spl_db'], '5.1f')} peak "
+    sone = "" if d["stl_sone"] is None else (
+        f"{model_name} STL {d['stl_sone']:7.2f} LTL {d['ltl_sone']:7.2f} sone "
+        f"{d['phon']:6.1f} phon | ")
+    return (f"t {d['t']:7.2f} s | {sone}SPL {f(d['spl_db'], '5.1f')} peak "
             f"{f(d['peak_db'], '5.1f')} dB | M {f(d['lufs_momentary'], '6.1f')} S "
             f"{f(d['lufs_short_term'], '6.1f')} I {f(d['lufs_integrated'], '6.1f')} LUFS "
             f"LRA {f(d['lra_lu'], '4.1f')}{' ' if d['lra_stable'] else '~'}LU TP "
@@ -240,41 +256,82 @@ def _too_short(args, upds) -> None:
     print(f"rtamt meter: {note}", file=sys.stderr, flush=True)
 
 
+class _LayoutUsage(UsageError):
+    """The input's channel layout is not known, or the option's does not fit it."""
+
+
+def _is_file(inp) -> bool:
+    return inp not in (None, "demo", "default") and os.path.isfile(inp)
+
+
+def _layout_option(args):
+    """``(layout, count)``: the layout option (``--layout`` / ``--weights`` in
+    ``args.layout``, or ``--channels NAME,...``) and the channel count it or ``--channels
+    N`` asks the device / demo for (None: not given)."""
+    layout, names = args.layout, args.channels if isinstance(args.channels, tuple) else None
+    if names is not None and layout is not None:
+        raise UsageError("argument --channels: channel names and --layout / --weights "
+                         "both give the layout; give one")
+    layout = names if names is not None else layout
+    if args.per_channel and layout is not None:
+        raise UsageError("--layout, --weights and --channels NAME,... weigh the channels of "
+                         "one programme; --per-channel meters each channel alone")
+    if isinstance(args.channels, int):
+        return layout, args.channels
+    if layout is None:
+        return None, None
+    from rtamt.loudness.layouts import layout_names
+    return layout, len(layout if isinstance(layout, tuple) else layout_names(layout))
+
+
 def run(args) -> int:
     check_per_channel(args, "budget_ms", "threads", "admission")
-    if not args.per_channel and args.channels is not None and args.channels > 2:
-        raise UsageError(f"argument --channels: must be <= 2, got {args.channels} (more "
-                         "with --per-channel)")
+    layout, count = _layout_option(args)
     try:
         spl_ref, spl_src = resolve_spl_ref(args.spl_ref, args.calibration)
     except CalibrationError as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
     try:
-        inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=args.channels,
+        inp = open_input(args.input, hostapi=args.hostapi, fs=args.fs, channels=count,
                          blocksize=args.blocksize, realtime=not args.fast,
                          seconds=(args.seconds if args.seconds is not None else 10.0)
                          if args.input in (None, "demo") else args.seconds, spl_ref=spl_ref,
                          block=args.block, force=args.force,
-                         max_channels=None if args.per_channel else 2)
+                         max_channels=None if args.per_channel or count is not None
+                         or _is_file(args.input) else 2)
         fs, channels = inp.fs, inp.channels
         ch = 1 if args.per_channel else channels      # channels of one stream
+        try:
+            lay = choose_layout(ch, layout, getattr(inp.source, "reader", None)) \
+                if not args.per_channel else None
+        except ValueError as e:             # no layout known, or one that does not fit
+            raise _LayoutUsage(str(e)) from None
         kw = {"presentation": "monaural"} if args.model == "glasberg2002" and ch == 2 else {}
 
         def chains_of():
-            return {"loudness": LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref,
-                                                            field=args.field, **kw),
-                    "bs1770": LoudnessMeter(fs=fs, channels=ch), "level": SoundLevel()}
+            model = {"loudness": LOUDNESS_MODELS[args.model](fs, spl_ref=spl_ref,
+                                                             field=args.field, **kw)
+                     } if ch <= 2 else {}          # the models take 1 or 2 channels
+            return {**model, "bs1770": LoudnessMeter(fs=fs, channels=ch,
+                                                     **(lay.meter_kwargs() if lay else {})),
+                    "level": SoundLevel()}
         chains = chains_of()
-        model = chains["loudness"]
+        model = chains.get("loudness")
+    except _LayoutUsage:
+        raise
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         print(f"rtamt meter: {e}", file=sys.stderr)
         return 2
-    model.phon(1.0)  # build the phon table before streaming
+    if model is not None:
+        model.phon(1.0)  # build the phon table before streaming
     policy = "drop-newest" if args.fast else "drop-oldest"
     if not args.json:
-        print(f"rtamt meter: {args.model} on {inp.label} ({fs:g} Hz, {channels} ch"
-              f"{', one stream per channel' if args.per_channel else ''}), spl_ref "
+        what = args.model if model is not None else \
+            f"BS.1770 (no {args.model}: it takes 1 or 2 channels)"
+        print(f"rtamt meter: {what} on {inp.label} ({fs:g} Hz, {channels} ch"
+              f"{', one stream per channel' if args.per_channel else ''}"
+              f"{f', layout {lay.name} ({lay.origin})' if lay else ''}), spl_ref "
               f"{spl_ref:.2f} dB ({spl_src})", flush=True)
     warm_chains(chains, np.float64, ch)     # kernels loaded (or compiled) before streaming
     if args.per_channel:

@@ -7,11 +7,16 @@ interface of :class:`rtamt.signals.AudioReader` opened with ``count=False`` (``f
 ``channels``, ``format``, ``frames`` (``None`` until the end is reached), ``pos``,
 ``truncated``, ``read(n)``, ``close()``, a context manager), so a caller that needs no
 length up front (``rtamt loudness``) takes either.  Samples come as float64 ``(channels,
-n)``: FFmpeg's decoder output converted by libswresample to double-precision planar at the
-stream's own rate and channel layout (no resampling; integer formats scaled by
-``2^-(bits-1)``, as libsndfile scales them).  What the decoder gives is what FFmpeg's own
+n)``: FFmpeg's decoder output at the stream's own rate and channels (no resampling; float
+formats as decoded, integer formats scaled by ``2^-(bits-1)``, as libsndfile and
+libswresample scale them).  What the decoder gives is what FFmpeg's own
 tools give (``ffmpeg -i FILE out.wav``): the encoder delay that the container signals is
 removed, the padding at the end is not.
+
+The channel layout (``layout``, ``layout_from``, ``layout_problem``, as
+:class:`rtamt.signals.AudioReader` gives them for :mod:`rtamt.loudness.layouts`) is the
+channel layout FFmpeg reports for the stream (a 5.1 AAC: ``FL FR FC LFE BL BR``); an
+unspecified layout of more than two channels gives none (the meter then asks for one).
 
 The verdicts are :class:`rtamt.signals.AudioReader`'s: a file FFmpeg cannot open, or
 without an audio stream, raises :class:`rtamt.signals.AudioFileError` when opened; a
@@ -30,6 +35,46 @@ import numpy as np
 from .signals import AudioFileError, _one_line
 
 __all__ = ["MediaReader"]
+
+
+def _layout_of(layout, channels: int) -> tuple[tuple[str, ...] | None, str]:
+    """``(channel names, origin)`` of an FFmpeg channel layout for
+    :mod:`rtamt.loudness.layouts` (its WAVE / FFmpeg names), as
+    :attr:`rtamt.signals.AudioReader.layout` / ``layout_from``; ``(None, why)`` for an
+    unspecified layout of more than 2 channels (1 and 2: mono and stereo) or channels
+    whose positions are not known."""
+    from .loudness import layouts as L
+
+    names = [c.name for c in layout.channels]
+    if "NONE" not in names and len(names) == channels:
+        try:
+            return L.names(names), f"FFmpeg's channel layout {layout.name!r} of the stream"
+        except L.LayoutError as e:
+            return None, f"FFmpeg's channel layout {layout.name!r} ({e})"
+    if channels <= 2:
+        return L.file_layout("", "", channels)
+    return None, f"FFmpeg gives no channel layout for the stream ({layout.name})"
+
+
+#: integer sample formats: (offset, scale) to full-scale float, as libsndfile and
+#: libswresample convert them (``(x - offset) / scale``)
+_INT_SCALE = {"u8": (128.0, 2.0 ** 7), "s16": (0.0, 2.0 ** 15), "s32": (0.0, 2.0 ** 31),
+              "s64": (0.0, 2.0 ** 63)}
+
+
+def _samples(frame) -> np.ndarray:
+    """A decoded PyAV audio frame as float64 ``(channels, samples)``: float formats as
+    decoded, integer formats scaled to full scale (:data:`_INT_SCALE`); packed formats
+    de-interleaved."""
+    a = frame.to_ndarray()
+    fmt = frame.format
+    if not fmt.is_planar:                       # (1, samples * channels) interleaved
+        a = a.reshape(-1, frame.layout.nb_channels).T
+    name = fmt.name.rstrip("p")
+    if name in _INT_SCALE:
+        off, scale = _INT_SCALE[name]
+        return (a.astype(np.float64) - off) / scale
+    return a.astype(np.float64)
 
 
 def _why(e: BaseException) -> str:
@@ -77,8 +122,10 @@ class MediaReader:
                 raise AudioFileError(f"{self.path}: the audio stream has no sample rate or "
                                      f"channels ({self.fs:g} Hz, {self.channels} channels)")
             self.format = f"{self._c.format.name}/{cc.name}"
-            self._resampler = av.AudioResampler(format="dblp", layout=cc.layout,
-                                                rate=cc.sample_rate)
+            self.layout, self.layout_from = _layout_of(cc.layout, self.channels)
+            #: why the stream's own layout cannot be used (never: FFmpeg's layouts name
+            #: their channels; None), as :attr:`rtamt.signals.AudioReader.layout_problem`
+            self.layout_problem = None
             self._packets = self._c.demux(st)
             self._error = (av.error.FFmpegError, ValueError)
         except BaseException:
@@ -90,18 +137,18 @@ class MediaReader:
         end, or a decoding error: then the verdict of :meth:`_end`)."""
         try:
             packet = next(self._packets)
-            frames = packet.decode()
-            out = [g for fr in frames for g in self._resampler.resample(fr)]
-            if packet.size == 0:            # the demuxer's last (flush) packet
-                out += self._resampler.resample(None)
+            out = [_samples(fr) for fr in packet.decode()]
         except StopIteration:
             self._end(None)
             return False
         except self._error as e:
             self._end(e)
             return False
-        for g in out:
-            a = g.to_ndarray()
+        for a in out:
+            if a.shape[0] != self.channels:
+                raise AudioFileError(f"{self.path}: the audio stream changes from "
+                                     f"{self.channels} to {a.shape[0]} channels at frame "
+                                     f"{self.pos + self._queued}")
             if a.shape[1]:
                 self._queue.append(a)
                 self._queued += a.shape[1]
@@ -141,7 +188,7 @@ class MediaReader:
                 self._queue[0] = a[:, need:]
                 need = 0
         self._queued -= k
-        d = np.ascontiguousarray(np.concatenate(parts, axis=1)[:self.channels], np.float64)
+        d = np.ascontiguousarray(np.concatenate(parts, axis=1))
         bad = ~np.isfinite(d)
         if bad.any():
             raise AudioFileError(f"{self.path}: the file contains NaN or Inf samples (from "

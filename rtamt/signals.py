@@ -114,27 +114,137 @@ def _mp3_has_length_tag(path: str) -> bool:
     return False
 
 
+#: the GUID tail of Sony Wave64's chunk ids (the id is its first 4 bytes, e.g. b"fmt ")
+_W64_GUID_TAIL = bytes.fromhex("f3acd3118cd100c04f8edb8a")
+
+
+def _wave_chunks(f):
+    """``(id, offset of the size field, size, offset of the body)`` of each chunk of an
+    open RIFF / RF64 / BW64 WAVE file (4-byte ids and sizes, bodies padded to even
+    length) or Sony Wave64 file (16-byte GUID ids whose first 4 bytes are the RIFF id,
+    8-byte sizes that count the 24-byte header, bodies padded to 8 bytes); nothing for
+    another file.  Sizes are as stored (RF64's 0xFFFFFFFF placeholders included)."""
+    import struct
+
+    f.seek(0)
+    head = f.read(40)
+    if head[:4] in (b"RIFF", b"RF64", b"BW64") and head[8:12] == b"WAVE":
+        off, w64 = 12, False
+    elif head[:4] == b"riff" and head[24:28] == b"wave" and head[28:40] == _W64_GUID_TAIL:
+        off, w64 = 40, True
+    else:
+        return
+    while True:
+        f.seek(off)
+        hdr = f.read(24 if w64 else 8)
+        if len(hdr) < (24 if w64 else 8):
+            return
+        if w64:
+            size = struct.unpack("<Q", hdr[16:24])[0]
+            if size < 24:
+                return
+            yield hdr[:4], off + 16, size - 24, off + 24
+            off += size + (-size % 8)
+        else:
+            size = struct.unpack("<I", hdr[4:])[0]
+            yield hdr[:4], off + 4, size, off + 8
+            off += 8 + size + (size & 1)
+
+
 def _riff_data_size_offset(path: str) -> int | None:
     """Byte offset of the size field of a RIFF/WAVE file's ``data`` chunk (None when the
     file is not RIFF/WAVE or has no ``data`` chunk header)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"RIFF":
+                return None
+            return next((at for cid, at, _, _ in _wave_chunks(f) if cid == b"data"), None)
+    except OSError:
+        return None
+
+
+def _wave_channel_mask(path: str) -> int | None:
+    """``dwChannelMask`` of a WAVE file (RIFF, RF64, BW64, Wave64) whose ``fmt `` chunk is a
+    WAVEFORMATEXTENSIBLE (Microsoft, mmreg.h / ksmedia.h: the 18-byte WAVEFORMATEX with
+    ``wFormatTag`` 0xFFFE and ``cbSize`` >= 22, then ``wValidBitsPerSample`` (2 bytes) and
+    the 32-bit ``dwChannelMask`` at byte 20 of the chunk, then the SubFormat GUID); None
+    for a plain WAVEFORMATEX (no mask) or another file."""
     import struct
 
     try:
         with open(path, "rb") as f:
-            if f.read(12)[8:12] != b"WAVE":
-                return None
-            off = 12
-            while True:
-                f.seek(off)
-                hdr = f.read(8)
-                if len(hdr) < 8:
-                    return None
-                cid, size = hdr[:4], struct.unpack("<I", hdr[4:])[0]
+            for cid, _, size, body in _wave_chunks(f):
+                if cid == b"fmt ":
+                    f.seek(body)
+                    fmt = f.read(min(size, 40))
+                    if len(fmt) < 24 or struct.unpack_from("<H", fmt, 0)[0] != 0xFFFE \
+                            or struct.unpack_from("<H", fmt, 16)[0] < 22:
+                        return None
+                    return struct.unpack_from("<I", fmt, 20)[0]
                 if cid == b"data":
-                    return off + 4
-                off += 8 + size + (size & 1)
+                    return None
     except OSError:
         return None
+    return None
+
+
+#: the Vorbis comment FLAC and FFmpeg store a WAVE channel mask in
+FLAC_MASK_TAG = "WAVEFORMATEXTENSIBLE_CHANNEL_MASK"
+
+
+def _flac_channel_mask(path: str) -> int | None:
+    """The channel mask of a FLAC file's ``WAVEFORMATEXTENSIBLE_CHANNEL_MASK`` Vorbis
+    comment (written by ``flac`` and FFmpeg for a layout other than FLAC's default; hex
+    ``0x...`` or decimal), from its metadata blocks (RFC 9639: after ``fLaC``, blocks with
+    a 4-byte header -- last-block flag, 7-bit type, 24-bit big-endian length; type 4 is the
+    VORBIS_COMMENT, whose own lengths are little-endian); None without one.  A tag whose
+    value is not a number raises ``ValueError``."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"fLaC":
+                return None
+            while True:
+                h = f.read(4)
+                if len(h) < 4:
+                    return None
+                last, kind, size = h[0] & 0x80, h[0] & 0x7F, int.from_bytes(h[1:], "big")
+                if kind != 4:
+                    if last:
+                        return None
+                    f.seek(size, 1)
+                    continue
+                b = f.read(size)
+                at = 4 + struct.unpack_from("<I", b, 0)[0]          # after the vendor
+                n, at = struct.unpack_from("<I", b, at)[0], at + 4
+                for _ in range(n):
+                    ln = struct.unpack_from("<I", b, at)[0]
+                    key, _, val = b[at + 4:at + 4 + ln].decode("utf-8", "replace") \
+                        .partition("=")
+                    at += 4 + ln
+                    if key.upper() == FLAC_MASK_TAG:
+                        try:
+                            return int(val.strip(), 0)
+                        except ValueError:
+                            raise ValueError(f"its {FLAC_MASK_TAG} tag {val!r} is not a "
+                                             "number") from None
+                return None
+    except (OSError, struct.error):
+        return None
+
+
+def _opus_mapping_family(path: str) -> int | None:
+    """The channel mapping family of an Ogg Opus file's identification header (RFC 7845
+    section 5.1: ``OpusHead``, then version, channel count, pre-skip (2), rate (4), gain
+    (2), family at byte 18); None when there is none in its first page."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 12)
+    except OSError:
+        return None
+    i = head.find(b"OpusHead")
+    return head[i + 18] if i >= 0 and len(head) > i + 18 else None
 
 
 class _PatchedFile:
@@ -274,6 +384,57 @@ class AudioReader:
             self.frames = None
             if count:
                 self._count()
+
+    # -- the channel layout ---------------------------------------------------------------
+    def _layout_info(self) -> dict:
+        """Read once: the file's channel mask and the layout its format gives
+        (:func:`rtamt.loudness.layouts.file_layout`)."""
+        info = self.__dict__.get("_layout")
+        if info is not None:
+            return info
+        from .loudness import layouts as L
+
+        fmt, sub = self.format.split("/")
+        info = {"mask": None, "layout": None, "from": None, "problem": None}
+        try:
+            if fmt in ("WAV", "WAVEX", "RF64", "W64"):
+                info["mask"] = _wave_channel_mask(self.path)
+            elif fmt == "FLAC":
+                info["mask"] = _flac_channel_mask(self.path)
+            family = _opus_mapping_family(self.path) if sub == "OPUS" else None
+            info["layout"], info["from"] = L.file_layout(fmt, sub, self.channels,
+                                                         info["mask"], family)
+        except ValueError as e:          # a mask that disagrees, a tag that is no number
+            info["problem"] = f"{self.path}: {e}"
+        self._layout = info
+        return info
+
+    @property
+    def channel_mask(self) -> int | None:
+        """The file's WAVE channel mask: ``dwChannelMask`` of a WAVE_FORMAT_EXTENSIBLE
+        WAV / RF64 / W64, or a FLAC's ``WAVEFORMATEXTENSIBLE_CHANNEL_MASK`` tag; None when
+        it has none (0: a mask that assigns no speaker)."""
+        return self._layout_info()["mask"]
+
+    @property
+    def layout(self) -> tuple[str, ...] | None:
+        """Channel names (:mod:`rtamt.loudness.layouts`) of the layout the file gives:
+        its channel mask, else the order its format defines for its channel count (FLAC
+        1-8, Ogg Vorbis / Opus 1-8, WAV 5 and 6 by convention; 1 mono, 2 stereo); None
+        where it gives none (:attr:`layout_from` says why) or :attr:`layout_problem`."""
+        return self._layout_info()["layout"]
+
+    @property
+    def layout_from(self) -> str | None:
+        """Where :attr:`layout` comes from (``'the WAVE channel mask 0x63F'``,
+        ``"FLAC's channel order for 8"``, ...), or why there is none."""
+        return self._layout_info()["from"]
+
+    @property
+    def layout_problem(self) -> str | None:
+        """Why the file's own layout cannot be used (one line naming the file): a channel
+        mask naming another number of channels or unknown positions; else None."""
+        return self._layout_info()["problem"]
 
     def _reopen_zero_placeholder(self) -> None:
         """A WAV whose data size is the placeholder 0 (libsndfile: empty) with bytes after

@@ -22,12 +22,18 @@ has the same size after a day as after a minute) or as the exact list of values
 (``mode='exact'``: grows by 10 values a second; see :mod:`rtamt.loudness.gating` for the
 histogram's resolution).
 
-Channels (BS.1770-4 Table 3; EBU Tech 3341 section 2.10): L, R, C weigh 1.0, the
-surround channels Ls, Rs 1.41 (+1.5 dB), the LFE channel is excluded (weight 0).  The
-layout is given by ``layout`` (``'mono'``, ``'stereo'``, ``'5.0'``, ``'5.1'`` or a tuple of
-channel names) or, without one, follows from the channel count: 1 mono, 2 stereo,
-5 = L R C Ls Rs, 6 = L R C LFE Ls Rs (the WAV / SMPTE order); other counts weigh 1.0 per
-channel.  ``weights`` overrides the layout's weights.
+Channels (BS.1770-4/-5 Table 3 and, for the layouts of ITU-R BS.2051, the
+position-dependent weights of BS.1770-5 Annex 3; EBU Tech 3341 section 2.10): 1.41
+(+1.5 dB) for a channel beside the listener (elevation below 30 degrees, azimuth 60 to 120
+degrees: Ls, Rs of 5.1, the side pair Lss, Rss of 7.1), 1.0 everywhere else (L, R, C, the
+rear pair of 7.1, the upper layer), LFE excluded (weight 0); names, layouts and the rule
+in :mod:`rtamt.loudness.layouts`.  The layout is given by ``layout`` (a
+:data:`~rtamt.loudness.layouts.LAYOUTS` name: ``'mono'``, ``'stereo'``, ``'quad'``,
+``'5.1'``, ``'5.1(film)'``, ``'7.1'``, ``'7.1.4'``, ... or a tuple of channel names) or by
+``weights``; without either it follows from the channel count only where one layout is
+the convention: 1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs (the WAVE / SMPTE
+order); any other count is refused (``ValueError`` naming the choices), never weighted
+1.0 per channel.  ``weights`` overrides the layout's weights.
 
 Time grid and conventions
 -------------------------
@@ -61,6 +67,7 @@ from ..engine import contract as _C
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 from . import gating as _G
+from . import layouts as _L
 from .gating import (
     ABSOLUTE_GATE_LUFS,
     LOUDNESS_OFFSET_DB,
@@ -98,14 +105,13 @@ __all__ = [
     "N_MOMENTARY", "N_SHORT_TERM", "LOUDNESS_OFFSET_DB",
 ]
 
-SURROUND_WEIGHT = 1.41              #: BS.1770-4 Table 3, G for Ls / Rs
-#: BS.1770-4 Table 3 weights by channel name (LFE excluded: Tech 3341 section 2.10)
-CHANNEL_WEIGHTS = {"L": 1.0, "R": 1.0, "C": 1.0, "M": 1.0, "Ls": SURROUND_WEIGHT,
-                   "Rs": SURROUND_WEIGHT, "LFE": 0.0}
-#: named layouts, channel names in stream order (WAV / SMPTE order for 5.1)
-LAYOUTS = {"mono": ("M",), "stereo": ("L", "R"), "5.0": ("L", "R", "C", "Ls", "Rs"),
-           "5.1": ("L", "R", "C", "LFE", "Ls", "Rs")}
-_DEFAULT_LAYOUT = {1: "mono", 2: "stereo", 5: "5.0", 6: "5.1"}
+SURROUND_WEIGHT = _L.SIDE_WEIGHT    #: BS.1770-4 Table 3, G for Ls / Rs
+#: BS.1770 weights of the named channels (LFE excluded: Tech 3341 section 2.10; every name
+#: and its position in :data:`rtamt.loudness.layouts.SPEAKERS`)
+CHANNEL_WEIGHTS = {**{n: s.weight for n, s in _L.SPEAKERS.items()}, "M": 1.0}
+#: named layouts, channel names in stream order (:data:`rtamt.loudness.layouts.LAYOUTS`)
+LAYOUTS = _L.LAYOUTS
+_DEFAULT_LAYOUT = _L.API_DEFAULTS
 MODES = ("histogram", "exact")
 
 _NAME = "bs1770"
@@ -121,25 +127,26 @@ class LoudnessInputError(RtamtInputError):
 
 # ---------------------------------------------------------------- design
 def layout_weights(layout) -> tuple[float, ...]:
-    """BS.1770-4 Table 3 weights of a layout name (:data:`LAYOUTS`) or a tuple of channel
-    names (:data:`CHANNEL_WEIGHTS`)."""
-    names = LAYOUTS.get(layout) if isinstance(layout, str) else layout
-    if names is None:
-        raise ValueError(f"{_NAME}: unknown layout {layout!r}; choose from "
-                         f"{sorted(LAYOUTS)} or give a tuple of channel names "
-                         f"{sorted(CHANNEL_WEIGHTS)}")
-    bad = [n for n in names if n not in CHANNEL_WEIGHTS]
-    if bad:
-        raise ValueError(f"{_NAME}: unknown channel name(s) {bad} in layout {layout!r}; "
-                         f"known: {sorted(CHANNEL_WEIGHTS)}")
-    return tuple(CHANNEL_WEIGHTS[n] for n in names)
+    """BS.1770 weights ``G_i`` of a layout name (:data:`LAYOUTS`) or a sequence of channel
+    names (:mod:`rtamt.loudness.layouts`); ``ValueError`` for an unknown one."""
+    try:
+        return _L.weights_of(_L.layout_names(layout))
+    except _L.LayoutError as e:
+        raise ValueError(f"{_NAME}: layout {layout!r}: {e}") from None
 
 
 def default_weights(channels: int) -> tuple[float, ...]:
-    """BS.1770-4 Table 3 channel weights ``G_i`` for the default layout of ``channels``
-    channels (1 mono, 2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs; else 1.0 each)."""
-    lay = _DEFAULT_LAYOUT.get(channels)
-    return layout_weights(lay) if lay else (1.0,) * channels
+    """BS.1770 weights ``G_i`` of the default layout of ``channels`` channels (1 mono,
+    2 stereo, 5 = L R C Ls Rs, 6 = L R C LFE Ls Rs); ``ValueError`` naming the layouts of
+    that count for any other (no layout is the convention there)."""
+    try:
+        return _L.choose(channels, defaults=tuple(_DEFAULT_LAYOUT), how=_API_HOW).weights
+    except _L.LayoutError as e:
+        raise ValueError(f"{_NAME}: {e}") from None
+
+
+_API_HOW = ("layout=NAME or a tuple of channel names (rtamt.loudness.layouts), or "
+            "weights=(G_1, ..., G_C)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +157,10 @@ class Params:
         (any integer rate).
     channels: number of input channels ``C`` (blocks are ``(C, T)``; ``(T,)`` if ``C == 1``).
     weights: BS.1770 channel weights ``G_i`` (length ``C``, >= 0); ``None``: the layout's.
-    layout: ``'mono'``, ``'stereo'``, ``'5.0'``, ``'5.1'`` or a tuple of channel names
-        (``L R C Ls Rs LFE M``); ``None``: the default of the channel count.
+    layout: a :data:`LAYOUTS` name (``'mono'``, ``'stereo'``, ``'quad'``, ``'5.1'``,
+        ``'5.1(film)'``, ``'7.1'``, ``'7.1.4'``, ...) or a tuple of channel names
+        (``L R C LFE Ls Rs Lss Rss Lrs Rrs Ltf ...``, BS.2051 labels, WAVE names);
+        ``None``: the default of the channel count (1, 2, 5, 6; refused for others).
     mode: ``'histogram'`` (fixed-size state) or ``'exact'`` (every gating block kept).
     lra_hop: short-term values for the loudness range every ``lra_hop`` steps of 100 ms
         (Tech 3342 asks for at least 10 Hz, ``lra_hop=1``; libebur128 uses 1 s, 10).
@@ -189,6 +198,9 @@ class Params:
             raise ValueError(f"{_NAME}: {len(w)} weights for {self.channels} channels")
         if not all(math.isfinite(v) and v >= 0.0 for v in w):
             raise ValueError(f"{_NAME}: weights must be finite and >= 0, got {w}")
+        if not any(w):
+            raise ValueError(f"{_NAME}: every channel weight is 0 (LFE only?), nothing "
+                             f"would be measured: {w}")
         object.__setattr__(self, "weights", w)
         if self.mode not in MODES:
             raise ValueError(f"{_NAME}: mode must be one of {MODES}, got {self.mode!r}")
@@ -707,6 +719,16 @@ class LoudnessMeter(Registered):
     @classmethod
     def split_state_dict(cls, state, i):
         raise RtamtInputError(f"{cls.__name__}: meter states hold one programme, no batch")
+
+    @property
+    def channel_names(self) -> tuple[str, ...] | None:
+        """The channels' names (:mod:`rtamt.loudness.layouts`) in stream order: the
+        layout's, or the channel count's default; None when only ``weights`` were given."""
+        p = self.params
+        if p.layout is not None:
+            return _L.layout_names(p.layout)
+        lay = _DEFAULT_LAYOUT.get(p.channels)        # weights given, or the default's
+        return None if lay is None or p.weights != layout_weights(lay) else LAYOUTS[lay]
 
     @property
     def blocks_processed(self) -> int:

@@ -357,6 +357,30 @@ def test_other_names_fall_back_to_pyav(batch, tmp_path, capsys):
     assert c["status"] == "failed" and "not a readable audio file" in c["error"]
 
 
+def test_media_files_take_ffmpegs_channel_layout(tmp_path, capsys):
+    """A 5.1 AAC file is weighted by the layout FFmpeg reports (FL FR FC LFE BL BR: the
+    back pair at +-110 deg, 1.41, LFE left out); 8 channels without a layout are refused
+    naming the choices, and measured with --layout."""
+    pytest.importorskip("av")
+    if FFMPEG is None:
+        pytest.skip("ffmpeg is not installed")
+    six = tmp_path / "six.m4a"
+    subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "anoisesrc=d=4:a=0.1:seed=3", "-af", "aformat=channel_layouts=5.1",
+                    "-c:a", "aac", "-b:a", "384k", str(six)], check=True, timeout=120)
+    eight = tmp_path / "eight.mka"
+    subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "anoisesrc=d=2:a=0.1", "-ac", "8", "-c:a", "pcm_s16le", "-f", "matroska",
+                    str(eight)], check=True, timeout=120)
+    rc, (a, b), _ = _json(capsys, six, eight)
+    assert rc == 1 and a["status"] == "measured"
+    assert a["layout"] == "5.1" and a["channel_weights"] == [1.0, 1.0, 1.0, 0.0, 1.41, 1.41]
+    assert "FFmpeg's channel layout '5.1'" in a["layout_from"]
+    assert b["status"] == "failed" and "7.1" in b["error"] and "--layout" in b["error"]
+    rc, (b,), _ = _json(capsys, "--layout", "7.1", eight)
+    assert rc == 0 and b["layout"] == "7.1" and b["layout_from"] == "given: --layout"
+
+
 def test_directory_problems_are_rows(tmp_path, capsys, monkeypatch):
     """An empty directory and one that cannot be read are failed rows; the rest is
     measured."""
@@ -576,3 +600,19 @@ def test_media_reader_reads_what_ffmpeg_decodes(tmp_path):
     with pytest.raises(AudioFileError, match="bad.m4a: not a readable media file"):
         MediaReader(bad)
     assert sys.modules["av"]
+    # cut in half (its index first, '+faststart'): damaged part way, as AudioReader says it
+    whole = tmp_path / "whole.m4a"
+    subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-i", str(dec), "-c:a",
+                    "aac", "-movflags", "+faststart", str(whole)], check=True)
+    cut = tmp_path / "cut.m4a"
+    cut.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
+    with pytest.raises(AudioFileError, match="cut.m4a: damaged or truncated: decoding "
+                                             "failed after") as e:
+        with MediaReader(cut) as r:
+            while r.read(4096).shape[1]:
+                pass
+    assert 0 < e.value.frames_read < want.shape[0]
+    with MediaReader(cut, partial=True) as r:
+        while r.read(4096).shape[1]:
+            pass
+        assert r.frames == r.pos == e.value.frames_read and "decoding failed" in r.truncated

@@ -375,9 +375,18 @@ def test_meter_sample_rate_too_low(tmp_path, capsys, model):
 
 
 def test_meter_three_channels(tmp_path, capsys):
+    """A 3-channel WAV without a channel mask: no layout is the convention (L R C, L R LFE,
+    L R Cs): refused naming them; with --layout the BS.1770 meter runs on all three (the
+    loudness model, which takes 1 or 2 channels, does not run: its fields are null)."""
     wav = _write_float32(tmp_path / "t3.wav", _tone(seconds=0.5, dbfs=-30, channels=3))
     rc, _, err = _meter(capsys, "--input", wav, "--fast", "--json")
-    assert rc == 2 and "1 or 2 channels" in err and "has 3" in err
+    assert rc == 2 and "3 channels and no channel mask" in err and "3.0 (L R C)" in err \
+        and "2.1 (L R LFE)" in err and "--layout" in err
+    rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--layout", "3.0")
+    assert rc == 0, err
+    # a 1 kHz tone of RMS -30 dB reads -30 LUFS in one channel; 3 channels weighted 1.0
+    assert abs(recs[-1]["lufs_momentary"] - (-30 + 10 * np.log10(3))) < 0.1
+    assert recs[-1]["stl_sone"] is None and recs[-1]["phon"] is None
 
 
 class _NoDevices:
