@@ -12,9 +12,13 @@ audio: a terminal line, or with ``--json`` one JSON object per update with ``t, 
 peak_db, max_peak_db, lufs_momentary, lufs_short_term, lufs_integrated, lra_lu, lra_stable,
 true_peak_dbtp`` (EBU R128: the loudness range after EBU Tech 3342, false in ``lra_stable``
 and marked ``~`` on the terminal during the first 60 s as EBU Tech 3341 section 2.4 asks,
-and the maximum true peak after ITU-R BS.1770-4 Annex 2, over the channels of the stream),
-with ``--model`` also ``stl_sone, ltl_sone, phon, stl_phon`` (+ per-ear values for
-moore2016), and the runtime's health
+and the maximum true peak after ITU-R BS.1770-4 Annex 2, over the channels of the stream)
+and the rest of the R128 report, as ``rtamt loudness`` words it (:data:`R128_FIELDS`:
+``max_momentary_lufs, max_short_term_lufs, lra_low_lufs, lra_high_lufs,
+true_peak_channels_dbtp, sample_peak_dbfs, absolute_gate_lufs, relative_gate_lufs,
+lra_gate_lufs, integrated_reason``: ``too short`` or ``below the absolute gate`` when
+``lufs_integrated`` is null), with ``--model`` also ``stl_sone, ltl_sone, phon, stl_phon``
+(+ per-ear values for moore2016), and the runtime's health
 (dropped/skipped frames, rejected blocks, PortAudio status flags, processing p99, rtf).
 
 An input that ends before the first update (a file shorter than ``--interval``) gets one
@@ -151,6 +155,7 @@ class _Updates:
         b = r.outputs["bs1770"]
         self.last["lufs"] = (b.momentary, b.short_term, b.integrated)
         self.last["r128"] = (b.loudness_range, b.true_peak, b.lra_stable)
+        self.last["report"] = b          # the rest of the R128 report (_r128_report)
         t = self.t_end = (r.start + r.frames) / self.fs
         if t + 1e-9 >= self.next_t:
             self._emit(t)
@@ -172,6 +177,34 @@ class _Updates:
         return True
 
 
+def _r2(v):
+    """A loudness / level rounded to 0.01; ``None`` for ``None``, ``-inf`` and NaN."""
+    return None if v is None or not math.isfinite(v) else round(float(v), 2)
+
+
+def _r128_report(b) -> dict:
+    """The EBU R128 report fields of the meter's latest
+    :class:`rtamt.loudness.bs1770.LoudnessResult` ``b`` beyond M, S, I, LRA and the true
+    peak: the maxima of M and S, the LRA's low and high ends (10th / 95th percentiles), the
+    true peak per channel, the sample peak, the gates, and why I is empty."""
+    if b is None:
+        return dict.fromkeys(R128_FIELDS)
+    return {"max_momentary_lufs": _r2(b.max_momentary),
+            "max_short_term_lufs": _r2(b.max_short_term),
+            "lra_low_lufs": _r2(b.lra_low), "lra_high_lufs": _r2(b.lra_high),
+            "true_peak_channels_dbtp": [_r2(v) for v in b.true_peak_channels],
+            "sample_peak_dbfs": _r2(b.sample_peak),
+            "absolute_gate_lufs": _r2(b.absolute_gate),
+            "relative_gate_lufs": _r2(b.relative_gate), "lra_gate_lufs": _r2(b.lra_gate),
+            "integrated_reason": b.integrated_reason}
+
+
+#: the keys :func:`_r128_report` adds to a ``--json`` record
+R128_FIELDS = ("max_momentary_lufs", "max_short_term_lufs", "lra_low_lufs", "lra_high_lufs",
+               "true_peak_channels_dbtp", "sample_peak_dbfs", "absolute_gate_lufs",
+               "relative_gate_lufs", "lra_gate_lufs", "integrated_reason")
+
+
 def _record(rec, model, spl_ref, st):
     """One JSON update; ``model`` is the loudness model or None (no sone/phon keys)."""
     m, s, i = rec.get("lufs", (None, None, None))
@@ -189,7 +222,7 @@ def _record(rec, model, spl_ref, st):
                lufs_integrated=None if i is None or not math.isfinite(i) else round(i, 2),
                lra_lu=None if lra is None or not math.isfinite(lra) else round(lra, 2),
                true_peak_dbtp=None if tp is None or not math.isfinite(tp) else round(tp, 2),
-               lra_stable=bool(lra_stable))
+               lra_stable=bool(lra_stable), **_r128_report(rec.get("report")))
     for k in ("stl_left", "stl_right", "ltl_left", "ltl_right"):
         if k in rec:
             out[k] = round(rec[k], 5)

@@ -95,7 +95,8 @@ from .kweighting import (
 from .truepeak import TruePeak, TruePeakParams, dbtp
 
 __all__ = [
-    "Params", "Coeffs", "LoudnessMeter", "LoudnessResult", "LoudnessInputError",
+    "Params", "Coeffs", "LoudnessMeter", "LoudnessResult", "LoudnessStatistics",
+    "LoudnessInputError", "REASON_TOO_SHORT", "REASON_BELOW_GATE",
     "design", "k_weighting_sos", "default_weights", "layout_weights", "lufs_or_none",
     "loudness_of_energy", "BS1770_48K_PREFILTER", "BS1770_48K_RLB",
     "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LAYOUTS", "CHANNEL_WEIGHTS",
@@ -271,6 +272,48 @@ def _dbtp_row(peaks: np.ndarray) -> np.ndarray:
     return np.array([20.0 * math.log10(v) if v > 0.0 else -math.inf for v in peaks.tolist()])
 
 
+#: :attr:`LoudnessResult.integrated_reason` before the first 400 ms gating block
+REASON_TOO_SHORT = "too short"
+#: :attr:`LoudnessResult.integrated_reason` when no gating block passes -70 LUFS
+REASON_BELOW_GATE = "below the absolute gate"
+
+
+def _reason(integrated: float | None) -> str | None:
+    """Why an integrated loudness is empty (``None``: too short; ``-inf``: below the
+    absolute gate); ``None`` for a loudness."""
+    if integrated is None:
+        return REASON_TOO_SHORT
+    return REASON_BELOW_GATE if integrated == -math.inf else None
+
+
+def _lufs_of(e: float) -> float | None:
+    """Loudness (LUFS) of a statistic's power ``e``; ``None`` for 0 (not defined)."""
+    return _lufs(e) if e > 0.0 else None
+
+
+def _gated_i(mode: str, arrays: dict) -> tuple[float, float]:
+    """``(e_I, relative gate)`` as powers (0.0: no gating block passes the absolute gate)
+    of the gating blocks in ``arrays`` (the meter's state arrays: the histogram
+    ``gate_n``/``gate_e``, or the values ``gate_e`` in the exact mode)."""
+    if mode == "histogram":
+        return _G.hist_gates(arrays["gate_n"], arrays["gate_e"])
+    return _G.exact_gates(arrays["gate_e"])
+
+
+def _gated_lra(mode: str, arrays: dict) -> tuple[float, float, float]:
+    """``(lo, hi, gate)`` powers of the loudness range's percentiles and relative gate
+    (0.0: not defined) of the short-term values in ``arrays`` (``lra_n``/``lra_e``, or
+    ``lra_e``)."""
+    if mode == "histogram":
+        return _G.hist_lra_stats(arrays["lra_n"], arrays["lra_e"])
+    return _G.exact_lra_stats(arrays["lra_e"])
+
+
+def _lra_of(lo: float, hi: float) -> float:
+    """LRA (LU) of the percentile powers; 0.0 when no value passed the gates."""
+    return 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0
+
+
 @dataclasses.dataclass
 class LoudnessResult:
     """What one call of :class:`LoudnessMeter` returns (loudness in LUFS, range in LU,
@@ -294,6 +337,26 @@ class LoudnessResult:
         stream began, at 10 ms resolution (``None`` before the first full window).
     lra_stable: False during the first 60 s of the stream, when EBU Tech 3341 (section
         2.4) asks a meter to show that the loudness range is not yet stable.
+    lra_low / lra_high: the 10th and 95th percentiles of the gated short-term loudness
+        (LUFS, EBU Tech 3342 section 3.1; ``loudness_range = lra_high - lra_low``);
+        ``None`` while no short-term value passes the gates.
+    absolute_gate: the absolute gate of the integrated loudness and of the LRA (-70 LUFS,
+        BS.1770-4 eq. (5), Tech 3342).
+    relative_gate: the relative gate of the integrated loudness (LUFS: the loudness of
+        the gating blocks above the absolute gate, -10 LU; BS.1770-4 eq. (6)); ``None``
+        while no gating block passes the absolute gate.
+    lra_gate: the relative gate of the LRA (LUFS: the loudness of the short-term values
+        above the absolute gate, -20 LU; Tech 3342); ``None`` while none passes it.
+    integrated_reason: why ``integrated`` holds no loudness: ``'too short'`` (``None``:
+        not one 400 ms gating block yet), ``'below the absolute gate'`` (``-inf``: digital
+        silence, or every gating block at or below -70 LUFS); ``None`` when it has one.
+    step_integrated: ``(K,)`` float64 running integrated loudness after each step of
+        ``step_time`` (``NaN`` before the first gating block, ``-inf`` while none passes
+        the absolute gate), when the call asked for it (``meter(x,
+        step_integrated=True)``); else ``None``.
+
+    Every field is a function of the samples so far, whatever their partition into
+    blocks (the gated statistics change only at 100 ms steps).
     """
 
     momentary: float | None
@@ -311,6 +374,13 @@ class LoudnessResult:
     max_momentary: float | None = None
     max_short_term: float | None = None
     lra_stable: bool = False
+    lra_low: float | None = None
+    lra_high: float | None = None
+    absolute_gate: float = ABSOLUTE_GATE_LUFS
+    relative_gate: float | None = None
+    lra_gate: float | None = None
+    integrated_reason: str | None = None
+    step_integrated: np.ndarray | None = None
 
     def to_json(self) -> dict:
         """A JSON-serialisable dict (``-inf`` / ``NaN`` -> ``None``)."""
@@ -324,6 +394,12 @@ class LoudnessResult:
             "sample_peak": lufs_or_none(self.sample_peak),
             "max_momentary": lufs_or_none(self.max_momentary),
             "max_short_term": lufs_or_none(self.max_short_term),
+            "lra_low": lufs_or_none(self.lra_low),
+            "lra_high": lufs_or_none(self.lra_high),
+            "absolute_gate": float(self.absolute_gate),
+            "relative_gate": lufs_or_none(self.relative_gate),
+            "lra_gate": lufs_or_none(self.lra_gate),
+            "integrated_reason": self.integrated_reason,
             "true_peak_channels": lufs_or_none(self.true_peak_channels)
             if self.true_peak_channels is not None else None,
             "sample_peak_channels": lufs_or_none(self.sample_peak_channels)
@@ -331,8 +407,137 @@ class LoudnessResult:
             "step_time": [float(t) for t in self.step_time],
             "step_momentary": lufs_or_none(self.step_momentary),
             "step_short_term": lufs_or_none(self.step_short_term),
+            "step_integrated": None if self.step_integrated is None
+            else lufs_or_none(self.step_integrated),
             "samples": int(self.samples),
         }
+
+
+@dataclasses.dataclass
+class LoudnessStatistics:
+    """The gated statistics and peaks of one programme (:meth:`LoudnessMeter.statistics`)
+    or of several merged (:meth:`merge`): what a programme or album loudness over several
+    files needs.  BS.1770-4 and Tech 3342 define the integrated loudness and the LRA over
+    the gating blocks and short-term values of a programme, so the total of several files
+    gates all their 400 ms blocks (and 3 s values) together: their histograms (or value
+    lists) are added, never their LUFS averaged (as libebur128's
+    ``ebur128_loudness_global_multiple`` / ``_range_multiple`` do).  No window spans two
+    programmes.
+
+    mode: ``'histogram'`` or ``'exact'``; arrays: ``gate_n``/``gate_e``/``lra_n``/``lra_e``
+    ``(10000,)`` counts and power sums (histogram) or ``gate_e``/``lra_e`` every power
+    (exact), as in the meter's state; gating_blocks / short_term_values: the 400 ms
+    blocks and 3 s windows seen (below the gates too); seconds: the programmes' length
+    (s); true_peak / sample_peak: the largest linear peak over channels and programmes;
+    max_momentary_power / max_short_term_power: the largest window power (-1: none).
+
+    The properties give the report's figures in LUFS / LU / dB TP, as the meter's do.
+    """
+
+    mode: str
+    arrays: dict
+    gating_blocks: int = 0
+    short_term_values: int = 0
+    seconds: float = 0.0
+    true_peak: float = 0.0
+    sample_peak: float = 0.0
+    max_momentary_power: float = -1.0
+    max_short_term_power: float = -1.0
+    programmes: int = 1
+
+    def merge(self, *others: LoudnessStatistics) -> LoudnessStatistics:
+        """A new :class:`LoudnessStatistics` of this programme and ``others`` together (the
+        histograms added, or the value lists joined; an exact mode's values are put into
+        histogram bins when the modes differ); the inputs are unchanged."""
+        parts = (self, *others)
+        mode = "exact" if all(p.mode == "exact" for p in parts) else "histogram"
+        if mode == "exact":
+            arrays = {k: np.concatenate([p.arrays[k] for p in parts])
+                      for k in ("gate_e", "lra_e")}
+        else:
+            arrays = {"gate_n": np.zeros(N_BINS, np.int64), "gate_e": np.zeros(N_BINS),
+                      "lra_n": np.zeros(N_BINS, np.int64), "lra_e": np.zeros(N_BINS)}
+            for p in parts:
+                if p.mode == "histogram":
+                    for k in arrays:
+                        arrays[k] += p.arrays[k]
+                else:
+                    _G.hist_add_many(arrays["gate_n"], arrays["gate_e"], p.arrays["gate_e"],
+                                     True)
+                    _G.hist_add_many(arrays["lra_n"], arrays["lra_e"], p.arrays["lra_e"],
+                                     False)
+        return LoudnessStatistics(
+            mode=mode, arrays=arrays, gating_blocks=sum(p.gating_blocks for p in parts),
+            short_term_values=sum(p.short_term_values for p in parts),
+            seconds=sum(p.seconds for p in parts),
+            true_peak=max(p.true_peak for p in parts),
+            sample_peak=max(p.sample_peak for p in parts),
+            max_momentary_power=max(p.max_momentary_power for p in parts),
+            max_short_term_power=max(p.max_short_term_power for p in parts),
+            programmes=sum(p.programmes for p in parts))
+
+    @property
+    def integrated(self) -> float | None:
+        """Integrated loudness (LUFS) over every gating block; ``None`` without one,
+        ``-inf`` when none passes the absolute gate."""
+        if self.gating_blocks == 0:
+            return None
+        return loudness_of_energy(_gated_i(self.mode, self.arrays)[0])
+
+    @property
+    def integrated_reason(self) -> str | None:
+        """``'too short'``, ``'below the absolute gate'`` or ``None`` (as the meter's)."""
+        return _reason(self.integrated)
+
+    @property
+    def relative_gate(self) -> float | None:
+        """Relative gate of the integrated loudness (LUFS), ``None`` when not defined."""
+        return _lufs_of(_gated_i(self.mode, self.arrays)[1])
+
+    def _lra(self) -> tuple[float, float, float]:
+        return _gated_lra(self.mode, self.arrays)
+
+    @property
+    def loudness_range(self) -> float | None:
+        """LRA (LU) over every short-term value; ``None`` without one."""
+        return None if self.short_term_values == 0 else _lra_of(*self._lra()[:2])
+
+    @property
+    def lra_low(self) -> float | None:
+        """10th percentile of the gated short-term loudness (LUFS) or ``None``."""
+        return _lufs_of(self._lra()[0])
+
+    @property
+    def lra_high(self) -> float | None:
+        """95th percentile of the gated short-term loudness (LUFS) or ``None``."""
+        return _lufs_of(self._lra()[1])
+
+    @property
+    def lra_gate(self) -> float | None:
+        """Relative gate of the LRA (LUFS) or ``None``."""
+        return _lufs_of(self._lra()[2])
+
+    @property
+    def max_momentary(self) -> float | None:
+        """Largest momentary loudness (LUFS) or ``None``."""
+        e = self.max_momentary_power
+        return None if e < 0 else _lufs(e)
+
+    @property
+    def max_short_term(self) -> float | None:
+        """Largest short-term loudness (LUFS) or ``None``."""
+        e = self.max_short_term_power
+        return None if e < 0 else _lufs(e)
+
+    @property
+    def true_peak_dbtp(self) -> float:
+        """Maximum true peak (dB TP; -inf for silence)."""
+        return dbtp(self.true_peak)
+
+    @property
+    def sample_peak_dbfs(self) -> float:
+        """Maximum sample peak (dBFS; -inf for silence)."""
+        return dbtp(self.sample_peak)
 
 
 # ---------------------------------------------------------------- the meter
@@ -402,6 +607,21 @@ class LoudnessMeter(Registered):
             st._ensure_state(lead, C, np.float64)
         self._lists = {"gate_e": _Growing(), "lra_e": _Growing()}   # exact mode
         self._work = [None, None]
+        self._derived = [0.0, 0.0, 0.0, 0.0]     # relative gate, LRA lo, hi, gate (powers)
+
+    def _stat_arrays(self) -> dict:
+        """The gated statistics' arrays (views, not copies): the histograms, or the exact
+        mode's values."""
+        if self.params.mode == "histogram":
+            return self._s
+        return {k: g.view() for k, g in self._lists.items()}
+
+    def _refresh_derived(self) -> None:
+        """The gates and percentiles of the statistics (after a restored state)."""
+        a, mode = self._stat_arrays(), self.params.mode
+        gi = _gated_i(mode, a)[1] if self.integrated is not None else 0.0
+        lra = _gated_lra(mode, a) if self.loudness_range is not None else (0.0, 0.0, 0.0)
+        self._derived = [gi, *lra]
 
     # -- the streaming contract ---------------------------------------------------------
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
@@ -488,6 +708,7 @@ class LoudnessMeter(Registered):
         self._lists = {k: _Growing(np.asarray(st[k], dtype=np.float64))
                        if k in st and self.params.mode == "exact" else _Growing()
                        for k in ("gate_e", "lra_e")}
+        self._refresh_derived()
 
     @classmethod
     def stack_state_dicts(cls, states):
@@ -538,6 +759,53 @@ class LoudnessMeter(Registered):
     def loudness_range(self) -> float | None:
         """Loudness range so far (LU, EBU Tech 3342); ``None`` before 3 s have been heard."""
         return _scalar(self._s["loudness_range"])
+
+    @property
+    def integrated_reason(self) -> str | None:
+        """Why :attr:`integrated` holds no loudness: ``'too short'`` (no 400 ms gating
+        block yet), ``'below the absolute gate'`` (every gating block at or below -70 LUFS:
+        digital silence); ``None`` when it holds one."""
+        return _reason(self.integrated)
+
+    @property
+    def relative_gate(self) -> float | None:
+        """Relative gate of the integrated loudness so far (LUFS, BS.1770-4 eq. (6)): the
+        loudness of the gating blocks above -70 LUFS, -10 LU; ``None`` while none is."""
+        return _lufs_of(self._derived[0])
+
+    @property
+    def lra_low(self) -> float | None:
+        """10th percentile of the gated short-term loudness so far (LUFS, EBU Tech 3342);
+        ``None`` while no short-term value passes the gates."""
+        return _lufs_of(self._derived[1])
+
+    @property
+    def lra_high(self) -> float | None:
+        """95th percentile of the gated short-term loudness so far (LUFS, EBU Tech 3342);
+        ``None`` while no short-term value passes the gates."""
+        return _lufs_of(self._derived[2])
+
+    @property
+    def lra_gate(self) -> float | None:
+        """Relative gate of the loudness range so far (LUFS, EBU Tech 3342): the loudness
+        of the short-term values at or above -70 LUFS, -20 LU; ``None`` while none is."""
+        return _lufs_of(self._derived[3])
+
+    def statistics(self) -> LoudnessStatistics:
+        """The stream's gated statistics and peaks as a :class:`LoudnessStatistics` (a
+        copy), to merge with other programmes' (:meth:`LoudnessStatistics.merge`)."""
+        n_steps = int(self.gating.state["n_fine"][0]) // _G.FINE
+        tp = self.truepeak.state
+        pk = self.gating.state["peak"][0]
+        return LoudnessStatistics(
+            mode=self.params.mode,
+            arrays=copy.deepcopy({k: v for k, v in self._stat_arrays().items()
+                                  if k in ("gate_n", "gate_e", "lra_n", "lra_e")}),
+            gating_blocks=max(0, n_steps - N_MOMENTARY + 1),
+            short_term_values=max(0, n_steps - N_SHORT_TERM + 1),
+            seconds=self._s["samples"] / self.params.fs,
+            true_peak=float(tp["true_peak"].max()), sample_peak=float(tp["sample_peak"].max()),
+            max_momentary_power=float(pk[0]), max_short_term_power=float(pk[1]))
 
     @property
     def max_momentary(self) -> float | None:
@@ -599,8 +867,11 @@ class LoudnessMeter(Registered):
         return xt
 
     # -- processing ---------------------------------------------------------------------
-    def __call__(self, x: np.ndarray) -> LoudnessResult:
-        """Measure one block; returns a :class:`LoudnessResult` (see class docstring)."""
+    def __call__(self, x: np.ndarray, *, step_integrated: bool = False) -> LoudnessResult:
+        """Measure one block; returns a :class:`LoudnessResult` (see class docstring).
+        ``step_integrated``: also the running integrated loudness after each 100 ms step of
+        the block (:attr:`LoudnessResult.step_integrated`; a 10000-bin pass per step in
+        the histogram mode, a pass over every gating block so far in the exact mode)."""
         xt = self._check(x)[None]                                # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
@@ -614,8 +885,7 @@ class LoudnessMeter(Registered):
         n = int(gt._state["count"][0])
         rows = steps[0, :n]
         k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
-        if n:
-            self._gate(e_m, e_s, k)
+        run = self._gate(e_m, e_s, k, step_integrated) if n else np.zeros(0)
         s["samples"] += xt.shape[1]
         s["block"] += 1
         if n:
@@ -637,30 +907,45 @@ class LoudnessMeter(Registered):
             true_peak=float(max(tpc)), sample_peak=float(max(spc)),
             true_peak_channels=tpc, sample_peak_channels=spc,
             max_momentary=self.max_momentary, max_short_term=self.max_short_term,
-            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs)
+            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs, lra_low=self.lra_low,
+            lra_high=self.lra_high, relative_gate=self.relative_gate, lra_gate=self.lra_gate,
+            integrated_reason=self.integrated_reason,
+            step_integrated=loudness_of_energy(run).reshape(-1) if step_integrated else None)
 
-    def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray) -> None:
+    def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray,
+              running: bool = False) -> np.ndarray | None:
         """Add this block's gating blocks and short-term values to the statistics and
-        update the integrated loudness and loudness range."""
-        s, hop = self._s, self.params.lra_hop
+        update the integrated loudness, the loudness range and their gates; ``running``:
+        return the gated mean power after each step (NaN before the first gating block)."""
+        s, hop, mode = self._s, self.params.lra_hop, self.params.mode
         ok_m = ~np.isnan(e_m)
         lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
-        if self.params.mode == "histogram":
-            _G.hist_add_many(s["gate_n"], s["gate_e"], e_m[ok_m], True)
+        run = np.empty(e_m.size) if running else None
+        if mode == "histogram":
+            if running:
+                _G.hist_running(s["gate_n"], s["gate_e"], e_m, run)
+            else:
+                _G.hist_add_many(s["gate_n"], s["gate_e"], e_m[ok_m], True)
             _G.hist_add_many(s["lra_n"], s["lra_e"], e_s[lra_pick], False)
-            if ok_m.any():
-                s["integrated"] = loudness_of_energy(_G.hist_integrated(s["gate_n"],
-                                                                        s["gate_e"]))
-            if (~np.isnan(e_s)).any():
-                s["loudness_range"] = _G.hist_lra(s["lra_n"], s["lra_e"])
         else:
-            self._lists["gate_e"].extend(e_m[ok_m])
+            gate = self._lists["gate_e"]
+            if running:
+                for i in range(e_m.size):
+                    if ok_m[i]:
+                        gate.extend(e_m[i:i + 1])
+                    run[i] = _G.exact_integrated(gate.view()) if gate.view().size else np.nan
+            else:
+                gate.extend(e_m[ok_m])
             self._lists["lra_e"].extend(e_s[lra_pick])
-            if ok_m.any():
-                s["integrated"] = loudness_of_energy(
-                    _G.exact_integrated(self._lists["gate_e"].view()))
-            if (~np.isnan(e_s)).any():
-                s["loudness_range"] = _G.exact_lra(self._lists["lra_e"].view())
+        a = self._stat_arrays()
+        if ok_m.any():
+            ei, self._derived[0] = _gated_i(mode, a)
+            s["integrated"] = loudness_of_energy(ei)
+        if (~np.isnan(e_s)).any():
+            lo, hi, g = _gated_lra(mode, a)
+            self._derived[1:] = [lo, hi, g]
+            s["loudness_range"] = _lra_of(lo, hi)
+        return run
 
     def warm_kernels(self) -> None:
         """Load (or compile) the gating kernels of this meter's mode that a stream reaches
@@ -673,8 +958,10 @@ class LoudnessMeter(Registered):
         w = copy.copy(self)
         w._s = copy.deepcopy(self._s)
         w._lists = {k: _Growing() for k in self._lists}
+        w._derived = list(self._derived)
         e = np.full(1, 1e-3)
         w._gate(e, e.copy(), np.full(1, float(N_SHORT_TERM)))
+        w._gate(e, e.copy(), np.full(1, float(N_SHORT_TERM)), running=True)
 
 
 class _Growing:

@@ -61,8 +61,9 @@ from ..engine.stage import Stage
 __all__ = ["GatingParams", "GatingCoeffs", "GatingBlocks", "sub_block_lengths",
            "LOUDNESS_OFFSET_DB", "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LRA_GATE_LU",
            "N_MOMENTARY", "N_SHORT_TERM", "BIN_LU", "N_BINS", "BIN_BOUNDS",
-           "hist_add", "hist_add_many", "hist_integrated", "hist_lra", "exact_integrated",
-           "exact_lra"]
+           "hist_add", "hist_add_many", "hist_integrated", "hist_gates", "hist_running",
+           "hist_lra", "hist_lra_stats", "exact_integrated", "exact_gates", "exact_lra",
+           "exact_lra_stats"]
 
 LOUDNESS_OFFSET_DB = -0.691         #: BS.1770-4 eq. (2) constant (dB)
 ABSOLUTE_GATE_LUFS = -70.0          #: BS.1770-4 eq. (5) and Tech 3342, Gamma_a (LUFS)
@@ -268,16 +269,18 @@ def hist_add_many(counts, sums, es, strict):
 
 
 @njit(**JIT)
-def hist_integrated(counts, sums):
-    """Gated mean power of the histogram (BS.1770-4 eqs. (3)-(7)); 0.0 when no block
-    passes the absolute gate."""
+def hist_gates(counts, sums):
+    """Gated mean power of the histogram and its relative gate (BS.1770-4 eqs. (3)-(7)):
+    ``(e_I, gate)`` with ``gate`` the mean power of the blocks above the absolute gate
+    times ``10^(-10/10)`` (the relative gate as a power; exact: the bins hold the sums of
+    the powers); ``(0.0, 0.0)`` when no block passes the absolute gate."""
     n = 0
     tot = 0.0
     for i in range(N_BINS):
         n += counts[i]
         tot += sums[i]
     if n == 0:
-        return 0.0
+        return 0.0, 0.0
     er = tot / n * 10.0 ** (RELATIVE_GATE_LU / 10.0)
     if er < BIN_BOUNDS[0]:
         j = -1
@@ -296,7 +299,28 @@ def hist_integrated(counts, sums):
             frac = math.log(hi / er) / math.log(hi / lo)
         cn += frac * counts[j]
         ce += frac * sums[j]
-    return ce / cn if cn > 0 else 0.0
+    return (ce / cn if cn > 0 else 0.0), er
+
+
+@njit(**JIT)
+def hist_integrated(counts, sums):
+    """Gated mean power of the histogram (BS.1770-4 eqs. (3)-(7)); 0.0 when no block
+    passes the absolute gate (:func:`hist_gates` without the gate)."""
+    return hist_gates(counts, sums)[0]
+
+
+@njit(**JIT)
+def hist_running(counts, sums, es, out):
+    """:func:`hist_add` (strict) of the powers ``es`` one at a time, writing the gated
+    mean power after each to ``out`` (``NaN`` where ``es`` is NaN and nothing was added
+    yet: no gating block so far); the running integrated loudness of every step."""
+    seen = False
+    for i in range(es.shape[0]):
+        e = es[i]
+        if not math.isnan(e):
+            hist_add(counts, sums, e, True)
+            seen = True
+        out[i] = hist_integrated(counts, sums) if seen else np.nan
 
 
 @njit(**JIT)
@@ -307,23 +331,27 @@ def _rank(n, p):
 
 
 @njit(**JIT)
-def hist_lra(counts, sums):
-    """Loudness range (LU) of a histogram of short-term powers (EBU Tech 3342); 0.0
-    when no value passes the gates."""
+def hist_lra_stats(counts, sums):
+    """The loudness range's statistics of a histogram of short-term powers (EBU Tech
+    3342): ``(lo, hi, gate)``, the powers of the 10th and 95th percentiles and of the
+    relative gate (the mean power of the values passing the absolute gate, -20 LU;
+    exact); ``lo = hi = 0.0`` when no value passes the gates, ``gate = 0.0`` when none
+    passes the absolute gate.  LRA = ``10 log10(hi / lo)``."""
     n = 0
     tot = 0.0
     for i in range(N_BINS):
         n += counts[i]
         tot += sums[i]
     if n == 0:
-        return 0.0
+        return 0.0, 0.0, 0.0
     gate = 10.0 * math.log10(tot / n) + LRA_GATE_LU          # relative gate (power dB)
     first = np.searchsorted(_CENTRE_DB, gate, side="left")   # first bin centre >= gate
     m = 0
     for i in range(first, N_BINS):
         m += counts[i]
+    g = 10.0 ** (gate / 10.0)
     if m == 0:
-        return 0.0
+        return 0.0, 0.0, g
     lo_r, hi_r = _rank(m, LRA_LOW), _rank(m, LRA_HIGH)
     lo = hi = 0.0
     seen = 0
@@ -337,28 +365,52 @@ def hist_lra(counts, sums):
             hi = sums[i] / c
             break
         seen += c
-    return 10.0 * math.log10(hi / lo)
+    return lo, hi, g
+
+
+@njit(**JIT)
+def hist_lra(counts, sums):
+    """Loudness range (LU) of a histogram of short-term powers (EBU Tech 3342); 0.0
+    when no value passes the gates (:func:`hist_lra_stats`)."""
+    lo, hi, _ = hist_lra_stats(counts, sums)
+    return 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0
+
+
+def exact_gates(e: np.ndarray) -> tuple[float, float]:
+    """Gated mean power of the gating-block powers ``e`` and the relative gate as a power
+    (BS.1770-4 eqs. (3)-(7), strict gates): ``(e_I, gate)``; ``(0.0, 0.0)`` when none
+    passes the absolute gate."""
+    e = e[e > BIN_BOUNDS[0]]
+    if e.size == 0:
+        return 0.0, 0.0
+    er = float(np.mean(e)) * 10.0 ** (RELATIVE_GATE_LU / 10.0)
+    kept = e[e > er]
+    return (float(np.mean(kept)) if kept.size else 0.0), er
 
 
 def exact_integrated(e: np.ndarray) -> float:
     """Gated mean power of the gating-block powers ``e`` (BS.1770-4 eqs. (3)-(7), strict
     gates); 0.0 when none passes the absolute gate."""
-    e = e[e > BIN_BOUNDS[0]]
+    return exact_gates(e)[0]
+
+
+def exact_lra_stats(e: np.ndarray) -> tuple[float, float, float]:
+    """``(lo, hi, gate)`` of the short-term powers ``e`` as :func:`hist_lra_stats` gives
+    them, from every value (EBU Tech 3342: gates ``>=``, percentiles of rank
+    ``round((n - 1) p)``)."""
+    e = e[e >= BIN_BOUNDS[0]]
     if e.size == 0:
-        return 0.0
-    er = float(np.mean(e)) * 10.0 ** (RELATIVE_GATE_LU / 10.0)
-    kept = e[e > er]
-    return float(np.mean(kept)) if kept.size else 0.0
+        return 0.0, 0.0, 0.0
+    gate = float(np.mean(e)) * 10.0 ** (LRA_GATE_LU / 10.0)
+    kept = np.sort(e[e >= gate])
+    n = kept.size
+    lo = kept[math.floor((n - 1) * LRA_LOW + 0.5)]
+    hi = kept[math.floor((n - 1) * LRA_HIGH + 0.5)]
+    return float(lo), float(hi), gate
 
 
 def exact_lra(e: np.ndarray) -> float:
     """Loudness range (LU) of the short-term powers ``e`` (EBU Tech 3342: gates ``>=``,
     percentiles of rank ``round((n - 1) p)``); 0.0 when none passes the gates."""
-    e = e[e >= BIN_BOUNDS[0]]
-    if e.size == 0:
-        return 0.0
-    kept = np.sort(e[e >= float(np.mean(e)) * 10.0 ** (LRA_GATE_LU / 10.0)])
-    n = kept.size
-    lo = kept[math.floor((n - 1) * LRA_LOW + 0.5)]
-    hi = kept[math.floor((n - 1) * LRA_HIGH + 0.5)]
-    return 10.0 * math.log10(hi / lo)
+    lo, hi, _ = exact_lra_stats(e)
+    return 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0

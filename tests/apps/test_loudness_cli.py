@@ -5,7 +5,8 @@
 * table, ``--json`` (JSON Lines) and ``--csv`` carry I, LRA, true peak, sample peak;
 * the values of Tech 3341-like tones (stereo -23 dBFS: -23 LUFS; 5.1 with a loud LFE);
 * files are read in blocks of ``--block`` frames, never whole;
-* usage errors (missing path, empty directory, option values): one line, exit 2;
+* usage errors (option values): one line, exit 2; a missing path or a directory
+  without audio files is a failed row (exit 1);
 * the progress bar appears on a terminal for long lists only;
 * start-up (issue 39 item 7): the command imports only what the meter needs (no model, no
   scheduler, no scipy.signal, no torch), and ``--jobs`` workers are forked from a process
@@ -64,9 +65,10 @@ def test_directory_with_corrupt_files_table(library, capsys):
     assert rc == app.EXIT_FAILED == 1
     lines = out.strip().splitlines()
     assert lines[0].split()[:4] == ["I", "LUFS", "LRA", "LU"]
-    rows = {ln.split()[-1].split("/")[-1]: ln.split() for ln in lines[1:]}
+    rows = {next(c for c in ln.split() if str(library) in c).split("/")[-1]: ln.split()
+            for ln in lines[1:]}
     assert set(rows) == {"a.wav", "b.flac", "c_corrupt.wav", "d_truncated.wav"}
-    assert rows["a.wav"][:2] == ["-23.0", "0.0"] and rows["a.wav"][2] == "-23.0"
+    assert rows["a.wav"][:2] == ["-23.0", "0.0"] and rows["a.wav"][6] == "-23.0"   # TP
     assert rows["b.flac"][0] == "-33.0"
     assert rows["c_corrupt.wav"][0] == "failed" and rows["d_truncated.wav"][0] == "failed"
     errs = err.strip().splitlines()
@@ -92,7 +94,8 @@ def test_json_and_csv(library, capsys):
     assert abs(a["true_peak_dbtp"] + 23.0) <= 0.1 and abs(a["sample_peak_dbfs"] + 23.0) <= 0.1
     assert a["channels"] == 2 and a["fs"] == FS and a["duration_s"] == 5.0
     assert len(a["true_peak_channels_dbtp"]) == 2
-    assert set(c) == {"file", "error"} and "not a readable audio file" in c["error"]
+    assert set(c) == {"file", "status", "error"} and "not a readable audio file" in c["error"]
+    assert (a["status"], c["status"]) == ("measured", "failed")
     rc, out, _ = _run(capsys, "--csv", str(library))
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["file"].split("/")[-1] for r in rows] == ["a.wav", "c_corrupt.wav",
@@ -128,7 +131,6 @@ def test_reads_in_blocks(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["/no/such/file.wav"], "no such file or directory"),
     (["--block", "5", "x.wav"], "argument --block"),
     (["--json", "--csv", "x.wav"], "not allowed with"),
     ([], "required"),
@@ -139,10 +141,14 @@ def test_usage_errors_one_line_exit_2(capsys, argv, words):
     assert err.count("\n") == 1 and err.startswith("rtamt loudness: error: ") and words in err
 
 
-def test_empty_directory_is_a_usage_error(tmp_path, capsys):
+def test_missing_path_and_empty_directory_are_failed_rows(tmp_path, capsys):
+    """Issue 39: a missing path aborted the batch with exit 2 before anything was
+    measured; now it is a failed row (so is a directory without audio files), exit 1."""
     (tmp_path / "readme.txt").write_text("x")
-    rc, _, err = _run(capsys, str(tmp_path))
-    assert rc == 2 and "a directory without audio files" in err
+    rc, out, err = _run(capsys, str(tmp_path), "/no/such/file.wav")
+    assert rc == 1 and "a directory without audio files" in err
+    assert "/no/such/file.wav: no such file or directory" in err
+    assert [ln.split()[0] for ln in out.splitlines()[1:]] == ["failed", "failed"]
 
 
 def test_progress_bar_only_for_long_lists_on_a_terminal(monkeypatch):

@@ -131,7 +131,7 @@ def test_eight_channels_without_a_mask_are_refused(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     rec = json.loads(r.stdout)
-    assert set(rec) == {"file", "error"}
+    assert set(rec) == {"file", "status", "error"} and rec["status"] == "failed"
     line = [ln for ln in r.stderr.splitlines() if "eight.wav" in ln]
     assert len(line) == 1
     for words in ("8 channels and no channel mask", "7.1 (L R C LFE Lrs Rrs Lss Rss)",
