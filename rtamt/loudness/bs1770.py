@@ -6,7 +6,7 @@ The meter is built from three stages, each a module with its ``Params``, design 
 kernel (the stage contract of ``docs/architecture.md``):
 
 * :class:`rtamt.loudness.kweighting.KWeighting` -- the K-weighting filter (BS.1770-4
-  Annex 1, Tables 1 and 2; designed for any rate from the analog prototypes);
+  Annex 1, Tables 1 and 2 at 48 kHz; at any other rate fitted to the 48 kHz response);
 * :class:`rtamt.loudness.gating.GatingBlocks` -- the 100 ms step clock and the power of
   the 400 ms (momentary) and 3 s (short-term) windows, channels weighted by ``G_i``
   (BS.1770-4 eqs. (1)-(2), Table 3);
