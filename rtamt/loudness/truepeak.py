@@ -254,10 +254,18 @@ def _fine_value(h, w, base, q):
     if p == 0:
         return w[base + n0]
     j = base + n0 + K // 2
-    acc = h[p, 0] * w[j]
-    for k in range(1, K):
-        acc += h[p, k] * w[j - k]
-    return acc
+    # four partial sums (taps k = r, r + 4, ...; K is a multiple of 4), added pairwise:
+    # independent chains of multiply-adds instead of one
+    a0 = h[p, 0] * w[j]
+    a1 = h[p, 1] * w[j - 1]
+    a2 = h[p, 2] * w[j - 2]
+    a3 = h[p, 3] * w[j - 3]
+    for k in range(4, K, 4):
+        a0 += h[p, k] * w[j - k]
+        a1 += h[p, k + 1] * w[j - k - 1]
+        a2 += h[p, k + 2] * w[j - k - 2]
+        a3 += h[p, k + 3] * w[j - k - 3]
+    return (a0 + a1) + (a2 + a3)
 
 
 @njit(**JIT)
