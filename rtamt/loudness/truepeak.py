@@ -280,7 +280,7 @@ def _refine(h, w, base, qc, um, u0, up, s):
     den = 2.0 * u0 - um - up
     q = qc
     if den > 0.0:
-        q = qc + int(np.round((up - um) / (2.0 * den) * Lh))
+        q = qc + int(math.floor((up - um) / (2.0 * den) * Lh + 0.5))
     lo = qc - Lh
     hi = qc + Lh
     g0 = s * _fine_value(h, w, base, q)
@@ -389,6 +389,11 @@ def _former_identity_parts(coeffs: TruePeakCoeffs, fs: float):
     return old_p(fs), old_c(coeffs.phases)
 
 
+def _triton():
+    from . import truepeak_triton as t
+    return (t.true_peak_fir, t.true_peak_sinc)
+
+
 class TruePeak(Stage):
     """True peak and sample peak of every channel (``'sinc'``: windowed sinc to >= 768 kHz,
     refined; ``'bs1770'``: BS.1770-4 Annex 2, 4x); see the module docstring for shapes and
@@ -399,7 +404,7 @@ class TruePeak(Stage):
     in_kind = "channels"
     Params = TruePeakParams
     design = staticmethod(design)
-    kernels = Kernels(numba=(true_peak_fir, true_peak_sinc))
+    kernels = Kernels(numba=(true_peak_fir, true_peak_sinc), triton=_triton)
 
     def design_identity(self, coeffs=None) -> dict:
         if self.params.method != "bs1770":
@@ -419,15 +424,20 @@ class TruePeak(Stage):
 
     @kernel_method
     def process_tm(stage, coeffs, state, x, out=None):
+        """Advance the meter over ``x`` ``(B, T, C)``; returns ``(B, 2, C)`` float64, the
+        running true and sample peak.  The numba kernels get a float64 scratch of
+        ``H + 2 T + 1`` values, kept on the stage for the next block (the Triton twins
+        read the samples where they are and ignore it)."""
         B, T, C = x.shape
-        y = out if (out is not None and out.shape == (B, 2, C) and out.dtype == np.float64) \
-            else np.empty((B, 2, C), np.float64)
+        k = stage.kern
+        y = k.buffer(out, (B, 2, C), state["true_peak"])
         need = coeffs.history + 2 * T + 1
         work = stage.__dict__.get("_work")
         if work is None or work.size < need:
             work = np.empty(need)
             if not isinstance(stage, type):
                 stage._work = work            # reused by the next block of this size or less
-        kern = stage.kern.true_peak_sinc if coeffs.method == "sinc" else stage.kern.true_peak_fir
-        kern(coeffs.phases, state["hist"], state["true_peak"], state["sample_peak"], x, y, work)
+        kern = k.true_peak_sinc if coeffs.method == "sinc" else k.true_peak_fir
+        kern(k.coef(coeffs.phases), state["hist"], state["true_peak"], state["sample_peak"], x,
+             y, work)
         return y
