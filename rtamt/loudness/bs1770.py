@@ -12,7 +12,7 @@ kernel (the stage contract of ``docs/architecture.md``):
   (BS.1770-4 eqs. (1)-(2), Table 3);
 * :class:`rtamt.loudness.truepeak.TruePeak` -- true peak and sample peak per channel
   (BS.1770-4 Annex 2): by default a windowed-sinc interpolator to >= 768 kHz with
-  parabolic refinement (within 0.035 dB of a tone's peak up to 0.4 fs at any rate up to
+  parabolic refinement (within 0.033 dB of a tone's peak up to 0.4 fs at any rate up to
   192 kHz); ``truepeak='bs1770'``: the Annex's 4x example filter.
 
 The meter keeps the gated statistics: the integrated loudness (BS.1770-4 eqs. (3)-(7):
@@ -160,7 +160,7 @@ class Params:
     lra_hop: short-term values for the loudness range every ``lra_hop`` steps of 100 ms
         (Tech 3342 asks for at least 10 Hz, ``lra_hop=1``; libebur128 uses 1 s, 10).
     truepeak: the true-peak interpolator, ``'sinc'`` (windowed sinc to >= 768 kHz, refined:
-        within 0.035 dB of a tone's peak up to 0.4 fs) or ``'bs1770'`` (BS.1770-4 Annex 2's
+        within 0.033 dB of a tone's peak up to 0.4 fs) or ``'bs1770'`` (BS.1770-4 Annex 2's
         4x example filter, as rtamt measured before; its snapshots load only here); see
         :mod:`rtamt.loudness.truepeak`.
     """
@@ -345,8 +345,8 @@ LRA_SETTLE_S = 60.0
 class LoudnessMeter(Registered):
     """Streaming BS.1770-4 / EBU R128 loudness meter (M, S, I, LRA, true peak).
 
-    ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram')``
-    or ``LoudnessMeter(Params(...))``.
+    ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram',
+    lra_hop=1, truepeak='sinc')`` or ``LoudnessMeter(Params(...))``.
 
     ``meter(block)`` takes a float32/float64 numpy block of shape ``(channels, T)``
     (or ``(T,)`` when ``channels == 1``), ``T >= 1``, finite values in full-scale units
@@ -354,16 +354,17 @@ class LoudnessMeter(Registered):
     Invalid blocks raise :class:`LoudnessInputError` (a ``ValueError``) and leave the
     state untouched.  ``reset()`` forgets the stream; ``state_dict()`` /
     ``load_state_dict()`` snapshot and restore it (deep copies; bit-exact continuation;
-    snapshots of the former single-module meter load too).
+    snapshots of the former single-module meter load too, and those of the meter before
+    issue 39 at 48 kHz into a meter with ``truepeak='bs1770'``).
 
     State (``state_dict()``): ``children`` holds the three stages' states (``kweighting``:
     ``zi``; ``gating``: the current sub-block's channel sums, the last 30 sub-block powers;
-    ``truepeak``: the last 11 samples and the peaks), ``arrays`` the meter's: counters
-    ``samples``, ``block``, the latest ``momentary``, ``short_term``, ``integrated``,
-    ``loudness_range``, and the gated statistics -- histogram mode: ``gate_n`` /
-    ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts (int64) and power sums
-    (float64) per 0.01 LU bin; exact mode: ``gate_e`` and ``lra_e``, every gating-block
-    and short-term power so far.
+    ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``, and the peaks),
+    ``arrays`` the meter's: counters ``samples``, ``block``, the latest ``momentary``,
+    ``short_term``, ``integrated``, ``loudness_range``, and the gated statistics --
+    histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts
+    (int64) and power sums (float64) per 0.01 LU bin; exact mode: ``gate_e`` and
+    ``lra_e``, every gating-block and short-term power so far.
     """
 
     name = _NAME

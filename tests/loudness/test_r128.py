@@ -301,10 +301,11 @@ def test_agrees_with_libebur128(kind, channels):
     r = steps[-1]
     assert abs(r.integrated - integ) <= 0.1 and abs(r.loudness_range - lra) <= 0.1, \
         (r.integrated, integ, r.loudness_range, lra)
-    # true peak: the two interpolators differ (BS.1770's 48-tap filter here, a 49-tap
-    # windowed sinc in libebur128): within 0.1 dB on speech and music, within 0.2 dB on
-    # broadband noise bursts, where each is off the true peak by up to ~0.15 dB
-    # (test_true_peak_of_noise_against_oversampled_reference, docs/models.md)
+    # true peak: the interpolators differ (a 48-tap windowed sinc to 768 kHz, refined,
+    # here; a 49-tap windowed sinc at 4x in libebur128): within 0.1 dB on speech and music,
+    # within 0.2 dB on noise bursts, where libebur128 reads up to 0.09 dB below a 32x
+    # reference and rtamt within 0.002 dB (test_true_peak_of_noise_and_programme_against_
+    # 32x_reference, docs/models.md)
     np.testing.assert_allclose(r.true_peak_channels, tp, atol=0.2 if kind == "bursts" else 0.1)
     np.testing.assert_allclose(r.sample_peak_channels, sp, atol=1e-9)
     m_r = np.concatenate([s.step_momentary for s in steps])
@@ -376,7 +377,7 @@ def test_true_peak_tone_sweep_against_32x_reference(fs):
     err = got - _reference_32x_near_peak(x)
     assert np.abs(err).max() <= 0.1, (fs, err.min(), err.max())
     assert (got >= sp).all()
-    assert np.abs(got - dbtp(0.5)).max() <= 0.035          # the docstring's bound
+    assert np.abs(got - dbtp(0.5)).max() <= 0.033          # the docstring's bound
 
 
 @pytest.mark.parametrize("fs", [44100, 48000, 96000])
