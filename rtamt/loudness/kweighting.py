@@ -32,8 +32,10 @@ biquad whose log magnitude fits, in least squares, the target
     ``|H1_fs(f)|``            for ``24 kHz <= f < fs / 2`` (the prototype's shelf by the
     prewarped bilinear transform, where 48 kHz has nothing to say),
 
-on 512 frequencies uniform in ``(0, fs/2)``, by Gauss-Newton iterations (the Jacobian of
-``ln|B/A|`` is ``Re(z^-k / B)``, ``-Re(z^-k / A)``) from the prewarped bilinear design;
+on 512 frequencies uniform in ``(0, fs/2)``, by Gauss-Newton iterations (Nocedal & Wright,
+*Numerical Optimization*, 2nd ed., sec. 10.3; the Jacobian of ``ln|B/A|`` is
+``Re(z^-k / B)``, ``-Re(z^-k / A)``; a root leaving the unit circle is reflected back,
+which keeps the magnitude) from the prewarped bilinear design;
 the RLB high-pass keeps its prewarped bilinear design (its 38 Hz corner is far below any
 Nyquist rate).  The fitted coefficients are rounded to 12 decimals, so the design is the
 same on every machine.  Largest |error| against the 48 kHz response below

@@ -71,6 +71,12 @@ The samples are taken as well (phase 0 is not an identity: its centre tap is 0.9
 
 Both report the larger of the interpolated peak and the sample peak.
 
+References: ITU-R BS.1770-4 (2015) Annex 2; J. F. Kaiser, "Nonrecursive digital filter
+design using the I0-sinh window function", Proc. IEEE ISCAS 1974 (the window); R. E.
+Crochiere & L. R. Rabiner, *Multirate Digital Signal Processing* (1983), ch. 3 (polyphase
+interpolation); J. O. Smith, *Spectral Audio Signal Processing* (2011), "Quadratic
+Interpolation of Spectral Peaks" (the parabola; its bound on a sinusoid is derived above).
+
 Stage :class:`TruePeak`: time-major ``(B, T, C)`` float32/float64 in; out ``(B, 2, C)``
 float64, the running linear true peak (row 0) and sample peak (row 1) per channel after
 the block (with ``'sinc'`` a crest 6 dB below the running maximum is not refined, so a
