@@ -705,10 +705,15 @@ def _former_params(params: Params):
 
 
 def _fingerprint_of(params: Params, coeffs: Coeffs) -> str:
-    """The meter's design fingerprint (``truepeak='bs1770'`` keeps the one of the meter
-    before the option existed, so that its snapshots load)."""
-    return _C.fingerprint(_former_params(params) if params.truepeak == "bs1770" else params,
-                          coeffs)
+    """The meter's design fingerprint.  A meter with ``truepeak='bs1770'`` whose other
+    fields are those of the meter before issue 39 (any field added since at its default)
+    keeps that meter's fingerprint, so that its snapshots load."""
+    later = [f for f in dataclasses.fields(params)
+             if f.name not in _FORMER_FIELDS and f.name != "truepeak"]
+    former = params.truepeak == "bs1770" and all(
+        f.default is not dataclasses.MISSING and getattr(params, f.name) == f.default
+        for f in later)
+    return _C.fingerprint(_former_params(params) if former else params, coeffs)
 
 
 def _refuse_former(meter: LoudnessMeter, sd: dict) -> None:
