@@ -6,12 +6,14 @@ The meter is built from three stages, each a module with its ``Params``, design 
 kernel (the stage contract of ``docs/architecture.md``):
 
 * :class:`rtamt.loudness.kweighting.KWeighting` -- the K-weighting filter (BS.1770-4
-  Annex 1, Tables 1 and 2; designed for any rate from the analog prototypes);
+  Annex 1, Tables 1 and 2 at 48 kHz; at any other rate fitted to the 48 kHz response);
 * :class:`rtamt.loudness.gating.GatingBlocks` -- the 100 ms step clock and the power of
   the 400 ms (momentary) and 3 s (short-term) windows, channels weighted by ``G_i``
   (BS.1770-4 eqs. (1)-(2), Table 3);
-* :class:`rtamt.loudness.truepeak.TruePeak` -- 4x over-sampled true peak and sample peak
-  per channel (BS.1770-4 Annex 2).
+* :class:`rtamt.loudness.truepeak.TruePeak` -- true peak and sample peak per channel
+  (BS.1770-4 Annex 2): by default a windowed-sinc interpolator to >= 768 kHz with
+  parabolic refinement (within 0.033 dB of a tone's peak up to 0.4 fs at any rate up to
+  192 kHz); ``truepeak='bs1770'``: the Annex's 4x example filter.
 
 The meter keeps the gated statistics: the integrated loudness (BS.1770-4 eqs. (3)-(7):
 400 ms gating blocks every 100 ms, absolute gate -70 LUFS, relative gate -10 LU, strict)
@@ -81,6 +83,7 @@ from .gating import (
 from .kweighting import (
     BS1770_48K_PREFILTER,
     BS1770_48K_RLB,
+    PUBLISHED_FS,
     RLB_F0_HZ,
     RLB_GAIN,
     RLB_Q,
@@ -91,7 +94,9 @@ from .kweighting import (
     KWeighting,
     KWeightingParams,
     k_weighting_sos,
+    k_weighting_sos_bilinear,
 )
+from .truepeak import METHODS as TRUEPEAK_METHODS
 from .truepeak import TruePeak, TruePeakParams, dbtp
 
 __all__ = [
@@ -164,6 +169,10 @@ class Params:
     mode: ``'histogram'`` (fixed-size state) or ``'exact'`` (every gating block kept).
     lra_hop: short-term values for the loudness range every ``lra_hop`` steps of 100 ms
         (Tech 3342 asks for at least 10 Hz, ``lra_hop=1``; libebur128 uses 1 s, 10).
+    truepeak: the true-peak interpolator, ``'sinc'`` (windowed sinc to >= 768 kHz, refined:
+        within 0.033 dB of a tone's peak up to 0.4 fs) or ``'bs1770'`` (BS.1770-4 Annex 2's
+        4x example filter, as rtamt measured before; its snapshots load only here); see
+        :mod:`rtamt.loudness.truepeak`.
     """
 
     fs: float = 48000.0
@@ -172,6 +181,7 @@ class Params:
     layout: Any = None
     mode: str = "histogram"
     lra_hop: int = 1
+    truepeak: str = "sinc"
 
     def __post_init__(self):
         KWeightingParams(self.fs)          # the rate check
@@ -208,6 +218,9 @@ class Params:
             raise ValueError(f"{_NAME}: lra_hop must be an integer 1..10 (steps of 100 ms), "
                              f"got {self.lra_hop!r}")
         object.__setattr__(self, "lra_hop", int(self.lra_hop))
+        if self.truepeak not in TRUEPEAK_METHODS:
+            raise ValueError(f"{_NAME}: truepeak must be one of {TRUEPEAK_METHODS}, got "
+                             f"{self.truepeak!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -549,8 +562,8 @@ LRA_SETTLE_S = 60.0
 class LoudnessMeter(Registered):
     """Streaming BS.1770-4 / EBU R128 loudness meter (M, S, I, LRA, true peak).
 
-    ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram')``
-    or ``LoudnessMeter(Params(...))``.
+    ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram',
+    lra_hop=1, truepeak='sinc')`` or ``LoudnessMeter(Params(...))``.
 
     ``meter(block)`` takes a float32/float64 numpy block of shape ``(channels, T)``
     (or ``(T,)`` when ``channels == 1``), ``T >= 1``, finite values in full-scale units
@@ -558,16 +571,17 @@ class LoudnessMeter(Registered):
     Invalid blocks raise :class:`LoudnessInputError` (a ``ValueError``) and leave the
     state untouched.  ``reset()`` forgets the stream; ``state_dict()`` /
     ``load_state_dict()`` snapshot and restore it (deep copies; bit-exact continuation;
-    snapshots of the former single-module meter load too).
+    snapshots of the former single-module meter load too, and those of the meter before
+    issue 39 at 48 kHz into a meter with ``truepeak='bs1770'``).
 
     State (``state_dict()``): ``children`` holds the three stages' states (``kweighting``:
     ``zi``; ``gating``: the current sub-block's channel sums, the last 30 sub-block powers;
-    ``truepeak``: the last 11 samples and the peaks), ``arrays`` the meter's: counters
-    ``samples``, ``block``, the latest ``momentary``, ``short_term``, ``integrated``,
-    ``loudness_range``, and the gated statistics -- histogram mode: ``gate_n`` /
-    ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts (int64) and power sums
-    (float64) per 0.01 LU bin; exact mode: ``gate_e`` and ``lra_e``, every gating-block
-    and short-term power so far.
+    ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``, and the peaks),
+    ``arrays`` the meter's: counters ``samples``, ``block``, the latest ``momentary``,
+    ``short_term``, ``integrated``, ``loudness_range``, and the gated statistics --
+    histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts
+    (int64) and power sums (float64) per 0.01 LU bin; exact mode: ``gate_e`` and
+    ``lra_e``, every gating-block and short-term power so far.
     """
 
     name = _NAME
@@ -581,7 +595,7 @@ class LoudnessMeter(Registered):
         self.coeffs = design(params)
         self.kweighting = KWeighting(KWeightingParams(params.fs))
         self.gating = GatingBlocks(GatingParams(params.fs, params.weights))
-        self.truepeak = TruePeak(TruePeakParams(params.fs))
+        self.truepeak = TruePeak(TruePeakParams(params.fs, method=params.truepeak))
         self.stages = (self.kweighting, self.gating, self.truepeak)
         self.reset()
 
@@ -644,7 +658,7 @@ class LoudnessMeter(Registered):
         """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and the stages' designs)."""
         fp = self.__dict__.get("_fp")
         if fp is None:
-            fp = self._fp = _C.fingerprint(self.params, self.coeffs)
+            fp = self._fp = _fingerprint_of(self.params, self.coeffs)
         return {"name": self.name, "fs": float(self.params.fs),
                 "channels": int(self.coeffs.channels), "fingerprint": fp}
 
@@ -670,7 +684,11 @@ class LoudnessMeter(Registered):
             if isinstance(arrays, dict) and "buf" in arrays:
                 sd = _from_v1(self, sd)
             else:
-                _C.check_identity(self.name, sd, self)
+                try:
+                    _C.check_identity(self.name, sd, self)
+                except RtamtInputError:
+                    _refuse_former(self, sd)
+                    raise
         except RtamtInputError as e:
             raise LoudnessInputError(str(e)) from None
         st = sd.get("arrays")
@@ -987,6 +1005,62 @@ class _Growing:
 
 
 # ---------------------------------------------------------------- former snapshots
+#: the fields of :class:`Params` before ``truepeak`` (issue 39)
+_FORMER_FIELDS = ("fs", "channels", "weights", "layout", "mode", "lra_hop")
+
+
+def _former_params(params: Params):
+    """``params`` as the meter's params were before the ``truepeak`` option (what the
+    fingerprint of the stage-built meter of rtamt before issue 39 was taken of)."""
+    old = dataclasses.make_dataclass("Params", [(f, object) for f in _FORMER_FIELDS])
+    return old(*(getattr(params, f) for f in _FORMER_FIELDS))
+
+
+def _fingerprint_of(params: Params, coeffs: Coeffs) -> str:
+    """The meter's design fingerprint.  A meter with ``truepeak='bs1770'`` whose other
+    fields are those of the meter before issue 39 (any field added since at its default)
+    keeps that meter's fingerprint, so that its snapshots load."""
+    later = [f for f in dataclasses.fields(params)
+             if f.name not in _FORMER_FIELDS and f.name != "truepeak"]
+    former = params.truepeak == "bs1770" and all(
+        f.default is not dataclasses.MISSING and getattr(params, f.name) == f.default
+        for f in later)
+    return _C.fingerprint(_former_params(params) if former else params, coeffs)
+
+
+def _refuse_former(meter: LoudnessMeter, sd: dict) -> None:
+    """Raise a clear :class:`RtamtInputError` if ``sd`` is a snapshot that ``meter`` cannot
+    continue for a reason a user can act on: made with the other true-peak interpolator
+    (snapshots of rtamt before issue 39 are ``truepeak='bs1770'`` ones), or at a rate other
+    than 48 kHz by the meter before issue 39 (the prewarped bilinear K-weighting).  Return
+    otherwise."""
+    theirs = sd.get("design") if isinstance(sd, dict) else None
+    if not isinstance(theirs, dict) or sd.get("kind") != type(meter).__name__:
+        return
+    p = meter.params
+    fp = theirs.get("fingerprint")
+    for other in TRUEPEAK_METHODS:
+        if other != p.truepeak and fp == _fingerprint_of(
+                dataclasses.replace(p, truepeak=other), meter.coeffs):
+            note = (" (BS.1770-4 Annex 2's 4x filter, as every rtamt meter before issue 39)"
+                    if other == "bs1770" else "")
+            raise RtamtInputError(
+                f"{meter.name}: the state was made by a meter with truepeak={other!r}{note}, "
+                f"this meter's is {p.truepeak!r}: load it into LoudnessMeter(..., "
+                f"truepeak={other!r}) to continue it exactly")
+    if p.fs != PUBLISHED_FS and fp == _C.fingerprint(_former_params(p), dataclasses.replace(
+            meter.coeffs, sos=k_weighting_sos_bilinear(p.fs))):
+        raise _former_k_weighting(meter)
+
+
+def _former_k_weighting(meter: LoudnessMeter) -> RtamtInputError:
+    return RtamtInputError(
+        f"{meter.name}: the state was made at {meter.params.fs:g} Hz by an earlier rtamt "
+        "meter whose K-weighting at rates other than 48 kHz was the prewarped bilinear "
+        "design (up to 0.2 dB off the 48 kHz response); the loudness it gathered cannot "
+        "continue with the corrected filter.  only 48 kHz snapshots of that meter load")
+
+
 def _v1_fingerprint(params: Params) -> str:
     """The design fingerprint the single-module meter (state arrays ``zi``, ``buf``,
     ``gate_e``) gave ``params``' rate, channels and weights."""
@@ -1000,7 +1074,8 @@ def _v1_fingerprint(params: Params) -> str:
         "sos", "weights", "fs", "fs_exact", "channels", "max_sub", "sub_lens")])
     return _C.fingerprint(
         old_p(params.fs, params.channels, params.weights),
-        old_c(k_weighting_sos(params.fs), np.asarray(params.weights, np.float64), params.fs,
+        old_c(k_weighting_sos_bilinear(params.fs), np.asarray(params.weights, np.float64),
+              params.fs,
               fs, params.channels, math.ceil(fs / 10), lens))
 
 
@@ -1018,6 +1093,8 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
             f"{meter.name}: the state was made by a meter with other parameters (sample rate "
             f"{theirs.get('fs')!r}, channels {theirs.get('channels')!r}; this meter: "
             f"{p.fs!r}, {p.channels!r}, weights {p.weights})")
+    if p.fs != PUBLISHED_FS:
+        raise _former_k_weighting(meter)
     a = sd["arrays"]
     C = p.channels
     zi, buf = np.asarray(a["zi"], np.float64), np.asarray(a["buf"], np.float64)

@@ -2,9 +2,10 @@
 
 * EBU Tech 3341 (v4) minimum-requirements test signals 1-5 (stereo 1 kHz sines,
   0 dBFS = full-scale sine of peak amplitude 1.0), fed in realistic blocks, at 48 kHz
-  and (case 1) at 44.1 kHz, where the K-weighting is designed from the analog
-  prototypes;
-* the 48 kHz K-weighting equals ITU-R BS.1770-4 Annex 1 Tables 1 and 2;
+  and (case 1) at 44.1 kHz;
+* the 48 kHz K-weighting equals ITU-R BS.1770-4 Annex 1 Tables 1 and 2; at every rate
+  from 8 to 192 kHz a tone or noise reads within 0.02 LU of the same signal resampled
+  to 48 kHz (scipy) and measured there;
 * block invariance: random partitions (incl. 1-sample blocks) give the one-call
   momentary / short-term sequences, integrated loudness, loudness range, true and
   sample peaks and the maxima of M and S, float32 and float64;
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from scipy import signal as sps
 from scipy.signal import sosfreqz
 
 from rtamt.loudness.bs1770 import (
@@ -181,6 +184,70 @@ def test_k_weighting_response_matches_48k_design(fs):
     _, h48 = sosfreqz(k_weighting_sos(48000.0), worN=f, fs=48000.0)
     _, h = sosfreqz(k_weighting_sos(fs), worN=f, fs=fs)
     np.testing.assert_allclose(20 * np.log10(abs(h)), 20 * np.log10(abs(h48)), atol=0.05)
+
+
+KW_RATES = [8000, 11025, 16000, 22050, 32000, 44100, 48000, 88200, 96000, 176400, 192000]
+
+
+def _to_48k(x, fs):
+    """``x`` (rows of signals at ``fs``) resampled to 48 kHz by scipy's polyphase resampler
+    with a long Kaiser-windowed filter (64 input samples either side; flat to < 1e-4 dB
+    below 0.4 of the lower rate)."""
+    if fs == 48000:
+        return x
+    r = Fraction(48000, fs)
+    up, down = r.numerator, r.denominator
+    m = max(up, down)
+    h = sps.firwin(2 * 64 * m + 1, 1.0 / m, window=("kaiser", 10.0))
+    return sps.resample_poly(x, up, down, axis=-1, window=h)
+
+
+def _rate_signals(fs, seconds=3.0):
+    """Tones at 100 Hz, 1 kHz and 0.4 min(fs, 48 kHz), and white noise low-passed at
+    0.4 min(fs, 48 kHz) (what survives resampling to 48 kHz), one per row."""
+    n = int(seconds * fs)
+    t = np.arange(n) / fs
+    top = 0.4 * min(fs, 48000)
+    noise = np.random.default_rng(fs).standard_normal(n)
+    noise = sps.sosfiltfilt(sps.butter(16, top, fs=fs, output="sos"), noise)
+    rows = [0.1 * np.sin(2 * np.pi * f * t) for f in (100.0, 1000.0, top)]
+    return np.array(rows + [0.05 * noise / noise.std()])
+
+
+@pytest.mark.parametrize("fs", KW_RATES)
+def test_k_weighting_at_any_rate_reads_as_resampled_to_48k(fs):
+    """Issue 39 item 6: a tone or noise measured at ``fs`` reads within 0.02 LU of the
+    same signal resampled to 48 kHz and measured there (8 to 192 kHz; with the prewarped
+    bilinear design a 1 kHz tone read 0.20 LU low at 8 kHz, 0.05 LU at 16 kHz)."""
+    x = _rate_signals(fs)
+    y = _to_48k(x, fs)
+
+    def integrated(row, rate):
+        edge = int(0.5 * rate)                 # away from the resampler's ends
+        return LoudnessMeter(fs=rate, channels=1)(np.ascontiguousarray(row[edge:-edge])) \
+            .integrated
+
+    diff = [integrated(a, fs) - integrated(b, 48000) for a, b in zip(x, y)]
+    assert max(abs(d) for d in diff) <= 0.02, (fs, diff)
+
+
+@pytest.mark.parametrize("fs", [3400.0, 4000.0, 6000.0, 8000.0, 12345.6, 47999.0, 48001.0,
+                                 352800.0, 768000.0])
+def test_k_weighting_design_is_stable_and_close_at_any_rate(fs):
+    """The fitted pre-filter is stable and minimum phase at any rate the meter accepts,
+    the RLB is the prewarped bilinear one, and below 8 kHz (where one biquad cannot follow
+    the 48 kHz shelf to Nyquist) the error stays under 0.15 dB."""
+    sos = k_weighting_sos(fs)
+    for row in sos:
+        assert row[3] == 1.0
+        assert np.abs(np.roots(row[3:])).max() < 1.0 and np.abs(np.roots(row[:3])).max() <= 1.0
+    top = min(fs / 2, 24000.0) * 0.999
+    f = np.linspace(10.0, top, 2000)
+    _, h48 = sosfreqz(k_weighting_sos(48000.0), worN=f, fs=48000.0)
+    _, h = sosfreqz(sos, worN=f, fs=fs)
+    err = np.abs(20 * np.log10(np.abs(h) / np.abs(h48)))
+    assert err.max() <= (0.15 if fs < 8000 else 0.025), (fs, err.max())
+    assert np.array_equal(k_weighting_sos(fs), sos)          # deterministic
 
 
 # ---------------------------------------------------------------- conventions

@@ -156,15 +156,21 @@ def test_counts_without_a_conventional_layout_are_refused():
 
 def test_snapshots_of_the_meter_before_layouts_load_and_continue():
     """States saved by the meter of commit 73ae6e5 (stereo, 6 channels by default and with
-    layout='5.1', 5 channels; tests/data/PROVENANCE.md) load into today's meter and
-    continue with the values that meter computed, bit for bit."""
+    layout='5.1', 5 channels; tests/data/PROVENANCE.md) load into today's meter with that
+    meter's true peak (``truepeak='bs1770'``, the Annex 2 filter every meter had before issue
+    39) and continue with the values that meter computed, bit for bit; the default meter
+    (``truepeak='sinc'``) refuses them, naming the option."""
     d = pickle.loads(gzip.decompress((DATA / "bs1770_v2_states.pkl.gz").read_bytes()))
     rng = np.random.default_rng(d["seed"])
     for case in d["cases"]:
         ch = case["channels"]
         x = 0.1 * rng.standard_normal((ch, 4 * FS))
         x[:, FS:FS + FS // 2] *= 0.1
-        m = LoudnessMeter(fs=FS, channels=ch, mode="exact", **case["kwargs"])
+        with pytest.raises(ValueError, match="truepeak='bs1770'"):
+            LoudnessMeter(fs=FS, channels=ch, mode="exact",
+                          **case["kwargs"]).load_state_dict(case["state"])
+        m = LoudnessMeter(fs=FS, channels=ch, mode="exact", truepeak="bs1770",
+                          **case["kwargs"])
         m.load_state_dict(case["state"])
         r = m(x[:, d["split"]:])
         a = case["after"]
