@@ -145,6 +145,11 @@ def add_arguments(p):
                    help="loudness range from a short-term value every STEPS x 100 ms "
                         "(default 1, EBU Tech 3342's 10 Hz; 10: libebur128's 1 s, as "
                         "loudness-scanner and other libebur128-based tools give it)")
+    p.add_argument("--true-peak", dest="truepeak", choices=("sinc", "bs1770"), default="sinc",
+                   help="true-peak interpolator: sinc (default: windowed sinc to >= 768 kHz, "
+                        "within 0.04 dB of a tone's peak up to 0.4 fs) or bs1770 (BS.1770-4 "
+                        "Annex 2's 4x example filter, as libebur128 and ffmpeg; up to 0.7 dB "
+                        "low near 0.4 fs)")
     p.add_argument("--total", action="store_true",
                    help="add a row for all measured files together (programme / album "
                         "loudness: their gating blocks gated together)")
@@ -319,7 +324,7 @@ class _SeriesRows:
 
 def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, lra_hop=1,
             target=None, tolerance=None, max_true_peak=None, series=None,
-            series_format="csv", statistics=False) -> dict:
+            series_format="csv", statistics=False, truepeak="sinc") -> dict:
     """EBU R128 figures of one file: a dict of :data:`FIELDS` without ``error``, plus
     ``statistics`` (a :class:`rtamt.loudness.bs1770.LoudnessStatistics`, to merge into a
     total) when asked.  ``series``: a path to write the ``--series`` rows of the file to
@@ -328,7 +333,8 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
     (:class:`rtamt.signals.AudioFileError` for a truncated one unless ``partial``: then
     ``truncated`` says what was missing; a ``LayoutError`` for a layout that is not known
     or does not fit).  ``layout``: the ``--layout`` / ``--channels`` / ``--weights`` value
-    (:mod:`rtamt_apps.layout_options`), None for the file's own."""
+    (:mod:`rtamt_apps.layout_options`), None for the file's own.  ``truepeak``: the
+    meter's true-peak interpolator (``'sinc'`` or ``'bs1770'``)."""
     import numpy as np
 
     from rtamt.loudness.bs1770 import LoudnessMeter
@@ -339,7 +345,7 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
     with _open(path, partial) as r:
         lay = choose(r.channels, layout, r)      # LayoutError (ValueError) with the choices
         meter = LoudnessMeter(fs=r.fs, channels=r.channels, mode=mode, lra_hop=lra_hop,
-                              **lay.meter_kwargs())
+                              truepeak=truepeak, **lay.meter_kwargs())
         # libsndfile's reader decodes into one time-major buffer whose transpose the meter
         # takes uncopied; a media container's gives a new (channels, n) block
         tm = getattr(r, "read_tm", None)
@@ -385,9 +391,10 @@ def _measure_or_error(job) -> dict:
                 "error": err if str(f) in err else f"{f}: {err}"}
 
 
-def _warm_meter(mode: str) -> None:
+def _warm_meter(mode: str, truepeak: str = "sinc") -> None:
     """Import the reader (soundfile, libsndfile) and load the meter's kernels for ``mode``
-    (numba: from its disk cache, or compiled on a first run): one 0.1 s stereo block and
+    and ``truepeak`` (numba: from its disk cache, or compiled on a first run): one 0.1 s
+    stereo block of noise (its crests reach the true peak's refinement) and
     the gating statistics (:meth:`~rtamt.loudness.bs1770.LoudnessMeter.warm_kernels`), with
     the argument types :func:`measure` passes at every sample rate and channel count."""
     import numpy as np
@@ -395,8 +402,8 @@ def _warm_meter(mode: str) -> None:
 
     from rtamt.loudness.bs1770 import LoudnessMeter
 
-    m = LoudnessMeter(fs=48000.0, channels=2, mode=mode)
-    m(np.zeros((4800, 2)).T)
+    m = LoudnessMeter(fs=48000.0, channels=2, mode=mode, truepeak=truepeak)
+    m(np.random.default_rng(0).standard_normal((4800, 2)).T * 0.1)
     m.warm_kernels()
 
 
@@ -413,9 +420,9 @@ def _pool_context():
     return multiprocessing.get_context()
 
 
-def _results(jobs, n_jobs: int, mode: str = "histogram"):
+def _results(jobs, n_jobs: int, mode: str = "histogram", truepeak: str = "sinc"):
     """An iterator over the results of ``jobs`` in their order (``n_jobs`` processes for
-    more than one).
+    more than one; ``mode`` and ``truepeak``: the meter's, for the workers' warm-up).
 
     With processes, this process first imports and loads what the meter needs
     (:func:`_warm_meter`), then the pool starts and every job is queued, before the
@@ -429,11 +436,11 @@ def _results(jobs, n_jobs: int, mode: str = "histogram"):
 
     ctx = _pool_context()
     if ctx.get_start_method() == "fork":
-        _warm_meter(mode)
+        _warm_meter(mode, truepeak)
         sys.stdout.flush()           # a forked worker must not print this process's buffer
         sys.stderr.flush()
     ex = ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs)), mp_context=ctx,
-                             initializer=_warm_meter, initargs=(mode,))
+                             initializer=_warm_meter, initargs=(mode, truepeak))
     try:
         pending = ex.map(_measure_or_error, jobs)        # queues every job now
     except BaseException:
@@ -598,7 +605,8 @@ def _options(args) -> dict:
         raise UsageError("argument --tolerance: needs --target")
     _check_series(args.series)
     return {"layout": args.layout, "block": args.block, "mode": args.mode,
-            "partial": args.partial, "lra_hop": args.lra_hop, "target": args.target,
+            "partial": args.partial, "lra_hop": args.lra_hop, "truepeak": args.truepeak,
+            "target": args.target,
             "tolerance": args.tolerance, "max_true_peak": args.max_true_peak,
             "statistics": args.total}
 
@@ -617,7 +625,8 @@ def run(args) -> int:
             opts["series_format"] = series.fmt
         jobs = [(f, {**opts, **({"series": series.part(i)} if series else {})})
                 for i, f in enumerate(todo)]
-        results = _results(jobs, n_jobs, args.mode)   # workers start before the bar's thread
+        # workers start before the bar's thread
+        results = _results(jobs, n_jobs, args.mode, args.truepeak)
         bar = _progress(len(entries))
         counts = _rows(entries, results, series, bar, args, judged, opts)
         if series is not None and counts["measured"]:

@@ -108,6 +108,9 @@ def add_arguments(p):
                    help="device / demo channels: a count, or the channel names in order "
                         "(L,R,C,LFE,Ls,Rs: the layout too)")
     add_layout_arguments(p, names=False)   # --layout / --weights -> args.layout
+    p.add_argument("--true-peak", dest="truepeak", choices=("sinc", "bs1770"), default="sinc",
+                   help="true-peak interpolator: sinc (default, windowed sinc to >= 768 kHz) "
+                        "or bs1770 (BS.1770-4 Annex 2's 4x example filter)")
     add_block_arguments(p, 512, 256)
     p.add_argument("--seconds", type=positive_float(), default=None,
                    help="stop after this many seconds")
@@ -328,7 +331,7 @@ def run(args) -> int:
         def chains_of():
             lo = {} if model_cls is None or ch > 2 else {     # the models take 1 or 2
                 "loudness": model_cls(fs, spl_ref=spl_ref, field=args.field, **kw)}
-            return {**lo, "bs1770": LoudnessMeter(fs=fs, channels=ch,
+            return {**lo, "bs1770": LoudnessMeter(fs=fs, channels=ch, truepeak=args.truepeak,
                                                   **(lay.meter_kwargs() if lay else {})),
                     "level": SoundLevel()}
         chains = chains_of()

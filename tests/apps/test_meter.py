@@ -226,6 +226,23 @@ def test_wav_r128_loudness_range_and_true_peak(tmp_path, capsys):
     assert abs(recs[-1]["max_peak_db"] - (100 - 9.03)) <= 0.05   # sample peak, dB SPL
 
 
+def test_true_peak_option_chooses_the_interpolator(tmp_path, capsys):
+    """``--true-peak``: the default windowed sinc reads Tech 3341 case 17's tone (fs/6 at pi/3,
+    0.1 s fades) at -6.02 dBTP within 0.04 dB, ``bs1770`` (Annex 2's 4x filter) at the -6.3
+    that filter gives."""
+    n, f = 2 * FS, FS // 10
+    fade = 0.5 - 0.5 * np.cos(np.pi * np.arange(f) / f)
+    env = np.concatenate([fade, np.ones(n - 2 * f), fade[::-1]])
+    x = 0.5 * np.sin(2 * np.pi * (FS / 6) * np.arange(n) / FS + np.pi / 3) * env
+    wav = _write_float32(tmp_path / "c17.wav", np.repeat(x[:, None], 2, axis=1))
+    got = {}
+    for tp in ("sinc", "bs1770"):
+        rc, recs, err = _meter(capsys, "--input", wav, "--fast", "--json", "--true-peak", tp)
+        assert rc == 0, err
+        got[tp] = recs[-1]["true_peak_dbtp"]
+    assert abs(got["sinc"] + 6.02) <= 0.04 and -6.4 <= got["bs1770"] <= -6.2, got
+
+
 def test_wav_mono_equals_stereo_diotic(tmp_path, capsys):
     """A mono file is presented diotically: the same loudness as the stereo file with two
     identical channels; BS.1770 counts one channel (3 dB less)."""
