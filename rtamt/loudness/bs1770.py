@@ -582,15 +582,25 @@ class LoudnessMeter(Registered):
     histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts
     (int64) and power sums (float64) per 0.01 LU bin; exact mode: ``gate_e`` and
     ``lra_e``, every gating-block and short-term power so far.
+
+    ``threads=2`` (keyword only, not part of the design): each block's true peak runs on a
+    second thread beside the K-weighting and gating (its kernels release the GIL), with
+    the same bits; for measuring files on a machine with a core to spare (``rtamt
+    loudness``: the true peak is about two thirds of the meter's time).  The default, 1,
+    runs everything on the calling thread, as a real-time caller wants.
     """
 
     name = _NAME
 
-    def __init__(self, params: Params | None = None, **kwargs):
+    def __init__(self, params: Params | None = None, *, threads: int = 1, **kwargs):
         if params is None:
             params = Params(**kwargs)
         elif kwargs:
             params = dataclasses.replace(params, **kwargs)
+        if threads not in (1, 2):
+            raise ValueError(f"{_NAME}: threads must be 1 or 2, got {threads!r}")
+        self.threads = threads
+        self._pool = None               # the true peak's thread (threads=2), made on first use
         self.params = params
         self.coeffs = design(params)
         self.kweighting = KWeighting(KWeightingParams(params.fs))
@@ -601,6 +611,20 @@ class LoudnessMeter(Registered):
 
     def __repr__(self):
         return f"{type(self).__name__}({self.params!r})"
+
+    def __getstate__(self):             # copies and pickles leave the thread behind
+        d = self.__dict__.copy()
+        d["_pool"] = None
+        return d
+
+    def _true_peak_pool(self):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # denormals flushed there too (MXCSR is per thread): the same bits as one thread
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rtamt-truepeak",
+                                            initializer=ensure_ftz)
+        return self._pool
 
     # -- state ------------------------------------------------------------------------
     def _initial_state(self) -> dict:
@@ -894,10 +918,15 @@ class LoudnessMeter(Registered):
         ensure_ftz()
         s, p = self._s, self.params
         kw, gt, tp = self.stages
+        peak = None if self.threads == 1 else self._true_peak_pool().submit(
+            tp.process_tm, tp.coeffs, tp._state, xt)                 # beside the rest
         y = self._work[0] = kw.process_tm(kw.coeffs, kw._state, xt, self._work[0])
         steps = gt.process_tm(gt.coeffs, gt._state, y, self._work[1])
         self._work[1] = steps
-        tp.process_tm(tp.coeffs, tp._state, xt)
+        if peak is None:
+            tp.process_tm(tp.coeffs, tp._state, xt)
+        else:
+            peak.result()
         for st in self.stages:
             st._block += 1
         n = int(gt._state["count"][0])
@@ -909,9 +938,14 @@ class LoudnessMeter(Registered):
         if n:
             mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
             s["momentary"], s["short_term"] = float(mom[-1]), float(sht[-1])
-            fs = Fraction(p.fs)
-            times = np.array([math.floor(fs * int(i) / 10) for i in k],
-                             dtype=np.float64) / p.fs
+            # step i ends at sample floor(fs i / 10): exact integers (an integer rate, the
+            # usual case, in one vectorised floor division; any other through Fraction)
+            if float(p.fs).is_integer():
+                times = (int(p.fs) * k.astype(np.int64)) // 10 / p.fs
+            else:
+                fs = Fraction(p.fs)
+                times = np.array([math.floor(fs * int(i) / 10) for i in k],
+                                 dtype=np.float64) / p.fs
         else:
             mom = sht = times = np.zeros(0)
         peaks = tp._state

@@ -346,6 +346,44 @@ def test_transposed_time_major_blocks_give_the_bits_of_contiguous_blocks():
                                                              b.true_peak)
 
 
+@pytest.mark.parametrize("truepeak", ["sinc", "bs1770"])
+def test_true_peak_on_a_second_thread_gives_the_same_bits(truepeak):
+    """``threads=2`` runs each block's true peak on a thread of its own (with denormals
+    flushed there too) beside the K-weighting and gating: the same results and state as one
+    thread, block by block, under a random partition; a copy and a pickle of such a meter
+    leave the thread behind and go on alike."""
+    import copy
+    import pickle
+
+    fs = 48000
+    x = invariance_signal(fs, 3.5, seed=11) * 4.0         # crests above full scale too
+    x[:, 30000:31000] *= 1e-307                            # denormal range
+    one = LoudnessMeter(fs=fs, truepeak=truepeak)
+    two = LoudnessMeter(fs=fs, truepeak=truepeak, threads=2)
+    pos = 0
+    for n in random_lengths(x.shape[-1], np.random.default_rng(5)):
+        ra, rb = one(x[:, pos:pos + n]), two(x[:, pos:pos + n])
+        pos += n
+        np.testing.assert_array_equal(ra.true_peak_channels, rb.true_peak_channels)
+        np.testing.assert_array_equal(ra.step_momentary, rb.step_momentary)
+    assert_same_state(one.state_dict(), two.state_dict())
+    assert two._pool is not None
+    for other in (copy.deepcopy(two), pickle.loads(pickle.dumps(two))):
+        assert other._pool is None and other.threads == 2
+        y = x[:, :9000]
+        np.testing.assert_array_equal(other(y).true_peak_channels,
+                                      copy.deepcopy(one)(y).true_peak_channels)
+    # a stream of subnormal samples only: its peaks are what flushing denormals makes of
+    # them, on either thread (MXCSR is per thread)
+    tiny = invariance_signal(fs, 0.5, seed=12) * 1e-310
+    a = LoudnessMeter(fs=fs, truepeak=truepeak)(tiny)
+    b = LoudnessMeter(fs=fs, truepeak=truepeak, threads=2)(tiny)
+    np.testing.assert_array_equal(a.true_peak_channels, b.true_peak_channels)
+    np.testing.assert_array_equal(a.sample_peak_channels, b.sample_peak_channels)
+    with pytest.raises(ValueError, match="threads must be 1 or 2"):
+        LoudnessMeter(fs=fs, threads=3)
+
+
 # ---------------------------------------------------------------- bad input
 def _bad_blocks():
     nan = np.full((2, 100), 0.01)
