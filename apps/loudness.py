@@ -94,7 +94,7 @@ import sys
 from pathlib import Path
 
 from .args import UsageError, float_range, int_range
-from .files import add_partial_argument, cap_jobs, partial_note, read_error
+from .files import add_partial_argument, cap_jobs, partial_note, read_error, usable_cores
 from .layout_options import add_layout_arguments
 
 #: file name endings taken from a directory (formats libsndfile reads)
@@ -322,9 +322,48 @@ class _SeriesRows:
         self.f.close()
 
 
+def _blocks(r, block: int, ahead: bool):
+    """The blocks of reader ``r`` as ``(channels, n)`` arrays, to its end.  libsndfile's
+    reader decodes into time-major buffers whose transposes the meter takes uncopied (a
+    media container's gives a new block each time); with ``ahead``, into two buffers in
+    turn, the next block decoded on a thread of its own while the caller measures this one
+    (libsndfile releases the GIL), so a block must be used before the next is asked for."""
+    import numpy as np
+
+    tm = getattr(r, "read_tm", None)
+    more = lambda: r.frames is None or r.pos < r.frames     # noqa: E731 (None: to its end)
+    if tm is None:
+        while more():
+            x = r.read(block)
+            if x.shape[-1] == 0:
+                return
+            yield x
+        return
+    n = min(block, r.frames or block)
+    bufs = [np.empty((n, r.channels)) for _ in range(1 + ahead)]
+    if not ahead:
+        while more():
+            x = tm(n, out=bufs[0])
+            if x.shape[0] == 0:
+                return
+            yield x.T
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="rtamt-read") as pool:
+        i, nxt = 0, pool.submit(tm, n, out=bufs[0]) if more() else None
+        while nxt is not None:
+            x = nxt.result()
+            if x.shape[0] == 0:
+                return
+            i ^= 1
+            nxt = pool.submit(tm, n, out=bufs[i]) if more() else None
+            yield x.T
+
+
 def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, lra_hop=1,
             target=None, tolerance=None, max_true_peak=None, series=None,
-            series_format="csv", statistics=False, truepeak="sinc") -> dict:
+            series_format="csv", statistics=False, truepeak="sinc", threads=1) -> dict:
     """EBU R128 figures of one file: a dict of :data:`FIELDS` without ``error``, plus
     ``statistics`` (a :class:`rtamt.loudness.bs1770.LoudnessStatistics`, to merge into a
     total) when asked.  ``series``: a path to write the ``--series`` rows of the file to
@@ -334,9 +373,9 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
     ``truncated`` says what was missing; a ``LayoutError`` for a layout that is not known
     or does not fit).  ``layout``: the ``--layout`` / ``--channels`` / ``--weights`` value
     (:mod:`rtamt_apps.layout_options`), None for the file's own.  ``truepeak``: the
-    meter's true-peak interpolator (``'sinc'`` or ``'bs1770'``)."""
-    import numpy as np
-
+    meter's true-peak interpolator (``'sinc'`` or ``'bs1770'``).  ``threads=2``: the next
+    block is decoded and each block's true peak measured on threads of their own beside the
+    K-weighting and gating (one file on a machine with a core to spare; the same figures)."""
     from rtamt.loudness.bs1770 import LoudnessMeter
 
     from .layout_options import choose
@@ -345,18 +384,11 @@ def measure(path, layout=None, block=65536, mode="histogram", partial=False, *, 
     with _open(path, partial) as r:
         lay = choose(r.channels, layout, r)      # LayoutError (ValueError) with the choices
         meter = LoudnessMeter(fs=r.fs, channels=r.channels, mode=mode, lra_hop=lra_hop,
-                              truepeak=truepeak, **lay.meter_kwargs())
-        # libsndfile's reader decodes into one time-major buffer whose transpose the meter
-        # takes uncopied; a media container's gives a new (channels, n) block
-        tm = getattr(r, "read_tm", None)
-        buf = None if tm is None else np.empty((min(block, r.frames or block), r.channels))
+                              truepeak=truepeak, threads=threads, **lay.meter_kwargs())
         try:
             if series is not None:
                 rows = _SeriesRows(series, series_format, str(path))
-            while r.frames is None or r.pos < r.frames:    # None: a coded file, to its end
-                x = r.read(block) if tm is None else tm(buf.shape[0], out=buf).T
-                if x.shape[-1] == 0:
-                    break
+            for x in _blocks(r, block, threads > 1):
                 res = meter(x, step_integrated=rows is not None)
                 if rows is not None:
                     rows.add(res)
@@ -617,6 +649,9 @@ def run(args) -> int:
     n_jobs = cap_jobs("rtamt loudness", args.jobs, args.force)
     judged = args.target is not None or args.max_true_peak is not None
     todo = [f for f, st, _ in entries if st is None]
+    # files measured one at a time use a second core for decoding and the true peak
+    one = n_jobs == 1 or len(todo) < 2
+    opts["threads"] = 2 if one and usable_cores() > 1 else 1
     old_term = _stop_on_sigterm() if args.series is not None else None
     series = bar = results = None
     try:
