@@ -14,6 +14,9 @@ def test_side_by_side_report(capsys):
     rep = json.loads(capsys.readouterr().out)
     assert len(rep["files"]) == 3 and rep["speed_ratio"] > 0
     assert 0 < rep["rtf_rtamt"] < 1 and 0 < rep["rtf_libebur128"] < 1
-    for f in rep["files"]:     # the bench's noise bursts are full-band: the two true-peak
-        # interpolators differ by up to a few tenths of a dB there (docs/models.md)
-        assert abs(f["diff"]["I"]) <= 0.1 and abs(f["diff"]["TP"]) <= 0.4, f
+    for f in rep["files"]:
+        # the bench's noise bursts are full-band: libebur128's 4x interpolator (BS.1770-4
+        # Annex 2's) reads them up to 0.8 dB low where rtamt's windowed sinc (to 768 kHz)
+        # follows the band-limited waveform (a +-6000-sample sinc reads 0.5 dB higher still):
+        # rtamt never lower, and within 1 dB (docs/models.md)
+        assert abs(f["diff"]["I"]) <= 0.1 and -0.05 <= f["diff"]["TP"] <= 1.0, f
