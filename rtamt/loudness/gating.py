@@ -156,12 +156,20 @@ def block_powers(weights, fine_lens, acc, fill, n_fine, ring_e, ring_n, peak, y,
     P = fine_lens.shape[0]
     for b in range(B):
         cnt = 0
-        for t in range(T):
-            for c in range(C):
-                v = y[b, t, c]
-                acc[b, c] += v * v
-            fill[b] += 1
+        t = 0
+        while t < T:
+            # the rest of the current fine block (or of y), channel by channel: each
+            # channel's squares summed in time order, as one sample at a time would
             k = n_fine[b]
+            n = min(fine_lens[k % P] - fill[b], T - t)
+            for c in range(C):
+                a = acc[b, c]
+                for i in range(t, t + n):
+                    v = y[b, i, c]
+                    a += v * v
+                acc[b, c] = a
+            fill[b] += n
+            t += n
             if fill[b] == fine_lens[k % P]:
                 e = 0.0
                 for c in range(C):
