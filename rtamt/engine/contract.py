@@ -141,10 +141,9 @@ def _kind_class(state) -> type:
     check_state_header("stack_states/split_state", state)
     cls = _KINDS.get(state["kind"])
     if cls is None:     # ``import rtamt`` no longer imports every kind (rtamt/__init__.py)
-        import importlib
-
-        for mod in ("rtamt.models", "rtamt.scheduler", "rtamt.engine.stage"):
-            importlib.import_module(mod)
+        import rtamt.engine.stage  # noqa: F401  (each registers its kinds)
+        import rtamt.models  # noqa: F401
+        import rtamt.scheduler  # noqa: F401
         cls = _KINDS.get(state["kind"])
     if cls is None:
         raise RtamtInputError(f"unknown state kind {state['kind']!r}")

@@ -117,6 +117,12 @@ def _on_compile_start(fn) -> None:
         logging.getLogger("rtamt").warning(FIRST_COMPILE)
 
 
+def mark_first_run_announced() -> None:
+    """Say that the caller has told the user that kernels compile (as the apps' warm-up
+    does): the global one-line notice is not logged after that in this process."""
+    _first["announced"] = True
+
+
 @contextlib.contextmanager
 def _announced_by_caller(yes: bool):
     """No first-run line from the global listener while this is active (``yes``)."""

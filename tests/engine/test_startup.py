@@ -57,6 +57,23 @@ def test_import_rtamt_loads_its_parts_on_first_use(tmp_path):
     assert lines == ["[]", "2", "Moore2016 True True 0.1.0 True"], r.stdout
 
 
+def test_every_subpackage_is_reached_from_a_bare_import():
+    """``rtamt.<name>`` after a bare ``import rtamt`` works for every module and subpackage
+    of the package (the lazy loader lists them by hand, as it imports without importlib),
+    and an unknown name is an AttributeError."""
+    import pathlib
+
+    root = pathlib.Path(rtamt.__file__).parent
+    have = sorted(p.stem if p.is_file() else p.name for p in root.iterdir()
+                  if (p.suffix == ".py" and p.stem != "__init__")
+                  or (p.is_dir() and (p / "__init__.py").exists()))
+    assert sorted(rtamt._SUBMODULES) == have
+    r = _run_py("import rtamt\n"
+                f"print(all(getattr(rtamt, n).__name__ == 'rtamt.' + n for n in {have!r}))\n"
+                "try:\n    rtamt.nonexistent\nexcept AttributeError as e:\n    print(e)\n")
+    assert r.stdout.splitlines() == ["True", "module 'rtamt' has no attribute 'nonexistent'"]
+
+
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                     reason="FTZ/DAZ through MXCSR is x86 only")
 def test_processing_flushes_denormals_without_importing_torch():
