@@ -51,7 +51,37 @@ from .backend import resolve as resolve_backend
 from .contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from .denormal import ensure_ftz
 
-__all__ = ["RtamtInputError", "Stage", "Chain", "Stateless", "as_numpy_block"]
+__all__ = ["RtamtInputError", "Stage", "Chain", "StageGroup", "Stateless", "as_numpy_block",
+           "SAMPLES", "FRAMES", "check_flows"]
+
+#: what flows into or out of a stage (:attr:`Stage.flow_in`, :attr:`Stage.flow_out`):
+#: sample blocks at a rate (time-major arrays, the sample stages), or the frames of a block
+#: at a hop (named arrays, :mod:`rtamt.loudness.frames`; their layout is the names a stage
+#: ``reads`` and ``writes``)
+SAMPLES, FRAMES = "samples", "frames"
+
+
+def check_flows(who: str, stages) -> None:
+    """Raise ``ValueError`` unless each stage takes what the one before it gives
+    (:attr:`Stage.flow_in` = the previous :attr:`Stage.flow_out`) and, on frames, every
+    frame a stage reads (``reads``) was written by a stage before it (``writes``).  A
+    frame stage follows a sample stage only if it is a frame producer (``flow_in`` samples,
+    ``flow_out`` frames, e.g. :class:`rtamt.loudness.spectrum.Spectrum`)."""
+    prev, have = None, set()
+    for st in stages:
+        fin = getattr(st, "flow_in", SAMPLES)
+        if prev is not None and fin != prev[1]:
+            raise ValueError(
+                f"{who}: stage {st.name!r} takes {fin}, but {prev[0]!r} before it gives "
+                f"{prev[1]}")
+        if fin == FRAMES:
+            missing = [k for k in st.reads if k not in have]
+            if missing:
+                raise ValueError(f"{who}: stage {st.name!r} reads frames {missing} that no "
+                                 f"stage before it writes (written: {sorted(have)})")
+        if getattr(st, "flow_out", SAMPLES) == FRAMES:
+            have.update(st.writes)
+        prev = (st.name, getattr(st, "flow_out", SAMPLES))
 
 
 _FLOATS = contract.FLOATS
@@ -196,6 +226,10 @@ class Stage(Registered):
     triton_ready = False
     backend = "numba"
     device = None
+    #: what the stage takes and gives (:data:`SAMPLES` or :data:`FRAMES`), checked when a
+    #: chain is built (:func:`check_flows`); a frame stage says :data:`FRAMES`
+    flow_in = SAMPLES
+    flow_out = SAMPLES
     #: fields the stage's ``Params`` had before, with the value every design used
     #: (``{'spl_ref': 100.0}`` for the stages that lost it to the models' calibration
     #: stage): fed to the design fingerprint so that it and earlier snapshots stay valid
@@ -358,8 +392,8 @@ class Stage(Registered):
     def _bind(self, backend: str, device):
         """The kernels of a resolved ``(backend, device)`` (``None``: the class's own),
         bound from the stage's declaration; raises if the stage has none for it."""
-        if backend == "numba":
-            return None
+        if backend == "numba" or (self.kernels is None and self.triton_ready):
+            return None     # the class's numba set, or a stage of array operations only
         if not self.triton_ready or self.kernels is None:
             raise RtamtBackendError(
                 f"{self.name} ({type(self).__name__}) has no Triton kernel yet; use "
@@ -376,9 +410,14 @@ class Stage(Registered):
         else:
             self.kern = kern
         if self._state is not None:
-            st = {k: to_numpy(v) for k, v in self._state.items()}
-            self._state = _to_device(st, device) if backend == "triton" else st
+            self._state = self._state_on(self._state, backend, device)
         self.backend, self.device = backend, device
+
+    def _state_on(self, st: dict, backend: str, device) -> dict:
+        """``st`` (numpy arrays or tensors) as the state of ``backend``/``device``: numpy on
+        numba, tensors on the device on Triton (values exact)."""
+        st = {k: to_numpy(v) for k, v in st.items()}
+        return _to_device(st, device) if backend == "triton" else st
 
     def to(self, device=None, *, backend: str | None = None):
         """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
@@ -538,15 +577,21 @@ class Stage(Registered):
             contract.check_identity(self.name, sd, self, self.design_identity(self._coeffs0))
             self._state, self._meta, self._block = None, None, int(sd["block"])
             return
-        lead, n_in, dtype = self._meta_from(sd["stream"])
-        coeffs = self._coeffs_for(n_in)
+        meta = self._meta_from(sd["stream"])
+        coeffs = self._coeffs_for(meta[1])
         contract.check_identity(self.name, sd, self, self.design_identity(coeffs))
-        ref = self.init_state(coeffs, self._batch_of(lead), n_in, dtype)
-        state = contract.check_state_arrays(self.name, sd.get("arrays"), ref)
+        state = contract.check_state_arrays(self.name, sd.get("arrays"),
+                                            self._initial_state(coeffs, meta))
         self.coeffs = coeffs
-        self._state = _to_device(state, self.device) if self.backend == "triton" else state
-        self._meta = (lead, n_in, dtype)
+        self._state = self._state_on(state, self.backend, self.device)
+        self._meta = meta
         self._block = int(sd["block"])
+
+    def _initial_state(self, coeffs, meta: tuple) -> dict:
+        """The initial state (numpy) of a stream of layout ``meta`` (see
+        :meth:`_meta_from`)."""
+        lead, n_in, dtype = meta
+        return self.init_state(coeffs, self._batch_of(lead), n_in, dtype)
 
     @classmethod
     def stack_state_dicts(cls, states: list) -> dict:
@@ -555,11 +600,91 @@ class Stage(Registered):
 
     @classmethod
     def split_state_dict(cls, state: dict, i: int) -> dict:
-        """Stream ``i`` of a batched state (see :func:`rtamt.engine.contract.split_state`)."""
-        return contract.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state)
+        """Stream ``i`` of a batched state (see :func:`rtamt.engine.contract.split_state`);
+        a stream of ``stream['rows']`` rows (a frame stage's) takes that many."""
+        rows = int((state.get("stream") or {}).get("rows", 1))
+        return contract.split_leaf(cls.__name__, state, i, cls.batch_axes, cls.shared_state,
+                                   rows)
 
 
-class Chain(contract.Composite):
+class StageGroup(contract.Composite):
+    """What every composition of stages shares (:class:`Chain` and the time-varying
+    loudness models, :class:`rtamt.loudness.tvl.TimeVaryingLoudness`): ``stages``, one
+    :meth:`to`, one :meth:`reset`, a state that is the stages' states nested by stage name
+    (``children``; no key has to be unique across stages) restored all or none
+    (:meth:`_load_children`), and the batching hooks over every stage's leaves.  A
+    subclass sets ``stages`` and may react to a new binding or state
+    (:meth:`_rebound`)."""
+
+    stages: list = []
+    backend = "numba"
+    device = None
+
+    def __getitem__(self, name: str):
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def _rebound(self) -> None:
+        """Called after :meth:`to`, :meth:`reset` and a load (a subclass drops what it
+        kept for the former binding or stream)."""
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run every stage on ``backend`` ('numba' or 'triton') and ``device`` (see
+        :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton); the
+        stream's state moves along and continues exactly.  All stages or none: a stage
+        without a kernel for the backend raises :class:`~rtamt.engine.backend.
+        RtamtBackendError` and nothing changes.  Returns self."""
+        backend, device = resolve_backend(backend, device)
+        missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
+        if missing:
+            raise RtamtBackendError(
+                f"{self.name}: no Triton kernel yet for stage(s) {missing}; use "
+                "backend='numba'")
+        kerns = [s._bind(backend, device) for s in self.stages]   # all bound, then moved
+        for s, k in zip(self.stages, kerns):
+            s._set_backend(backend, device, k)
+        self.backend, self.device = backend, device
+        self._rebound()
+        return self
+
+    def reset(self) -> None:
+        """Forget the stream (see :meth:`Stage.reset`)."""
+        for s in self.stages:
+            s.reset()
+        self._rebound()
+
+    def _children_state(self) -> dict:
+        """``{stage name: stage.state_dict()}``, the ``children`` of a snapshot."""
+        return {s.name: s.state_dict() for s in self.stages}
+
+    def _load_children(self, ch) -> None:
+        """Load every stage's snapshot from ``ch`` (``{stage name: state}``): all stages or
+        none (a stage that refuses its state rolls every stage back)."""
+        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
+            raise RtamtInputError(
+                f"{self.name}: the state's stages {sorted(ch) if isinstance(ch, dict) else ch} "
+                f"differ from this chain's {[s.name for s in self.stages]}")
+        backup = [s.state_dict() for s in self.stages]
+        try:
+            for s in self.stages:
+                s.load_state_dict(ch[s.name])
+        except Exception:
+            for s, b in zip(self.stages, backup):
+                s.load_state_dict(b)
+            raise
+        self._rebound()
+
+    def _state_leaves(self) -> list:
+        return [leaf for s in self.stages for leaf in s._state_leaves()]
+
+    def _bump(self, k: int = 1) -> None:
+        for s in self.stages:
+            s._block += k
+
+
+class Chain(StageGroup):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
@@ -585,17 +710,15 @@ class Chain(contract.Composite):
             self.calibration = calibration
         if not stages or stages[0].in_kind != "signal":
             raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
+        check_flows(self.name, stages)
+        if stages[-1].flow_out != SAMPLES:
+            raise ValueError(f"{self.name}: a Chain's stages give samples; "
+                             f"{stages[-1].name!r} gives {stages[-1].flow_out}")
         self.stages = list(stages)
         self._bufs: list = [None] * len(self.stages)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}")
-
-    def __getitem__(self, name: str) -> Stage:
-        for s in self.stages:
-            if s.name == name:
-                return s
-        raise KeyError(name)
 
     @property
     def output_names(self) -> list[str]:
@@ -647,27 +770,8 @@ class Chain(contract.Composite):
             fp = self._fp = contract.fingerprint(*parts)
         return contract.identity(self, self.identity_fields, fp)
 
-    backend = "numba"
-    device = None
-
-    def to(self, device=None, *, backend: str | None = None):
-        """Run every stage on ``backend`` ('numba' or 'triton') and ``device`` (see
-        :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton); the
-        stream's state moves along and continues exactly.  All stages or none: a stage
-        without a kernel for the backend raises :class:`~rtamt.engine.backend.
-        RtamtBackendError` and nothing changes.  Returns self."""
-        backend, device = resolve_backend(backend, device)
-        missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
-        if missing:
-            raise RtamtBackendError(
-                f"{self.name}: no Triton kernel yet for stage(s) {missing}; use "
-                "backend='numba'")
-        kerns = [s._bind(backend, device) for s in self.stages]   # all bound, then moved
-        for s, k in zip(self.stages, kerns):
-            s._set_backend(backend, device, k)
-        self.backend, self.device = backend, device
+    def _rebound(self) -> None:
         self._bufs = [None] * len(self.stages)
-        return self
 
     def _run(self, x, keep_all: bool, out=None):
         ensure_ftz()
@@ -732,13 +836,6 @@ class Chain(contract.Composite):
         if first._state is None:
             self._init_states(lead, arr.dtype)
 
-    def _state_leaves(self) -> list:
-        return [leaf for s in self.stages for leaf in s._state_leaves()]
-
-    def _bump(self, k: int = 1) -> None:
-        for s in self.stages:
-            s._block += k
-
     def __call__(self, x, out=None):
         """The last stage's output for one block (time-last).  ``out``: a time-major
         ``(B, T, C')`` array of that output's shape and dtype that it is written into (see
@@ -748,36 +845,17 @@ class Chain(contract.Composite):
     def process_all(self, x) -> dict:
         return self._run(x, keep_all=True)
 
-    def reset(self) -> None:
-        """Forget the stream (see :meth:`Stage.reset`)."""
-        for s in self.stages:
-            s.reset()
-        self._bufs = [None] * len(self.stages)
-
     def state_dict(self) -> dict:
         """Deep copy of every stage's state, in the contract's schema (``children``)."""
         first = self.stages[0]
         return contract.header(self, first._block, first._stream_meta(),
-                               children={s.name: s.state_dict() for s in self.stages})
+                               children=self._children_state())
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict`: all stages or none (each checked
         as in :meth:`Stage.load_state_dict`, plus the chain's own identity)."""
         contract.check_identity(self.name, sd, self)
-        ch = sd.get("children")
-        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
-            raise RtamtInputError(
-                f"{self.name}: the state's stages {sorted(ch) if isinstance(ch, dict) else ch} "
-                f"differ from this chain's {[s.name for s in self.stages]}")
-        backup = [s.state_dict() for s in self.stages]
-        try:
-            for s in self.stages:
-                s.load_state_dict(ch[s.name])
-        except Exception:
-            for s, b in zip(self.stages, backup):
-                s.load_state_dict(b)
-            raise
-        self._bufs = [None] * len(self.stages)
+        self._load_children(sd.get("children"))
 
 
 def __getattr__(name):

@@ -39,69 +39,38 @@ union of the stages' states.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import math
 
 import numpy as np
 
 from ..engine import backend as _B
 from ..engine import contract as _C
-from ..engine.contract import Registered, RtamtInputError
+from ..engine.contract import RtamtInputError
+from ..engine.stage import FRAMES, Stage
 
-__all__ = ["FrameStage", "state_on"]
+__all__ = ["FrameStage", "rows_stream", "state_on"]
 
 
-class FrameStage(Registered):
-    """Base of a frame stage (see the module docstring): ``Params``, ``design``,
-    ``init_state``, ``process_tm`` and the declared ``kernels``; ``kern`` is the bound set
-    (the class's numba set until :meth:`bind` binds another)."""
+class FrameStage(Stage):
+    """A :class:`~rtamt.engine.stage.Stage` whose flow is frames (see the module
+    docstring): the base class gives the subclass hook, the constructor, ``to()`` and the
+    kernel binding, the design fingerprint, ``state_dict`` / ``load_state_dict`` and
+    stack/split; this class says what differs when frames flow: the state is per row
+    (:meth:`init_state` ``(R)``), ``process_tm(fr, state)`` works on the block's frames by
+    name, and ``kcoeffs`` are the coefficients as the bound kernels take them."""
 
     name = "frame_stage"
-    Params: type = object
-    #: the stage's kernels per backend; ``None``: the stage runs array operations only
-    #: (the same code on numpy arrays and torch tensors)
-    kernels: _B.Kernels | None = None
-    kern: _B.NumbaKernels | _B.TritonKernels | None = None
-    #: the stage runs on the Triton backend
-    triton_ready = False
-    #: state keys every row shares (kept once when states are stacked)
-    shared_state: tuple = ()
-    #: fields the ``Params`` had before, with the value every design used, fed to the
-    #: design fingerprint (:meth:`rtamt.engine.stage.Stage.design_identity`)
-    former_params: dict = {}
+    flow_in = FRAMES
+    flow_out = FRAMES
     #: the frames ``process_tm`` reads from ``fr`` (besides ``'R'``, ``'F'``) and writes
     reads: tuple = ()
     writes: tuple = ()
-    batchable = True
-    input_limit = math.inf
     #: rows of one stream in the stage's own snapshot (the binaural stage: an ear pair)
     rows_per_stream = 1
-    backend = "numba"
-    device = None
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        decl = cls.__dict__.get("kernels")
-        if decl is not None:
-            cls.kern = decl.bind("numba")
-            if "triton_ready" not in cls.__dict__:
-                cls.triton_ready = decl.has_triton
 
     def __init__(self, params=None, **kwargs):
-        if params is None:
-            params = self.Params(**kwargs)
-        elif kwargs:
-            params = dataclasses.replace(params, **kwargs)
-        self.params = params
-        self.coeffs = self.design(params)
+        super().__init__(params, **kwargs)
         #: the coefficients as the bound kernels take them (:attr:`kcoeffs`)
         self.kc = self.coeffs
-        self._state = None
-        self._rows = None
-        self._block = 0
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.params!r})"
 
     @staticmethod
     def design(params):  # pragma: no cover - abstract
@@ -112,37 +81,66 @@ class FrameStage(Registered):
         return {}
 
     def process_tm(self, fr: dict, state: dict) -> None:  # pragma: no cover - abstract
+        """Advance ``state`` over the frames of one block and add the outputs to ``fr``."""
         raise NotImplementedError
 
+    def _set_backend(self, backend: str, device, kern=False) -> None:
+        """:meth:`Stage._set_backend`, and the coefficients made once as the bound
+        kernels take them (:attr:`kcoeffs`)."""
+        super()._set_backend(backend, device, kern)
+        k = self.__dict__.get("kern")
+        self.kc = self.coeffs if k is None else _on_backend(self.coeffs, k.coef)
+
     def bind(self, backend: str, device=None) -> None:
-        """Run on a resolved ``(backend, device)`` (:func:`rtamt.engine.backend.resolve`):
-        the kernels bound once, the class's numba set back on ``'numba'``."""
-        if backend == "numba" or self.kernels is None:
-            self.__dict__.pop("kern", None)
-            self.kc = self.coeffs
-            return
-        if not self.triton_ready:
-            raise _B.RtamtBackendError(f"{self.name} has no Triton kernels; use backend='numba'")
-        self.kern = self.kernels.bind(backend, device)
-        self.kc = _on_backend(self.coeffs, self.kern.coef)
+        """Run on a resolved ``(backend, device)``: the kernels bound once (the class's
+        numba set on ``'numba'``), the state moved along."""
+        self._set_backend(backend, device)
+
+    def _state_on(self, st: dict, backend: str, device) -> dict:
+        return state_on(st, backend, device)
 
     @property
     def kcoeffs(self):
         """:attr:`coeffs` with every array as the bound kernels take it (``kern.coef``: the
         arrays themselves on numba, cached float64 tensors on the device on Triton), made
-        once per binding (:meth:`bind`): the per-block code passes no array through
-        ``kern.coef``."""
+        once per binding: the per-block code passes no array through ``kern.coef``."""
         return self.kc
 
-    def design_identity(self) -> dict:
-        """``{'name', 'fingerprint'}`` of the stage's params and designed coefficients."""
-        fp = self.__dict__.get("_fp")
-        if fp is None:
-            p = self.params
-            if self.former_params:
-                p = _C.with_former_fields(p, **self.former_params)
-            fp = self._fp = _C.fingerprint(p, self.coeffs)
-        return {"name": self.name, "fingerprint": fp}
+    # ------------------------------------------------------------------ rows
+    def _start(self, R: int, rows_per_stream: int | None = None) -> None:
+        """The initial state of ``R`` rows, ``rows_per_stream`` rows a stream (default
+        :attr:`rows_per_stream`; a model sets its layout's), on the stage's backend."""
+        rps = self.rows_per_stream if rows_per_stream is None else rows_per_stream
+        if R % rps:
+            rps = R                                  # a diotic row of the binaural stage
+        self._state = self._state_on(self.init_state(R), self.backend, self.device)
+        self._meta = (R, rps, np.dtype(np.float64))
+
+    def _stream_meta(self):
+        if self._meta is None:
+            return None
+        R, rps, dt = self._meta
+        return rows_stream(R, rps)
+
+    def _meta_from(self, st: dict) -> tuple:
+        try:
+            rps = int(st["rows"])
+            R = (1 if st["batch"] is None else int(st["batch"])) * rps
+        except (KeyError, TypeError, ValueError):
+            raise RtamtInputError(f"{self.name}: malformed stream entry {st!r}") from None
+        if R < 1:
+            raise RtamtInputError(f"{self.name}: snapshot of {R} rows")
+        return R, rps, np.dtype(np.float64)
+
+    def _initial_state(self, coeffs, meta: tuple) -> dict:
+        return self.init_state(meta[0])
+
+    def load_state_dict(self, sd: dict) -> None:
+        """:meth:`Stage.load_state_dict`, after migrating a snapshot of an earlier release
+        (:mod:`rtamt.loudness.migrate`)."""
+        from .migrate import frame_stage_snapshot
+
+        super().load_state_dict(frame_stage_snapshot(self, sd))
 
     # ------------------------------------------------------------------ a stream of its own
     @property
@@ -154,16 +152,6 @@ class FrameStage(Registered):
         frame rate)."""
         return {k: {"rate": None, "channels": None} for k in self.writes}
 
-    def to(self, device=None, *, backend: str | None = None):
-        """Run on ``backend`` and ``device`` (:func:`rtamt.engine.backend.resolve`); the
-        stage's own state moves along (the frame clock ``n`` stays on the host)."""
-        backend, device = _B.resolve(backend, device)
-        self.bind(backend, device)
-        if self._state is not None:
-            self._state = state_on(self._state, backend, device)
-        self.backend, self.device = backend, device
-        return self
-
     def __call__(self, fr: dict) -> dict:
         return self.process_all(fr)
 
@@ -173,56 +161,25 @@ class FrameStage(Registered):
         not modified."""
         R = int(fr["R"]) if "R" in fr else int(fr["rows"].shape[0])
         if self._state is None:
-            self._state = state_on(self.init_state(R), self.backend, self.device)
-            self._rows = R
-        elif R != self._rows:
+            self._start(R)
+        elif R != self._meta[0]:
             raise RtamtInputError(
-                f"{self.name}: block {self._block}: {R} rows, the stream has {self._rows} "
+                f"{self.name}: block {self._block}: {R} rows, the stream has {self._meta[0]} "
                 "(call reset() first)")
         out = dict(fr)
         self.process_tm(out, self._state)
         self._block += 1
         return {k: out[k] for k in self.writes}
 
-    def reset(self) -> None:
-        self._state, self._rows, self._block = None, None, 0
+    def prepare(self, x) -> None:  # pragma: no cover - frames come from a model
+        raise TypeError(f"{self.name}: a frame stage starts on its first frames")
 
-    def state_dict(self) -> dict:
-        """The stage's own state in the contract's schema: ``stream['batch']`` streams of
-        ``stream['rows']`` rows (:attr:`rows_per_stream`)."""
-        if self._state is None:
-            return _C.header(self, self._block, None, arrays=None)
-        R, rps = self._rows, self.rows_per_stream
-        rows = rps if R % rps == 0 else R              # a diotic row of the binaural stage
-        return _C.header(self, self._block, _C.stream_meta(R // rows, (), np.float64,
-                                                           rows=rows),
-                         arrays={k: _B.to_numpy(v) for k, v in self._state.items()})
 
-    def load_state_dict(self, sd: dict) -> None:
-        _C.check_identity(self.name, sd, self)
-        st = sd.get("stream")
-        if st is None:
-            self.reset()
-            self._block = int(sd["block"])
-            return
-        try:
-            R = int(st["batch"]) * int(st["rows"])
-        except (KeyError, TypeError, ValueError):
-            raise RtamtInputError(f"{self.name}: malformed stream entry {st!r}") from None
-        state = _C.check_state_arrays(self.name, sd.get("arrays"), self.init_state(R))
-        self._state = state_on(state, self.backend, self.device)
-        self._rows, self._block = R, int(sd["block"])
-
-    @classmethod
-    def stack_state_dicts(cls, states: list) -> dict:
-        return _C.stack_leaves(cls.__name__, states, {}, cls.shared_state)
-
-    @classmethod
-    def split_state_dict(cls, state: dict, i: int) -> dict:
-        rows = int((state.get("stream") or {}).get("rows", 1))
-        out = _C.split_leaf(cls.__name__, state, i, {}, cls.shared_state, rows)
-        out["stream"]["batch"] = 1          # one stream
-        return out
+def rows_stream(R: int, rows_per_stream: int) -> dict:
+    """The ``stream`` entry of a frame stage's snapshot: ``R`` float64 rows,
+    ``rows_per_stream`` a stream (``batch`` ``None`` for one stream)."""
+    n = R // rows_per_stream
+    return _C.stream_meta(None if n == 1 else n, (), np.float64, rows=rows_per_stream)
 
 
 def _on_backend(obj, coef):

@@ -89,6 +89,7 @@ from ..calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import ROWWISE, band_ranges, product
+from ..engine.stage import SAMPLES
 from .ansi import ear_gain_db, hz_to_cam
 from .frames import FrameStage
 
@@ -543,9 +544,8 @@ class Spectrum(FrameStage):
     shared_state = ("n",)
     reads = ("rows",)
     writes = ("P", "ends")
-    #: the spectrum's gains were designed with the models' ``spl_ref`` folded in; every
-    #: stage now takes internal units (RMS 1 = 100 dB SPL)
-    former_params = {"spl_ref": INTERNAL_SPL_REF}
+    #: the frame producer: sample rows in, frames out
+    flow_in = SAMPLES
 
     @staticmethod
     def design(params: SpectrumParams) -> SpectrumCoeffs:
@@ -556,8 +556,8 @@ class Spectrum(FrameStage):
         self._ring_keys = tuple(self.coeffs.ring_shapes(1))
         self._plans = _plan_args(self.kc)
 
-    def bind(self, backend: str, device=None) -> None:
-        super().bind(backend, device)
+    def _set_backend(self, backend: str, device, kern=False) -> None:
+        super()._set_backend(backend, device, kern)
         self._plans = _plan_args(self.kc)
 
     # ------------------------------------------------------------------ the frame clock

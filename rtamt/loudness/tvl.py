@@ -16,11 +16,15 @@ versioned snapshots, ``to()``, ``prepare``, ``reset``) and runs
   :mod:`.agc`, :mod:`.binaural`).
 
 A model consumes audio blocks of any length and emits loudness frames every ``hop``
-samples (1 ms).  Its state is the union of its stages' states (keys unique across the
-stages): ``hist``, ``n`` and ``ring<w>`` of the spectrum (the frame clock, see
-:mod:`.spectrum`), then the integrators' states (``stl``, ``ltl`` of Glasberg2002; ``st``,
-``lt`` of Moore2016); every array but ``n`` has the row first.  Any block partition
-yields exactly the same frames as one call on the whole signal.
+samples (1 ms).  It is a composition of stages (:class:`rtamt.engine.stage.StageGroup`,
+the base of :class:`rtamt.engine.stage.Chain`): one ``to()``, one input check, and a state
+that is its stages' states nested by stage name (``children``: ``hist``, ``n`` and
+``ring<w>`` of the spectrum, the frame clock, see :mod:`.spectrum`; the integrators'
+states, ``stl_integrator``/``ltl_integrator`` of Glasberg2002, ``specific_loudness_agc``
+and ``binaural_inhibition`` of Moore2016), each with the row first (but ``n``), loaded all
+or none.  Snapshots of earlier releases (one flat ``arrays`` dict) are migrated on load
+(:mod:`.migrate`).  Any block partition yields exactly the same frames as one call on the
+whole signal.
 
 On the Triton backend (``backend='triton'``, :meth:`TimeVaryingLoudness.to`) each stage
 runs the Triton twins of its kernels, bound once; the state arrays are torch tensors on
@@ -38,16 +42,14 @@ import dataclasses
 import numpy as np
 
 from ..calibration import INTERNAL_SPL_REF, CalibratedModel, InputCalibration
-from ..engine import backend as _B
 from ..engine import contract as _C
-from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
+from ..engine.contract import RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import as_numpy_block
+from ..engine.stage import SAMPLES, StageGroup, as_numpy_block, check_flows
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import Excitation, excitation
-from .frames import state_on
 from .specific_loudness import SpecificLoudness, specific_loudness
-from .spectrum import Spectrum, SpectrumParams, design_spectrum, frame_powers
+from .spectrum import Spectrum, SpectrumParams, frame_powers
 
 _FLOATS = _C.FLOATS
 
@@ -61,7 +63,7 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
-class TimeVaryingLoudness(CalibratedModel, Registered):
+class TimeVaryingLoudness(CalibratedModel, StageGroup):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`
     (see the module docstring).
 
@@ -76,14 +78,10 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
     config = "paper"
     batchable = True
     identity_fields = ("fs", "config", "spl_ref")
-    #: the public attributes the design fingerprint covers (those of the earlier
-    #: monolithic models, so that their snapshots still load)
+    #: the public attributes the design fingerprint of the earlier releases covered (their
+    #: snapshots are migrated, :mod:`.migrate`)
     fingerprint_fields: tuple = ("fs", "spl_ref", "field", "middle_ear", "coeffs", "hop",
                                  "frame_rate")
-
-    #: compute backend ('numba' | 'triton') and torch device (see :meth:`to`)
-    _backend = "numba"
-    _device = None
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
                  comp_cam: float = 0.1, middle_ear: str = "2007", C: float | None = None,
@@ -104,15 +102,22 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         self.hop = self.spectrum.hop
         self.frame_rate = self.fs / self.hop
         self.stages = [self.spectrum, self.excitation, self.specific]
-        self._state = None
         self._meta = None
         self._block = 0
         self._phon_table = None
 
     def _set_stages(self, stages: list, backend=None, device=None) -> None:
-        """The model's stages after specific loudness; then ``to(device, backend)`` if
-        either is given."""
-        self.stages = [self.spectrum, self.excitation, self.specific, *stages]
+        """The model's stages after specific loudness (their flows checked: samples into
+        the spectrum, then the frames each stage reads written before it); then
+        ``to(device, backend)`` if either is given."""
+        stages = [self.spectrum, self.excitation, self.specific, *stages]
+        check_flows(self.name, stages)
+        if stages[0].flow_in != SAMPLES:
+            raise ValueError(f"{self.name}: the first stage must take samples")
+        names = [st.name for st in stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: stage names must be unique, got {names}")
+        self.stages = stages
         if backend is not None or device is not None:
             self.to(device, backend=backend)
 
@@ -160,80 +165,42 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         return f"row {r}"
 
     # ------------------------------------------------------------------ state
-    def _init_state(self, R: int, mode=None) -> dict:
-        """The initial state of ``R`` rows (numpy): the union of the stages' states (the
-        same for every ``mode``)."""
-        st: dict = {}
-        for s in self.stages:
-            st.update(s.init_state(R))
-        return st
-
-    def _new_state(self, R: int) -> dict:
-        """The initial state on this model's backend."""
-        return self._state_to(self._init_state(R), self._backend, self._device)
+    def _start(self, R: int, lead, mode, dtype) -> None:
+        """Every stage's initial state for ``R`` rows of a stream of layout ``mode``, all
+        or none; the model's stream layout ``(lead, mode, dtype)``."""
+        rps = self._rows_per_stream(mode)
+        try:
+            for s in self.stages:
+                s._start(R, rps)
+        except Exception:
+            for s in self.stages:
+                s.reset()
+            raise
+        self._meta = (lead, mode, dtype)
 
     def reset(self) -> None:
         """Forget the stream (silence before the next block); block counter back to 0."""
-        self._state = None
+        super().reset()
         self._meta = None
         self._block = 0
 
     @property
     def state(self):
-        return self._state
-
-    # ------------------------------------------------------------------ backend
-    @property
-    def backend(self) -> str:
-        """``'numba'`` (numpy state and outputs) or ``'triton'`` (torch tensors on
-        :attr:`device`)."""
-        return self._backend
-
-    @property
-    def device(self):
-        """The torch device of the Triton backend (``None`` on numba)."""
-        return self._device
-
-    def _state_to(self, st: dict, backend: str, device) -> dict:
-        """``st`` with its arrays on ``backend``/``device`` (new arrays, values exact); the
-        frame clock ``n`` stays a host numpy array on both backends."""
-        return state_on(st, backend, device)
-
-    def to(self, device=None, *, backend: str | None = None):
-        """Run on ``backend`` ('numba' or 'triton') and ``device`` (see
-        :func:`rtamt.engine.backend.resolve`: ``device='cuda'`` implies Triton), as
-        :meth:`rtamt.engine.stage.Chain.to`: every stage binds its kernels once.  The
-        stream's state moves along exactly (float64 values copied) and the stream
-        continues; all or nothing (the new state is built before anything changes).
-        Returns self."""
-        backend, device = _B.resolve(backend, device)
-        missing = [s.name for s in self.stages if backend == "triton" and not s.triton_ready]
-        if missing:
-            raise _B.RtamtBackendError(
-                f"{self.name}: no Triton kernel for stage(s) {missing}; use backend='numba'")
-        st = None if self._state is None else self._state_to(self._state, backend, device)
-        for s in self.stages:
-            s.bind(backend, device)
-        self._state, self._backend, self._device = st, backend, device
-        return self
+        """``{stage name: its state arrays}`` (``None`` before the first block)."""
+        if self._meta is None:
+            return None
+        return {s.name: s.state for s in self.stages}
 
     # ------------------------------------------------------------------ contract
-    #: state keys shared by all streams of a batch (the frame clock)
-    shared_state = Spectrum.shared_state
-
     def design_identity(self) -> dict:
         """``{'name', 'fs', 'config', 'spl_ref', 'fingerprint'}``; the fingerprint covers
-        the designed coefficients and the public parameters of the model
-        (:attr:`fingerprint_fields`), as the earlier versions computed it: their spectrum
-        gains held ``spl_ref``, which the calibration stage holds now, so for another
-        ``spl_ref`` than 100 the fingerprint takes the spectrum designed at that level."""
+        the calibration's gain and every stage's design fingerprint (params and designed
+        coefficients)."""
         fp = self.__dict__.get("_fp")
         if fp is None:
-            pub = {k: getattr(self, k) for k in self.fingerprint_fields}
-            if self.spl_ref != INTERNAL_SPL_REF:
-                spec = design_spectrum(self.spectrum.params, level_db=self.spl_ref)
-                pub["coeffs"] = TVLCoeffs(spec, self.coeffs.exc, self.coeffs.sl)
-            fp = self._fp = _C.fingerprint(type(self).__name__, pub)
+            fp = self._fp = _C.fingerprint(
+                type(self).__name__, float(self.calibration.gain),
+                [s.design_identity()["fingerprint"] for s in self.stages])
         return _C.identity(self, self.identity_fields, fp)
 
     def output_info(self) -> dict:
@@ -259,21 +226,8 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         return _C.stream_meta(lead[0] if batched else None, lead[1:] if batched else lead,
                               dt, mode=mode)
 
-    def state_dict(self) -> dict:
-        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`):
-        ``arrays`` the union of the stages' states (see the module docstring)."""
-        return _C.header(self, self._block, self._stream_meta(),
-                         arrays=None if self._state is None else
-                         {k: _B.to_numpy(v) for k, v in self._state.items()})
-
-    def load_state_dict(self, sd: dict) -> None:
-        """Restore a snapshot (checked: kind, design identity, layout, arrays, finite)."""
-        _C.check_identity(self.name, sd, self)
-        st = sd.get("stream")
-        if st is None:
-            self.reset()
-            self._block = int(sd["block"])
-            return
+    def _parse_stream(self, st) -> tuple:
+        """``(lead, mode, dtype)`` of a snapshot's model ``stream`` entry (checked)."""
         try:
             lead = tuple(int(v) for v in st["lead"])
             if st["batch"] is not None:
@@ -284,28 +238,74 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         if dt not in _FLOATS or mode not in self._modes:
             raise RtamtInputError(f"{self.name}: snapshot layout {st!r} is not one of this "
                                   f"model's (modes {self._modes}, float32/float64)")
-        ref = self._init_state(self._rows_for(lead, mode))
-        st = _C.check_state_arrays(self.name, sd.get("arrays"), ref)
-        self._state = self._state_to(st, self._backend, self._device)
-        self._meta = (lead, mode, dt)
-        self._block = int(sd["block"])
+        return lead, mode, dt
+
+    def state_dict(self) -> dict:
+        """Deep copy of the state in the contract's schema (:mod:`rtamt.engine.contract`):
+        the model's stream layout and ``children``, each stage's own snapshot."""
+        return _C.header(self, self._block, self._stream_meta(),
+                         children=self._children_state())
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a snapshot (checked: kind, design identity, layout, every stage's arrays,
+        finite) all or none; a snapshot of an earlier release is migrated first
+        (:func:`rtamt.loudness.migrate.model_snapshot`)."""
+        from .migrate import model_snapshot
+
+        sd = model_snapshot(self, sd)
+        _C.check_identity(self.name, sd, self)
+        st, ch = sd.get("stream"), sd.get("children")
+        meta = None
+        if st is not None:
+            meta = self._parse_stream(st)
+            R, rps = self._rows_for(meta[0], meta[1]), self._rows_per_stream(meta[1])
+            for s in self.stages:
+                c = ch.get(s.name) if isinstance(ch, dict) else None
+                cst = c.get("stream") if isinstance(c, dict) else None
+                if cst is None or s._meta_from(cst)[:2] != (R, rps):
+                    raise RtamtInputError(
+                        f"{self.name}: stage {s.name!r}'s state has layout {cst!r}, the "
+                        f"stream's {st!r} has {R} rows, {rps} per stream")
+        self._load_children(ch)
+        self._meta, self._block = meta, int(sd["block"])
 
     @classmethod
     def stack_state_dicts(cls, states: list) -> dict:
-        """Batched state of several streams (rows stacked; the frame clock ``n`` must be
-        equal: frames of a batch fall due together)."""
+        """Batched state of several streams: every stage's states stacked (rows; the frame
+        clock ``n`` must be equal: frames of a batch fall due together)."""
+        s0 = states[0]
         for i, s in enumerate(states):
-            if s.get("stream") is not None and not cls._mode_batches(s["stream"]["mode"]):
+            if "children" not in s:
+                raise RtamtInputError(
+                    f"{cls.__name__}: state {i} is an earlier release's snapshot; load it "
+                    "into a model first (load_state_dict migrates it)")
+            if s.get("stream") is None:
+                raise RtamtInputError(
+                    f"{cls.__name__}: state {i} has not processed a block yet; start every "
+                    "stream first")
+            if not cls._mode_batches(s["stream"]["mode"]):
                 raise RtamtInputError(
                     f"{cls.__name__}: state {i} is a {s['stream']['mode']} stream, which does "
                     "not batch (see the class docstring)")
-        return _C.stack_leaves(cls.__name__, states, {}, cls.shared_state)
+            a, b = dict(s["stream"]), dict(s0["stream"])
+            a.pop("batch"), b.pop("batch")
+            if a != b:
+                raise RtamtInputError(
+                    f"{cls.__name__}: state {i} has stream layout {a}, state 0 has {b}")
+        out = _C.stack_children(cls.__name__, states)
+        out["stream"] = _C.deep(s0["stream"])
+        out["stream"]["batch"] = sum(1 if s["stream"]["batch"] is None else
+                                     s["stream"]["batch"] for s in states)
+        out["block"] = max(int(s["block"]) for s in states)
+        return out
 
     @classmethod
     def split_state_dict(cls, state: dict, i: int) -> dict:
-        st = state.get("stream") or {}
-        rows = cls._rows_per_stream(st.get("mode"))
-        return _C.split_leaf(cls.__name__, state, i, {}, cls.shared_state, rows)
+        """Stream ``i`` of a batched state (each stage's rows of that stream)."""
+        out = _C.split_children(state, i)
+        out["stream"] = _C.deep(state["stream"])
+        out["stream"]["batch"] = None
+        return out
 
     @classmethod
     def _mode_batches(cls, mode) -> bool:
@@ -327,17 +327,18 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         a block; nothing is processed).  Does nothing if the state exists."""
         arr, _ = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
-        if self._state is None:
-            self._state = self._new_state(rows.shape[0])
-            self._meta = (lead, mode, arr.dtype)
+        if self._meta is None:
+            self._start(rows.shape[0], lead, mode, arr.dtype)
 
     def _state_leaves(self):
-        st = self._state
-        if st is None or not self._mode_batches(self._meta[1]):
-            return None if st is not None else []
-        return [(st, k, None if k in self.shared_state else 0) for k in st]
+        if self._meta is None:
+            return []
+        if not self._mode_batches(self._meta[1]):
+            return None
+        return super()._state_leaves()
 
     def _bump(self, k: int = 1) -> None:
+        super()._bump(k)
         self._block += k
 
     def __call__(self, x) -> dict:
@@ -349,34 +350,35 @@ class TimeVaryingLoudness(CalibratedModel, Registered):
         ensure_ftz()
         arr, back = as_numpy_block(x)
         rows, lead, mode = self._check(arr)
-        if self._state is None:
-            self._state = self._new_state(rows.shape[0])
-            self._meta = (lead, mode, arr.dtype)
+        if self._meta is None:
+            self._start(rows.shape[0], lead, mode, arr.dtype)
         dt = arr.dtype
-        if self._backend == "triton":       # validated on the host; processed on the device
+        state = {s.name: s._state for s in self.stages}
+        if self.backend == "triton":       # validated on the host; processed on the device
             import torch
 
             r64 = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64))
-            out = self.process(self.coeffs, self._state, r64.to(self._device), lead, mode)
-            self._block += 1
+            out = self.process(self.coeffs, state, r64.to(self.device), lead, mode)
+            self._bump()
             tdt = torch.float32 if dt == np.float32 else torch.float64
             return {k: (v.to(tdt) if k != "frame_time" else
-                        torch.from_numpy(v).to(self._device)) for k, v in out.items()}
-        out = self.process(self.coeffs, self._state, rows.astype(np.float64, copy=False), lead,
+                        torch.from_numpy(v).to(self.device)) for k, v in out.items()}
+        out = self.process(self.coeffs, state, rows.astype(np.float64, copy=False), lead,
                            mode)
-        self._block += 1
+        self._bump()
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
 
     def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:
-        """Pure form: advance ``state`` over ``rows`` (R, T) float64 digital samples (no
-        validation): the calibration gain into internal units, then the stages; returns the
-        outputs of the completed frames (float64).  On the Triton backend ``rows`` is a
-        tensor on the model's device, the state holds tensors there (the frame clock ``n``
-        a host array) and the outputs are tensors there, ``frame_time`` (F,) a host numpy
-        array (s).  ``coeffs`` is :attr:`coeffs` (the stages hold their designs)."""
-        fr = {"rows": self.calibration.apply(rows, on_device=self._backend == "triton")}
+        """Pure form: advance ``state`` (``{stage name: that stage's state}``) over ``rows``
+        (R, T) float64 digital samples (no validation): the calibration gain into internal
+        units, then the stages; returns the outputs of the completed frames (float64).  On
+        the Triton backend ``rows`` is a tensor on the model's device, the state holds
+        tensors there (the frame clock ``n`` a host array) and the outputs are tensors
+        there, ``frame_time`` (F,) a host numpy array (s).  ``coeffs`` is :attr:`coeffs`
+        (the stages hold their designs)."""
+        fr = {"rows": self.calibration.apply(rows, on_device=self.backend == "triton")}
         for s in self.stages:
-            s.process_tm(fr, state)
+            s.process_tm(fr, state[s.name])
         out = self._pack(fr, lead, mode)
         out["frame_time"] = self.spectrum.frame_time(fr["ends"])
         return out

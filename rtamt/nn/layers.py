@@ -281,15 +281,17 @@ class LoudnessLayer(StreamLayer):
         return self.model._limit_text()
 
     def _initial_np(self, batch, dtype):
+        """Every stage's initial state as ``'<stage>.<key>'``, batch first (a value every
+        row shares, the frame clock, repeated per stream)."""
         r = self.rows_per_stream
-        st = self.model._init_state(batch * r, self._mode)
         out = {}
-        for k, v in st.items():
-            if k in self.model.shared_state:
-                out[k] = np.repeat(v[None], batch, axis=0)
-            else:
-                out[k] = np.ascontiguousarray(v.reshape((batch, r) + v.shape[1:]) if r > 1
-                                              else v)
+        for s in self.model.stages:
+            for k, v in s.init_state(batch * r).items():
+                if k in s.shared_state:
+                    v = np.repeat(v[None], batch, axis=0)
+                elif r > 1:
+                    v = np.ascontiguousarray(v.reshape((batch, r) + v.shape[1:]))
+                out[f"{s.name}.{k}"] = v
         return out
 
     _mode = "mono"
@@ -303,15 +305,16 @@ class LoudnessLayer(StreamLayer):
                                   "gradients); run them under torch.no_grad()")
         m = self.model
         B, r = x.shape[0], self.rows_per_stream
-        st = {}
-        for k, v in state.items():
+        st = {s.name: {} for s in m.stages}         # the model's state, nested per stage
+        for name, v in state.items():
+            stage, k = name.split(".", 1)
             a = v.detach().cpu().numpy()
-            if k in m.shared_state:
+            if k in m[stage].shared_state:
                 if not (a == a[:1]).all():
                     raise RtamtInputError(f"{self.name}: the streams' frame clocks differ")
-                st[k] = a[0].copy()
+                st[stage][k] = a[0].copy()
             else:
-                st[k] = a.reshape((B * r,) + a.shape[2 if r > 1 else 1:]).copy()
+                st[stage][k] = a.reshape((B * r,) + a.shape[2 if r > 1 else 1:]).copy()
         rows = self._rows(x)
         lead = (B, 2) if r > 1 else (B,)
         out = m.process(m.coeffs, st, rows, lead, "stereo" if r > 1 else self._mode)
@@ -320,9 +323,10 @@ class LoudnessLayer(StreamLayer):
                   torch.from_numpy(np.ascontiguousarray(v).astype(
                       np_dtype(x.dtype))).to(dev))
               for k, v in out.items()}
-        new = {k: torch.from_numpy(np.repeat(v[None], B, axis=0) if k in m.shared_state else
-                                   v.reshape((B, r) + v.shape[1:]) if r > 1 else v).to(dev)
-               for k, v in st.items()}
+        new = {f"{sn}.{k}": torch.from_numpy(
+                   np.repeat(v[None], B, axis=0) if k in m[sn].shared_state else
+                   v.reshape((B, r) + v.shape[1:]) if r > 1 else v).to(dev)
+               for sn, d in st.items() for k, v in d.items()}
         return (ys if self.output == "all" else ys[self.output]), new
 
 

@@ -18,7 +18,7 @@ from rtamt.filterbank import Gammatone
 from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
 
-from _helpers import assert_outputs_equal, outputs_of
+from _helpers import assert_outputs_equal, outputs_of, state_arrays
 
 FS = 48000.0
 FC4 = (500.0, 1000.0, 2000.0, 4000.0)
@@ -51,10 +51,7 @@ def _good(kind, lead, T, seed, dtype=np.float64):
 
 
 def _state_arrays(proc):
-    sd = proc.state_dict()
-    if isinstance(proc, rtamt.Chain):
-        return {f"{s}.{k}": v for s, d in sd["children"].items() for k, v in d["arrays"].items()}
-    return dict(sd["arrays"])
+    return state_arrays(proc.state_dict())
 
 
 def _bad(kind_of_bad, kind, lead, T=50):

@@ -18,7 +18,7 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.models import MODELS
 
 FS = {"paulick2024": 44100.0}
-ABSTRACT = {"Stage", "Stateless", "Composite", "TimeVaryingLoudness", "FrameStage",
+ABSTRACT = {"Stage", "Stateless", "Composite", "StageGroup", "TimeVaryingLoudness", "FrameStage",
             "ModulationModel", "PackedFilterbank", "SharedSOSStage", "_Compression",
             "FIRSignalStage"}
 

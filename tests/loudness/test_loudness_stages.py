@@ -35,9 +35,8 @@ def _model_frames(name, rows, n, seed=1):
     samples (float64 rows in internal units) from the start of a stream: ``fr`` dict."""
     m = rtamt.MODELS[name](FS)
     fr = {"rows": _signal(rows, n, seed)}
-    state = m._init_state(rows)
     for s in m.stages:
-        s.process_tm(fr, state)
+        s.process_tm(fr, s.init_state(rows))
     return m, fr
 
 

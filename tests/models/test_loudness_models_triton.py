@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import rtamt  # noqa: E402
 from rtamt.engine import backend as B  # noqa: E402
 
+from _helpers import state_arrays  # noqa: E402
 from _triton import DEVICE, dev, host  # noqa: E402
 
 FS = 32000
@@ -87,10 +88,10 @@ def test_matches_numba_and_partition_exact(case):
     for k in want:
         cat = np.concatenate([_np(p[k]) for p in parts], axis=-1)
         assert np.array_equal(cat, _np(one[k])), k
-    for k, v in tri.state_dict()["arrays"].items():
+    for k, v in state_arrays(tri.state_dict()).items():
         assert type(v) is np.ndarray
-        assert np.array_equal(v, tri2.state_dict()["arrays"][k]), k
-        assert _rel(ref.state_dict()["arrays"][k], v) <= TOL, k
+        assert np.array_equal(v, state_arrays(tri2.state_dict())[k]), k
+        assert _rel(state_arrays(ref.state_dict())[k], v) <= TOL, k
 
 
 def test_full_triton_path_float32_input():
@@ -138,16 +139,17 @@ def test_snapshot_triton_to_numba_and_to():
     m.load_state_dict(sd)
     o1 = m(a)
     assert m.to(DEVICE, backend="triton") is m and m.backend == "triton"
-    assert all(B.is_tensor(v) for k, v in m.state.items() if k != "n")
-    assert type(m.state["n"]) is np.ndarray
+    assert all(B.is_tensor(v) for s, d in m.state.items() for k, v in d.items() if k != "n")
+    assert type(m.state["spectrum"]["n"]) is np.ndarray
     o2 = m(b)
     for k in w1:
         assert _rel(w1[k], o1[k]) == 0.0, k
         assert _rel(w2[k], _np(o2[k])) <= TOL, k
     m.to(backend="numba")
-    assert m.backend == "numba" and all(type(v) is np.ndarray for v in m.state.values())
-    for k, v in m.state_dict()["arrays"].items():
-        assert _rel(ref.state_dict()["arrays"][k], v) <= TOL, k
+    assert m.backend == "numba" and all(type(v) is np.ndarray for d in m.state.values()
+                                        for v in d.values())
+    for k, v in state_arrays(m.state_dict()).items():
+        assert _rel(state_arrays(ref.state_dict())[k], v) <= TOL, k
 
 
 def test_identity_and_errors():

@@ -237,3 +237,12 @@ def run_on_pty(argv, timeout: float = 300.0, size=(24, 100)):
         os.close(master)
         p.wait(timeout=30)
     return p.returncode, b"".join(chunks).decode(errors="replace")
+
+
+def state_arrays(sd: dict) -> dict:
+    """The arrays of a snapshot by name: a stage's ``arrays``, or a composite's
+    (``children``, nested per stage) as ``'<stage>.<key>'``."""
+    if "children" in sd:
+        return {f"{s}.{k}": v for s, d in sd["children"].items()
+                for k, v in (d["arrays"] or {}).items()}
+    return dict(sd["arrays"])
