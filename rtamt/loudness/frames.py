@@ -2,15 +2,15 @@
 
 The loudness models (:class:`rtamt.models.Glasberg2002`, :class:`rtamt.models.Moore2016`)
 analyse their input in frames (1 ms apart), not sample by sample, so their stages after
-the first work on frames.  A frame stage follows the stage contract of
-:mod:`rtamt.engine.stage` in everything but the shape of what flows:
+the first work on frames.  A frame stage is a :class:`rtamt.engine.stage.Stage` whose
+declared flow (``flow_in``, ``flow_out``) is :data:`~rtamt.engine.stage.FRAMES`; it
+follows the stage contract in everything but the shape of what flows:
 
 * ``Params`` (a frozen dataclass), ``design(params) -> coeffs``, done once;
 * ``init_state(R) -> dict`` of float64 arrays whose first axis is the row (one row per
-  signal, a stereo stream has two), so that states stack and split by stream; keys are
-  unique across the stages of a model (the model's snapshot is their union, see
-  :mod:`rtamt.loudness.tvl`); ``shared_state`` names the keys every row shares (the frame
-  clock ``n``);
+  signal, a stereo stream has two), so that states stack and split by stream (a model's
+  snapshot nests each stage's own, :mod:`rtamt.loudness.tvl`); ``shared_state`` names the
+  keys every row shares (the frame clock ``n``);
 * ``process_tm(fr, state)`` (named as a stage's per-block call): advances ``state`` in
   place over the frames of one block and adds its outputs to ``fr``, the block's frames
   by name (``'P'`` component powers, ``'E'`` excitation, ``'N'`` specific loudness, ...;
@@ -19,12 +19,15 @@ the first work on frames.  A frame stage follows the stage contract of
   and array operations that numpy arrays and torch tensors share, never tests the
   array's type;
 * ``kernels = Kernels(numba=..., triton=<loader>)``, declared in the stage's module with
-  its Triton twins in ``<module>_triton.py``; :meth:`FrameStage.bind` (called by the
-  model's ``to()``) binds them once.
+  its Triton twins in ``<module>_triton.py``; the model's ``to()`` (the one of
+  :class:`rtamt.engine.stage.StageGroup`) binds them once, and :attr:`FrameStage.kcoeffs`
+  holds the coefficients as the bound kernels take them.
 
 The first stage, :class:`rtamt.loudness.spectrum.Spectrum`, produces the frames: it owns
 the frame clock (hop, analysis length, samples consumed, the input history) and turns
-sample blocks ``(R, T)`` into the frames completed in them.  Every frame computation is a
+sample blocks ``(R, T)`` into the frames completed in them (``flow_in`` samples,
+``flow_out`` frames; a chain checks that each stage reads frames written before it,
+:func:`rtamt.engine.stage.check_flows`).  Every frame computation is a
 fixed function of the state and that frame's input, so any block partition gives the
 same frames as one call (``tests/loudness/test_loudness_stages.py``).
 
@@ -33,8 +36,7 @@ Streaming`), on frames: ``stage(fr)`` (= ``stage.process_all(fr)``) advances the
 own state over the frames ``fr`` (its inputs, :attr:`FrameStage.reads`, with ``'R'`` and
 ``'F'``; the spectrum reads ``'rows'``) and returns its outputs (:attr:`FrameStage.outputs`);
 its snapshot holds its state arrays with one stream per row (an ear pair for the binaural
-stage), so states stack and split by stream.  The models do not use this: they keep the
-union of the stages' states.
+stage), so states stack and split by stream; the models nest exactly these snapshots.
 """
 from __future__ import annotations
 
@@ -90,11 +92,6 @@ class FrameStage(Stage):
         super()._set_backend(backend, device, kern)
         k = self.__dict__.get("kern")
         self.kc = self.coeffs if k is None else _on_backend(self.coeffs, k.coef)
-
-    def bind(self, backend: str, device=None) -> None:
-        """Run on a resolved ``(backend, device)``: the kernels bound once (the class's
-        numba set on ``'numba'``), the state moved along."""
-        self._set_backend(backend, device)
 
     def _state_on(self, st: dict, backend: str, device) -> dict:
         return state_on(st, backend, device)

@@ -1,7 +1,7 @@
 """Snapshots of earlier releases of the time-varying loudness models and their frame
 stages, migrated once on load.
 
-Up to rtamt 0.x (state schema version 1 without per-stage states) a
+Before issue 40 (rtamt 0.1.0; the same schema version) a
 :class:`~rtamt.loudness.tvl.TimeVaryingLoudness` snapshot held the union of its stages'
 state arrays in one flat ``arrays`` dict (keys unique across the stages), and its design
 fingerprint covered the model's public parameters and the designs of its first three
