@@ -130,3 +130,23 @@ def test_open_by_name_errors_name_the_meters():
         processor_by_name("r128", FS, channels=3)          # no default 3-channel layout
     m = processor_by_name("r128", FS, channels=2, kwargs={"mode": "exact"})
     assert m.params.mode == "exact" and m.design_identity()["name"] == "r128"
+
+
+def test_admission_measures_the_meter_once_per_design():
+    """The meter's cost model is measured (not the nominal guess), once per design: a
+    second stream of the same design starts from the same model; admission refuses a
+    meter stream the workers cannot carry, naming its cost."""
+    from rtamt.scheduler import RtamtCapacityError
+
+    with Scheduler(threads=1, realtime=None, start=False) as s:
+        a = s.open("r128", FS, block=4800, channels=2, budget_ms=200)
+        b = s.open("r128", FS, block=4800, channels=2, budget_ms=200)
+        ca, cb = a.group.cost, b.group.cost
+        assert a.group is not b.group                       # one programme per call
+        assert (ca.fixed_s, ca.per_sample_s) == (cb.fixed_s, cb.per_sample_s)
+        assert ca is not cb and ca.per_sample_s > 0
+        assert (ca.fixed_s, ca.per_sample_s) != (1e-4, 0.0)  # measured, not nominal
+        assert 0 < a.predicted_load < 1
+    with Scheduler(threads=1, realtime=None, start=False, max_load=0.001) as s:
+        with pytest.raises(RtamtCapacityError, match="r128"):
+            s.open("r128", FS, block=256, channels=2, budget_ms=10)
