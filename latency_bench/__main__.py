@@ -68,9 +68,12 @@ class _Parser(argparse.ArgumentParser):
     must be set before numpy is imported by a run)."""
 
     def format_help(self):
-        self.epilog = (f"models: {', '.join(sorted(_model_names()))} (rtamt models shows "
-                       "their configurations and parameters; r128 / bs1770: the EBU R128 "
-                       "meter, --channels 2 by default)")
+        from rtamt.loudness.r128stream import METERS
+        from rtamt.models import MODELS
+
+        self.epilog = (f"models: {', '.join(sorted(MODELS))} (rtamt models shows their "
+                       f"configurations and parameters); meters: {', '.join(sorted(METERS))} "
+                       "(the EBU R128 meter, --channels 2 by default)")
         return super().format_help()
 
 
