@@ -66,6 +66,8 @@ from typing import Any
 import numpy as np
 
 from ..engine import contract as _C
+from ..engine.backend import resolve as resolve_backend
+from ..engine.backend import to_numpy
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 from . import gating as _G
@@ -610,6 +612,41 @@ class LoudnessMeter(Registered):
         d["_pool"] = None
         return d
 
+    backend = "numba"
+    device = None
+
+    def _on_device(self, xt):
+        """A checked block ``(1, T, C)`` as the bound stages take it: itself on the numba
+        backend, a tensor on the device on the Triton backend (decided by :meth:`to`)."""
+        if self.backend == "numba":
+            return xt
+        import torch
+        return torch.from_numpy(xt).to(self.device)
+
+    def _on_host(self, rows):
+        """The gating blocks' rows of a block, on the host for the statistics."""
+        return rows if self.backend == "numba" else to_numpy(rows)
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run the three sample stages on ``backend`` ('numba' or 'triton') and ``device``
+        (see :func:`rtamt.engine.backend.resolve`; ``device='cuda'`` implies Triton):
+        K-weighting, gating blocks and true peak with their Triton twins, the state moved
+        exactly; the gated statistics stay on the host (a few values per 100 ms step).
+        All stages or none.  Returns self."""
+        backend, device = resolve_backend(backend, device)
+        moved = []
+        try:
+            for st in self.stages:
+                st.to(device, backend=backend)
+                moved.append(st)
+        except Exception:
+            for st in moved:
+                st.to(self.device, backend=self.backend)
+            raise
+        self.backend, self.device = backend, device
+        self._work = [None, None]
+        return self
+
     def _true_peak_pool(self):
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -821,12 +858,12 @@ class LoudnessMeter(Registered):
     @property
     def true_peak_channels(self) -> np.ndarray:
         """``(C,)`` maximum true peak per channel so far (dB TP)."""
-        return dbtp(self.truepeak.state["true_peak"][0])
+        return dbtp(to_numpy(self.truepeak.state["true_peak"][0]))
 
     @property
     def sample_peak_channels(self) -> np.ndarray:
         """``(C,)`` maximum sample peak per channel so far (dBFS)."""
-        return dbtp(self.truepeak.state["sample_peak"][0])
+        return dbtp(to_numpy(self.truepeak.state["sample_peak"][0]))
 
     @property
     def true_peak(self) -> float:
@@ -871,7 +908,7 @@ class LoudnessMeter(Registered):
         ``step_integrated``: also the running integrated loudness after each 100 ms step of
         the block (:attr:`LoudnessResult.step_integrated`; a 10000-bin pass per step in
         the histogram mode, a pass over every gating block so far in the exact mode)."""
-        xt = self._check(x)[None]                                # (1, T, C) time-major
+        xt = self._on_device(self._check(x)[None])             # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
         kw, gt, tp = self.stages
@@ -886,7 +923,7 @@ class LoudnessMeter(Registered):
         else:
             peak.result()
         n = int(gst["count"][0])
-        rows = steps[0, :n]
+        rows = self._on_host(steps[0, :n])
         k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
         run = self.gated.process(k, e_m, e_s, step_integrated) if n else np.zeros(0)
         s["samples"] += xt.shape[1]

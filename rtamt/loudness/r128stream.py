@@ -59,6 +59,20 @@ class R128Stream(Registered):
         """The meter's design (:class:`~rtamt.loudness.bs1770.Params`)."""
         return self.meter.params
 
+    @property
+    def backend(self) -> str:
+        return self.meter.backend
+
+    @property
+    def device(self):
+        return self.meter.device
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run the meter's sample stages on ``backend`` / ``device``
+        (:meth:`LoudnessMeter.to`).  Returns self."""
+        self.meter.to(device, backend=backend)
+        return self
+
     def __call__(self, x) -> dict:
         """Meter one block; ``{name: value}`` of :data:`OUTPUTS` after it."""
         return self.meter.process_all(x)
