@@ -155,3 +155,23 @@ def test_kernels_compile_for_gpu():
               nf_ptr=q, ring_e_ptr=d, ring_n_ptr=q, peak_ptr=d, y_ptr=d, out_ptr=d,
               count_ptr=q, B=i, T=i, C=i, P=i, K=i, BLOCK=0), {"BLOCK": 16})
     """)
+
+
+def test_scheduled_meter_on_triton_equals_the_offline_triton_meter():
+    """``Scheduler(backend='triton')`` moves an ``'r128'`` stream's meter to the Triton
+    twins; its published M, I, TP equal those of an offline meter on the same backend."""
+    from rtamt.scheduler import Scheduler
+
+    x = 0.1 * np.random.default_rng(4).standard_normal((2, 3200))
+    got = []
+    with Scheduler(threads=1, realtime=None, backend="triton", device=DEVICE) as s:
+        h = s.open("r128", FS, block=800, channels=2, model_kwargs={"truepeak": "bs1770"},
+                   measure=False, budget_ms=5000, admission="best-effort",
+                   sample_dtype="float64", history=0)
+        h.subscribe(lambda r: got.append(dict(r.outputs)))
+        h.push(x.T.copy(), wait=True)
+        h.close("drain", timeout=600)
+        assert h.proc.backend == "triton"
+    m = LoudnessMeter(fs=FS, channels=2, truepeak="bs1770").to(DEVICE, backend="triton")
+    assert got == [m.process_all(x[:, i:i + 800]) for i in range(0, 3200, 800)]
+    assert got[-1]["momentary"] is not None and got[-1]["short_term"] is None
