@@ -68,10 +68,12 @@ class _Parser(argparse.ArgumentParser):
     must be set before numpy is imported by a run)."""
 
     def format_help(self):
+        from rtamt.loudness.r128stream import METERS
         from rtamt.models import MODELS
 
         self.epilog = (f"models: {', '.join(sorted(MODELS))} (rtamt models shows their "
-                       "configurations and parameters)")
+                       f"configurations and parameters); meters: {', '.join(sorted(METERS))} "
+                       "(the EBU R128 meter, --channels 2 by default)")
         return super().format_help()
 
 
@@ -97,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int_range(1, 1_000_000), default=None,
                    help="streams processed together in one call (default 1; with --streams: "
                         "the scheduler's max_batch default)")
-    p.add_argument("--channels", type=int_range(1, 64), default=1,
-                   help="independent input channels per stream (2 = stereo for moore2016)")
+    p.add_argument("--channels", type=int_range(1, 64), default=None,
+                   help="independent input channels per stream (2 = stereo for moore2016; "
+                        "default 1, 2 for the r128 meter)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cpu (numba kernels, default) or cuda (the Triton kernels on the GPU: "
                         "reports kernel time, host-device copies and end-to-end block "
@@ -166,9 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_names():
+    """The models and the meters (:data:`rtamt.loudness.r128stream.METERS`) by name."""
+    from rtamt.loudness.r128stream import METERS
     from rtamt.models import MODELS  # (numpy: after the thread-count variables are set)
 
-    return MODELS
+    return {**MODELS, **METERS}
+
+
+def _is_meter(name: str) -> bool:
+    """Is ``name`` a meter (one programme per object: it does not batch)?"""
+    from rtamt.loudness.r128stream import METERS
+    return name in METERS
 
 
 STREAM_ONLY = ("budget_ms", "source", "max_streams", "realtime", "max_miss_rate", "trace")
@@ -177,6 +188,8 @@ STREAM_ONLY = ("budget_ms", "source", "max_streams", "realtime", "max_miss_rate"
 def _defaults(p, args) -> bool:
     """Fill the mode-dependent defaults; True for a many-stream run."""
     multi = args.streams is not None or args.find_capacity or args.threads_scaling
+    if args.channels is None:
+        args.channels = 2 if _is_meter(args.model) else 1
     if not multi:
         for k in STREAM_ONLY:
             if getattr(args, k) is not None:
@@ -279,7 +292,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from rtamt.engine.denormal import ensure_ftz
-    from rtamt.models import MODELS
+    from rtamt.models import MODELS, processor_by_name
     from rtamt.signals import demo_signal, rms_for_spl
 
     fs = args.fs
@@ -306,9 +319,16 @@ def main(argv=None) -> int:
 
     kw = {} if args.config is None else {"config": args.config}
     if args.device == "cuda":
+        if args.model not in MODELS:
+            print(f"latency_bench: error: --device cuda: {args.model}: no Triton path yet",
+                  file=sys.stderr)
+            return 2
         return _main_cuda(args, MODELS[args.model], kw, blocks, fs)
+    if args.batch > 1 and _is_meter(args.model):
+        p.error(f"argument --batch: the {args.model} meter measures one programme per "
+                "call (it does not batch)")
     t0 = time.perf_counter()
-    model = MODELS[args.model](fs, **kw)
+    model = processor_by_name(args.model, fs, args.channels, kw)
     ensure_ftz()
     t1 = time.perf_counter()
     model(blocks[0])  # JIT compile / cache load + state allocation

@@ -182,11 +182,11 @@ class _BareProbe(threading.Thread):
         super().__init__(name=f"bench-bare-probe{'' if cpu is None else f'-cpu{cpu}'}",
                          daemon=True)
         self.realtime, self.cpu = realtime, cpu
-        from rtamt.models import MODELS
+        from rtamt.models import processor_by_name
         from rtamt.scheduler.outputs import output_owner, takes_out
 
         kw = {} if args.config is None else {"config": args.config}
-        self.model = MODELS[args.model](args.fs, **kw)
+        self.model = processor_by_name(args.model, args.fs, args.channels, kw)
         shape = (args.channels, args.block) if args.channels > 1 else (args.block,)
         self.x = np.ascontiguousarray(_noise(args.block, args.channels, seed=99).T.reshape(
             shape), dtype=args.dtype)
@@ -653,11 +653,21 @@ def find_capacity(args, log=print) -> dict:
         rep.update(ideal=ideal_before, bare_core_s_per_stream_s=before)
     rep["ideal_before"], rep["ideal_after"] = ideal_before, after["ideal"]
     rep["capacity_fraction"] = good / rep["ideal"] if rep["ideal"] else None
+    rep["ideal_of"] = bare = _bare_name(args)
     log(f"ideal {rep['ideal']:.1f} streams ({rep['threads']} workers / "
-        f"{rep['bare_core_s_per_stream_s']:.4f} core-s per stream-s of the bare batched "
-        f"model, batch {args.batch}; {ideal_before:.1f} before the trials, "
+        f"{rep['bare_core_s_per_stream_s']:.4f} core-s per stream-s of the {bare}; "
+        f"{ideal_before:.1f} before the trials, "
         f"{after['ideal']:.1f} after); capacity {good} = {rep['capacity_fraction']:.2f} of ideal")
     return rep
+
+
+def _bare_name(args) -> str:
+    """What the ideal capacity is measured on: the bare batched model, or the bare meter
+    (one object per stream: it does not batch)."""
+    from rtamt.loudness.r128stream import METERS
+    if args.model in METERS:
+        return "bare meter, one per stream"
+    return f"bare batched model, batch {args.batch}"
 
 
 def ideal_capacity(args, threads: int, seconds: float = 2.0) -> dict:
@@ -739,25 +749,28 @@ def _model_rate(args, threads: int, n: int, k: int) -> dict:
     """The same work on the models alone: ``threads`` plain threads, each running
     ``model(batch)`` on its share of the ``n`` streams (batches of at most ``args.batch``),
     ``k`` blocks each, from the same noise as the scheduler run; no scheduler, no rings,
-    no publication."""
-    from rtamt.models import MODELS
+    no publication.  A processor that does not batch (the R128 meter: one programme per
+    object) runs one object per stream, called with that stream's ``(ch, B)`` block."""
+    from rtamt.models import processor_by_name
 
     kw = {} if args.config is None else {"config": args.config}
     B, ch = args.block, args.channels
+    alone = not processor_by_name(args.model, args.fs, ch, kw).batchable
+    most = 1 if alone else args.batch
     loop = min(k, max(1, int(round(LOOP_SECONDS * args.fs / B))))
     buf = _noise(loop * B, n * ch, seed=1)
     jobs, c0 = [], 0                # per thread: [(model, first column, streams)]
     for m in (len(a) for a in np.array_split(np.arange(n), threads)):
         calls = []
-        for b in (len(a) for a in np.array_split(np.arange(m), math.ceil(m / args.batch))):
-            calls.append((MODELS[args.model](args.fs, **kw), c0, b))
+        for b in (len(a) for a in np.array_split(np.arange(m), math.ceil(m / most))):
+            calls.append((processor_by_name(args.model, args.fs, ch, kw), c0, b))
             c0 += b
         jobs.append(calls)
 
     def block(j, c, b):             # (b, B) or (b, ch, B), as the scheduler stacks it
         x = buf[(j % loop) * B:(j % loop + 1) * B, c * ch:(c + b) * ch].T
         x = x.reshape((b, ch, B)) if ch > 1 else x
-        return np.ascontiguousarray(x, dtype=args.dtype)
+        return np.ascontiguousarray(x[0] if alone else x, dtype=args.dtype)
     for calls in jobs:
         for model, c, b in calls:
             model(block(0, c, b))
@@ -891,7 +904,8 @@ def print_report(r: dict, file=sys.stdout) -> None:
           + (" (the --max-streams cap)" if r.get("capacity_limited_by_max") else "")
           + (f" (misses up to {r['max_miss_rate']:g} of the blocks allowed)"
              if r.get("max_miss_rate") else " (0 misses)")
-          + (f"; ideal {r['ideal']:.1f} (bare batched model, {r['threads']} workers): "
+          + (f"; ideal {r['ideal']:.1f} ({r.get('ideal_of', 'bare batched model')}, "
+             f"{r['threads']} workers): "
              f"{r['capacity_fraction']:.2f} of ideal" if r.get("ideal") else ""))
 
 

@@ -66,10 +66,13 @@ from typing import Any
 import numpy as np
 
 from ..engine import contract as _C
+from ..engine.backend import resolve as resolve_backend
+from ..engine.backend import to_numpy
 from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
 from . import gating as _G
 from . import layouts as _L
+from .gatedstats import MODES, GatedStatistics, StatisticsParams, gated_i, gated_lra
 from .gating import (
     ABSOLUTE_GATE_LUFS,
     LOUDNESS_OFFSET_DB,
@@ -117,8 +120,6 @@ CHANNEL_WEIGHTS = {**{n: s.weight for n, s in _L.SPEAKERS.items()}, "M": 1.0}
 #: named layouts, channel names in stream order (:data:`rtamt.loudness.layouts.LAYOUTS`)
 LAYOUTS = _L.LAYOUTS
 _DEFAULT_LAYOUT = _L.API_DEFAULTS
-MODES = ("histogram", "exact")
-
 _NAME = "bs1770"
 
 
@@ -304,24 +305,6 @@ def _lufs_of(e: float) -> float | None:
     return _lufs(e) if e > 0.0 else None
 
 
-def _gated_i(mode: str, arrays: dict) -> tuple[float, float]:
-    """``(e_I, relative gate)`` as powers (0.0: no gating block passes the absolute gate)
-    of the gating blocks in ``arrays`` (the meter's state arrays: the histogram
-    ``gate_n``/``gate_e``, or the values ``gate_e`` in the exact mode)."""
-    if mode == "histogram":
-        return _G.hist_gates(arrays["gate_n"], arrays["gate_e"])
-    return _G.exact_gates(arrays["gate_e"])
-
-
-def _gated_lra(mode: str, arrays: dict) -> tuple[float, float, float]:
-    """``(lo, hi, gate)`` powers of the loudness range's percentiles and relative gate
-    (0.0: not defined) of the short-term values in ``arrays`` (``lra_n``/``lra_e``, or
-    ``lra_e``)."""
-    if mode == "histogram":
-        return _G.hist_lra_stats(arrays["lra_n"], arrays["lra_e"])
-    return _G.exact_lra_stats(arrays["lra_e"])
-
-
 def _lra_of(lo: float, hi: float) -> float:
     """LRA (LU) of the percentile powers; 0.0 when no value passed the gates."""
     return 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0
@@ -495,7 +478,7 @@ class LoudnessStatistics:
         ``-inf`` when none passes the absolute gate."""
         if self.gating_blocks == 0:
             return None
-        return loudness_of_energy(_gated_i(self.mode, self.arrays)[0])
+        return loudness_of_energy(gated_i(self.mode, self.arrays)[0])
 
     @property
     def integrated_reason(self) -> str | None:
@@ -505,10 +488,10 @@ class LoudnessStatistics:
     @property
     def relative_gate(self) -> float | None:
         """Relative gate of the integrated loudness (LUFS), ``None`` when not defined."""
-        return _lufs_of(_gated_i(self.mode, self.arrays)[1])
+        return _lufs_of(gated_i(self.mode, self.arrays)[1])
 
     def _lra(self) -> tuple[float, float, float]:
-        return _gated_lra(self.mode, self.arrays)
+        return gated_lra(self.mode, self.arrays)
 
     @property
     def loudness_range(self) -> float | None:
@@ -554,7 +537,8 @@ class LoudnessStatistics:
 
 
 # ---------------------------------------------------------------- the meter
-_SCALARS = ("samples", "block", "momentary", "short_term", "integrated", "loudness_range")
+#: the meter's own state entries (the statistics stage adds its own: gatedstats.py)
+_SCALARS = ("samples", "block", "momentary", "short_term")
 #: EBU Tech 3341 section 2.4: the LRA is not yet stable during the first 60 s
 LRA_SETTLE_S = 60.0
 
@@ -574,14 +558,23 @@ class LoudnessMeter(Registered):
     snapshots of the former single-module meter load too, and those of the meter before
     issue 39 at 48 kHz into a meter with ``truepeak='bs1770'``).
 
-    State (``state_dict()``): ``children`` holds the three stages' states (``kweighting``:
-    ``zi``; ``gating``: the current sub-block's channel sums, the last 30 sub-block powers;
-    ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``, and the peaks),
-    ``arrays`` the meter's: counters ``samples``, ``block``, the latest ``momentary``,
-    ``short_term``, ``integrated``, ``loudness_range``, and the gated statistics --
+    The meter is a composition of four stages, each reached only through its public
+    interface: K-weighting (:class:`~rtamt.loudness.kweighting.KWeighting`) -> gating
+    blocks (:class:`~rtamt.loudness.gating.GatingBlocks`) -> gated statistics
+    (:class:`~rtamt.loudness.gatedstats.GatedStatistics`), and the true peak
+    (:class:`~rtamt.loudness.truepeak.TruePeak`) on the raw input beside them.  The meter
+    checks the block, runs the stages' ``process_tm`` and counts the blocks.
+
+    State (``state_dict()``): ``children`` holds the three sample stages' states
+    (``kweighting``: ``zi``; ``gating``: the current sub-block's channel sums, the last 30
+    sub-block powers; ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``,
+    and the peaks; their ``block`` is the meter's), ``arrays`` the meter's counters
+    ``samples``, ``block``, the latest ``momentary``, ``short_term``, and the statistics
+    stage's state: ``integrated``, ``loudness_range`` and the gated statistics --
     histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts
     (int64) and power sums (float64) per 0.01 LU bin; exact mode: ``gate_e`` and
-    ``lra_e``, every gating-block and short-term power so far.
+    ``lra_e``, every gating-block and short-term power so far (the schema of the meter
+    before the statistics were a stage: its snapshots load as they are).
 
     ``threads=2`` (keyword only, not part of the design): each block's true peak runs on a
     second thread beside the K-weighting and gating (its kernels release the GIL), with
@@ -607,6 +600,8 @@ class LoudnessMeter(Registered):
         self.gating = GatingBlocks(GatingParams(params.fs, params.weights))
         self.truepeak = TruePeak(TruePeakParams(params.fs, method=params.truepeak))
         self.stages = (self.kweighting, self.gating, self.truepeak)
+        #: the gated statistics (integrated loudness, loudness range) of the gating blocks
+        self.gated = GatedStatistics(StatisticsParams(params.mode, params.lra_hop))
         self.reset()
 
     def __repr__(self):
@@ -616,6 +611,41 @@ class LoudnessMeter(Registered):
         d = self.__dict__.copy()
         d["_pool"] = None
         return d
+
+    backend = "numba"
+    device = None
+
+    def _on_device(self, xt):
+        """A checked block ``(1, T, C)`` as the bound stages take it: itself on the numba
+        backend, a tensor on the device on the Triton backend (decided by :meth:`to`)."""
+        if self.backend == "numba":
+            return xt
+        import torch
+        return torch.from_numpy(xt).to(self.device)
+
+    def _on_host(self, rows):
+        """The gating blocks' rows of a block, on the host for the statistics."""
+        return rows if self.backend == "numba" else to_numpy(rows)
+
+    def to(self, device=None, *, backend: str | None = None):
+        """Run the three sample stages on ``backend`` ('numba' or 'triton') and ``device``
+        (see :func:`rtamt.engine.backend.resolve`; ``device='cuda'`` implies Triton):
+        K-weighting, gating blocks and true peak with their Triton twins, the state moved
+        exactly; the gated statistics stay on the host (a few values per 100 ms step).
+        All stages or none.  Returns self."""
+        backend, device = resolve_backend(backend, device)
+        moved = []
+        try:
+            for st in self.stages:
+                st.to(device, backend=backend)
+                moved.append(st)
+        except Exception:
+            for st in moved:
+                st.to(self.device, backend=self.backend)
+            raise
+        self.backend, self.device = backend, device
+        self._work = [None, None]
+        return self
 
     def _true_peak_pool(self):
         if self._pool is None:
@@ -628,38 +658,17 @@ class LoudnessMeter(Registered):
 
     # -- state ------------------------------------------------------------------------
     def _initial_state(self) -> dict:
-        s = {"samples": 0, "block": 0, "momentary": math.nan, "short_term": math.nan,
-             "integrated": math.nan, "loudness_range": math.nan}
-        if self.params.mode == "histogram":
-            s.update(gate_n=np.zeros(N_BINS, np.int64), gate_e=np.zeros(N_BINS),
-                     lra_n=np.zeros(N_BINS, np.int64), lra_e=np.zeros(N_BINS))
-        return s
+        return {"samples": 0, "block": 0, "momentary": math.nan, "short_term": math.nan}
 
     def reset(self) -> None:
         """Forget the stream: the next block is the first one (empty history, filters at rest)."""
         self._s = self._initial_state()
-        C = self.coeffs.channels
-        lead = (1, C)
+        example = np.zeros((1, self.coeffs.channels, 1))     # one stream of C channels
         for st in self.stages:
             st.reset()
-            st._ensure_state(lead, C, np.float64)
-        self._lists = {"gate_e": _Growing(), "lra_e": _Growing()}   # exact mode
+            st.prepare(example)
+        self.gated.reset()
         self._work = [None, None]
-        self._derived = [0.0, 0.0, 0.0, 0.0]     # relative gate, LRA lo, hi, gate (powers)
-
-    def _stat_arrays(self) -> dict:
-        """The gated statistics' arrays (views, not copies): the histograms, or the exact
-        mode's values."""
-        if self.params.mode == "histogram":
-            return self._s
-        return {k: g.view() for k, g in self._lists.items()}
-
-    def _refresh_derived(self) -> None:
-        """The gates and percentiles of the statistics (after a restored state)."""
-        a, mode = self._stat_arrays(), self.params.mode
-        gi = _gated_i(mode, a)[1] if self.integrated is not None else 0.0
-        lra = _gated_lra(mode, a) if self.loudness_range is not None else (0.0, 0.0, 0.0)
-        self._derived = [gi, *lra]
 
     # -- the streaming contract ---------------------------------------------------------
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
@@ -686,18 +695,13 @@ class LoudnessMeter(Registered):
         return {"name": self.name, "fs": float(self.params.fs),
                 "channels": int(self.coeffs.channels), "fingerprint": fp}
 
-    def _arrays(self) -> dict:
-        s = dict(self._s)
-        if self.params.mode == "exact":
-            s.update({k: g.view() for k, g in self._lists.items()})
-        return copy.deepcopy(s)
-
     def state_dict(self) -> dict:
         """Deep copy of the meter's state in the contract's schema (class docstring)."""
-        return _C.header(self, self._s["block"],
-                         _C.stream_meta(None, [self.coeffs.channels], np.float64),
-                         arrays=self._arrays(),
-                         children={st.name: st.state_dict() for st in self.stages})
+        blk = self._s["block"]
+        return _C.header(self, blk, _C.stream_meta(None, [self.coeffs.channels], np.float64),
+                         arrays={**self._s, **self.gated.state_arrays()},
+                         children={st.name: dict(st.state_dict(), block=blk)
+                                   for st in self.stages})
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict` (checked before anything changes);
@@ -717,21 +721,15 @@ class LoudnessMeter(Registered):
             raise LoudnessInputError(str(e)) from None
         st = sd.get("arrays")
         ref = self._initial_state()
-        want = set(ref) | ({"gate_e", "lra_e"} if self.params.mode == "exact" else set())
+        want = set(ref) | self.gated.keys()
         if not isinstance(st, dict) or set(st) != want:
             raise LoudnessInputError(
                 f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} != "
                 f"{sorted(want)} (mode {self.params.mode!r})")
-        for k, v in ref.items():
-            a = np.asarray(st[k])
-            if isinstance(v, np.ndarray) and (a.shape != v.shape or a.dtype != v.dtype):
-                raise LoudnessInputError(
-                    f"{self.name}: state array {k!r} has shape {a.shape} {a.dtype}, "
-                    f"expected {v.shape} {v.dtype}")
-        for k in ("gate_e", "lra_e"):
-            if k in st and not np.isfinite(np.asarray(st[k], dtype=np.float64)).all():
-                raise LoudnessInputError(f"{self.name}: state array {k!r} holds a non-finite "
-                                         "value; refused")
+        try:
+            self.gated.check_arrays(st, self.name)
+        except RtamtInputError as e:
+            raise LoudnessInputError(str(e)) from None
         ch = sd.get("children")
         if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
             raise LoudnessInputError(f"{self.name}: the state's stages "
@@ -745,12 +743,8 @@ class LoudnessMeter(Registered):
             for s, b in zip(self.stages, backup):
                 s.load_state_dict(b)
             raise LoudnessInputError(str(e)) from None
-        self._s = copy.deepcopy({k: v for k, v in st.items()
-                                 if k in ref})
-        self._lists = {k: _Growing(np.asarray(st[k], dtype=np.float64))
-                       if k in st and self.params.mode == "exact" else _Growing()
-                       for k in ("gate_e", "lra_e")}
-        self._refresh_derived()
+        self._s = copy.deepcopy({k: v for k, v in st.items() if k in ref})
+        self.gated.load_arrays(st)
 
     @classmethod
     def stack_state_dicts(cls, states):
@@ -795,12 +789,12 @@ class LoudnessMeter(Registered):
     @property
     def integrated(self) -> float | None:
         """Gated integrated loudness so far (LUFS); ``None`` before the first gating block."""
-        return _scalar(self._s["integrated"])
+        return _scalar(self.gated.integrated)
 
     @property
     def loudness_range(self) -> float | None:
         """Loudness range so far (LU, EBU Tech 3342); ``None`` before 3 s have been heard."""
-        return _scalar(self._s["loudness_range"])
+        return _scalar(self.gated.loudness_range)
 
     @property
     def integrated_reason(self) -> str | None:
@@ -813,25 +807,25 @@ class LoudnessMeter(Registered):
     def relative_gate(self) -> float | None:
         """Relative gate of the integrated loudness so far (LUFS, BS.1770-4 eq. (6)): the
         loudness of the gating blocks above -70 LUFS, -10 LU; ``None`` while none is."""
-        return _lufs_of(self._derived[0])
+        return _lufs_of(self.gated.derived[0])
 
     @property
     def lra_low(self) -> float | None:
         """10th percentile of the gated short-term loudness so far (LUFS, EBU Tech 3342);
         ``None`` while no short-term value passes the gates."""
-        return _lufs_of(self._derived[1])
+        return _lufs_of(self.gated.derived[1])
 
     @property
     def lra_high(self) -> float | None:
         """95th percentile of the gated short-term loudness so far (LUFS, EBU Tech 3342);
         ``None`` while no short-term value passes the gates."""
-        return _lufs_of(self._derived[2])
+        return _lufs_of(self.gated.derived[2])
 
     @property
     def lra_gate(self) -> float | None:
         """Relative gate of the loudness range so far (LUFS, EBU Tech 3342): the loudness
         of the short-term values at or above -70 LUFS, -20 LU; ``None`` while none is."""
-        return _lufs_of(self._derived[3])
+        return _lufs_of(self.gated.derived[3])
 
     def statistics(self) -> LoudnessStatistics:
         """The stream's gated statistics and peaks as a :class:`LoudnessStatistics` (a
@@ -841,7 +835,7 @@ class LoudnessMeter(Registered):
         pk = self.gating.state["peak"][0]
         return LoudnessStatistics(
             mode=self.params.mode,
-            arrays=copy.deepcopy({k: v for k, v in self._stat_arrays().items()
+            arrays=copy.deepcopy({k: v for k, v in self.gated.arrays.items()
                                   if k in ("gate_n", "gate_e", "lra_n", "lra_e")}),
             gating_blocks=max(0, n_steps - N_MOMENTARY + 1),
             short_term_values=max(0, n_steps - N_SHORT_TERM + 1),
@@ -864,12 +858,12 @@ class LoudnessMeter(Registered):
     @property
     def true_peak_channels(self) -> np.ndarray:
         """``(C,)`` maximum true peak per channel so far (dB TP)."""
-        return dbtp(self.truepeak.state["true_peak"][0])
+        return dbtp(to_numpy(self.truepeak.state["true_peak"][0]))
 
     @property
     def sample_peak_channels(self) -> np.ndarray:
         """``(C,)`` maximum sample peak per channel so far (dBFS)."""
-        return dbtp(self.truepeak.state["sample_peak"][0])
+        return dbtp(to_numpy(self.truepeak.state["sample_peak"][0]))
 
     @property
     def true_peak(self) -> float:
@@ -914,25 +908,24 @@ class LoudnessMeter(Registered):
         ``step_integrated``: also the running integrated loudness after each 100 ms step of
         the block (:attr:`LoudnessResult.step_integrated`; a 10000-bin pass per step in
         the histogram mode, a pass over every gating block so far in the exact mode)."""
-        xt = self._check(x)[None]                                # (1, T, C) time-major
+        xt = self._on_device(self._check(x)[None])             # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
         kw, gt, tp = self.stages
         peak = None if self.threads == 1 else self._true_peak_pool().submit(
-            tp.process_tm, tp.coeffs, tp._state, xt)                 # beside the rest
-        y = self._work[0] = kw.process_tm(kw.coeffs, kw._state, xt, self._work[0])
-        steps = gt.process_tm(gt.coeffs, gt._state, y, self._work[1])
+            tp.process_tm, tp.coeffs, tp.state, xt)                  # beside the rest
+        y = self._work[0] = kw.process_tm(kw.coeffs, kw.state, xt, self._work[0])
+        gst = gt.state
+        steps = gt.process_tm(gt.coeffs, gst, y, self._work[1])
         self._work[1] = steps
         if peak is None:
-            tp.process_tm(tp.coeffs, tp._state, xt)
+            tp.process_tm(tp.coeffs, tp.state, xt)
         else:
             peak.result()
-        for st in self.stages:
-            st._block += 1
-        n = int(gt._state["count"][0])
-        rows = steps[0, :n]
+        n = int(gst["count"][0])
+        rows = self._on_host(steps[0, :n])
         k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
-        run = self._gate(e_m, e_s, k, step_integrated) if n else np.zeros(0)
+        run = self.gated.process(k, e_m, e_s, step_integrated) if n else np.zeros(0)
         s["samples"] += xt.shape[1]
         s["block"] += 1
         if n:
@@ -948,14 +941,14 @@ class LoudnessMeter(Registered):
                                  dtype=np.float64) / p.fs
         else:
             mom = sht = times = np.zeros(0)
-        peaks = tp._state
+        peaks = tp.state
         tpc, spc = _dbtp_row(peaks["true_peak"][0]), _dbtp_row(peaks["sample_peak"][0])
         return LoudnessResult(
             momentary=_scalar(s["momentary"]), short_term=_scalar(s["short_term"]),
-            integrated=_scalar(s["integrated"]), step_time=times,
+            integrated=self.integrated, step_time=times,
             step_momentary=np.asarray(mom, dtype=np.float64).reshape(-1),
             step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
-            samples=s["samples"], loudness_range=_scalar(s["loudness_range"]),
+            samples=s["samples"], loudness_range=self.loudness_range,
             true_peak=float(max(tpc)), sample_peak=float(max(spc)),
             true_peak_channels=tpc, sample_peak_channels=spc,
             max_momentary=self.max_momentary, max_short_term=self.max_short_term,
@@ -963,41 +956,6 @@ class LoudnessMeter(Registered):
             lra_high=self.lra_high, relative_gate=self.relative_gate, lra_gate=self.lra_gate,
             integrated_reason=self.integrated_reason,
             step_integrated=loudness_of_energy(run).reshape(-1) if step_integrated else None)
-
-    def _gate(self, e_m: np.ndarray, e_s: np.ndarray, k: np.ndarray,
-              running: bool = False) -> np.ndarray | None:
-        """Add this block's gating blocks and short-term values to the statistics and
-        update the integrated loudness, the loudness range and their gates; ``running``:
-        return the gated mean power after each step (NaN before the first gating block)."""
-        s, hop, mode = self._s, self.params.lra_hop, self.params.mode
-        ok_m = ~np.isnan(e_m)
-        lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
-        run = np.empty(e_m.size) if running else None
-        if mode == "histogram":
-            if running:
-                _G.hist_running(s["gate_n"], s["gate_e"], e_m, run)
-            else:
-                _G.hist_add_many(s["gate_n"], s["gate_e"], e_m[ok_m], True)
-            _G.hist_add_many(s["lra_n"], s["lra_e"], e_s[lra_pick], False)
-        else:
-            gate = self._lists["gate_e"]
-            if running:
-                for i in range(e_m.size):
-                    if ok_m[i]:
-                        gate.extend(e_m[i:i + 1])
-                    run[i] = _G.exact_integrated(gate.view()) if gate.view().size else np.nan
-            else:
-                gate.extend(e_m[ok_m])
-            self._lists["lra_e"].extend(e_s[lra_pick])
-        a = self._stat_arrays()
-        if ok_m.any():
-            ei, self._derived[0] = _gated_i(mode, a)
-            s["integrated"] = loudness_of_energy(ei)
-        if (~np.isnan(e_s)).any():
-            lo, hi, g = _gated_lra(mode, a)
-            self._derived[1:] = [lo, hi, g]
-            s["loudness_range"] = _lra_of(lo, hi)
-        return run
 
     def warm_kernels(self) -> None:
         """Load (or compile) the gating kernels of this meter's mode that a stream reaches
@@ -1007,35 +965,7 @@ class LoudnessMeter(Registered):
         arrays like real blocks give.  The meter's state is not changed.  Called by
         :func:`rtamt.engine.jit.warmup` (the apps' warm-up), so that no kernel loads on
         the real-time path."""
-        w = copy.copy(self)
-        w._s = copy.deepcopy(self._s)
-        w._lists = {k: _Growing() for k in self._lists}
-        w._derived = list(self._derived)
-        e = np.full(1, 1e-3)
-        w._gate(e, e.copy(), np.full(1, float(N_SHORT_TERM)))
-        w._gate(e, e.copy(), np.full(1, float(N_SHORT_TERM)), running=True)
-
-
-class _Growing:
-    """A float64 list with amortised appends (the exact mode's values)."""
-
-    def __init__(self, values=None):
-        v = np.zeros(0) if values is None else np.asarray(values, np.float64).ravel()
-        self._a = np.zeros(max(64, 2 * v.size))
-        self._a[:v.size] = v
-        self._n = v.size
-
-    def extend(self, v) -> None:
-        v = np.asarray(v, np.float64)
-        if self._n + v.size > self._a.size:
-            grown = np.zeros(2 * (self._n + v.size))
-            grown[:self._n] = self._a[:self._n]
-            self._a = grown
-        self._a[self._n:self._n + v.size] = v
-        self._n += v.size
-
-    def view(self) -> np.ndarray:
-        return self._a[:self._n]
+        self.gated.warm()
 
 
 # ---------------------------------------------------------------- former snapshots
@@ -1147,21 +1077,17 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
         ring_n[0, fine % R] = part
         ring_e[0, fine % R] = old_e[-1 - j] * part / old_n[-1 - j]
     fresh = LoudnessMeter(p)
-    block = int(a["block"])
     kw, gt, tp = fresh.stages
-    kw._state["zi"] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
-    gt._state.update(n_fine=np.array([n_sub * F]), ring_e=ring_e, ring_n=ring_n)
+    kw.state["zi"][...] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
+    gst = gt.state
+    gst["n_fine"][...] = n_sub * F
+    gst["ring_e"][...], gst["ring_n"][...] = ring_e, ring_n
     if fill:       # the open sub-block's K-weighted samples through the stage's own kernel
-        gt.process_tm(gt.coeffs, gt._state, np.ascontiguousarray(buf[:, :fill].T)[None])
-    gt._state["peak"][:] = -1.0                  # the maxima start empty
-    for st in fresh.stages:
-        st._block = block
-    gate = np.asarray(a["gate_e"], np.float64).ravel()
-    s = fresh._s
-    s.update(samples=int(a["samples"]), block=block, momentary=float(a["momentary"]),
-             short_term=float(a["short_term"]), integrated=float(a["integrated"]))
-    if p.mode == "histogram":
-        _G.hist_add_many(s["gate_n"], s["gate_e"], gate, True)
-    else:
-        fresh._lists["gate_e"].extend(gate)
-    return fresh.state_dict()
+        gt.process_tm(gt.coeffs, gst, np.ascontiguousarray(buf[:, :fill].T)[None])
+    gst["peak"][:] = -1.0                        # the maxima start empty
+    fresh.gated.add_gating_blocks(np.asarray(a["gate_e"], np.float64).ravel())
+    fresh._s.update(samples=int(a["samples"]), block=int(a["block"]),
+                    momentary=float(a["momentary"]), short_term=float(a["short_term"]))
+    sd = fresh.state_dict()                      # the meter's block count in every stage
+    sd["arrays"]["integrated"] = float(a["integrated"])
+    return sd

@@ -202,6 +202,11 @@ def block_powers(weights, fine_lens, acc, fill, n_fine, ring_e, ring_n, peak, y,
             out[b, r, 2] = np.nan
 
 
+def _triton():
+    from .gating_triton import block_powers as t
+    return (t,)
+
+
 class GatingBlocks(Stage):
     """The 100 ms step clock with the momentary and short-term window powers (see the
     module docstring).  Time-major K-weighted ``(B, T, C)`` float64 in; out
@@ -218,7 +223,7 @@ class GatingBlocks(Stage):
     in_kind = "channels"
     Params = GatingParams
     design = staticmethod(design)
-    kernels = Kernels(numba=(block_powers,))
+    kernels = Kernels(numba=(block_powers,), triton=_triton)
 
     def _coeffs_for(self, n_in):
         return self.design(self.params, n_in)
@@ -237,12 +242,11 @@ class GatingBlocks(Stage):
     @kernel_method
     def process_tm(stage, coeffs, state, x, out=None):
         B, T, _ = x.shape
-        shape = (B, T // coeffs.min_len + 1, 3)
-        y = out if (out is not None and out.shape == shape and out.dtype == np.float64) \
-            else np.empty(shape, np.float64)
-        stage.kern.block_powers(coeffs.weights, coeffs.fine_lens, state["acc"], state["fill"],
-                                state["n_fine"], state["ring_e"], state["ring_n"],
-                                state["peak"], x, y, state["count"])
+        k = stage.kern
+        y = k.buffer(out, (B, T // coeffs.min_len + 1, 3), state["acc"])     # float64
+        k.block_powers(k.coef(coeffs.weights), k.coef(coeffs.fine_lens), state["acc"],
+                       state["fill"], state["n_fine"], state["ring_e"], state["ring_n"],
+                       state["peak"], x, y, state["count"])
         return y
 
 

@@ -234,6 +234,11 @@ def k_weight(sos, zi, x, y):
                 y[b, t, c] = v
 
 
+def _triton():
+    from .kweighting_triton import k_weight as t
+    return (t,)
+
+
 class KWeighting(Stage):
     """BS.1770-4 K-weighting of every channel (time-major ``(B, T, C)`` in, float64 out).
 
@@ -243,7 +248,7 @@ class KWeighting(Stage):
     in_kind = "channels"
     Params = KWeightingParams
     design = staticmethod(design)
-    kernels = Kernels(numba=(k_weight,))
+    kernels = Kernels(numba=(k_weight,), triton=_triton)
 
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
@@ -252,7 +257,6 @@ class KWeighting(Stage):
     @kernel_method
     def process_tm(stage, coeffs, state, x, out=None):
         k = stage.kern
-        y = out if (out is not None and out.shape == x.shape and out.dtype == np.float64
-                    and out.flags.c_contiguous) else np.empty(x.shape, np.float64)
-        k.k_weight(coeffs.sos, state["zi"], x, y)
+        y = k.buffer(out, x.shape, state["zi"])             # float64, like the state
+        k.k_weight(k.coef(coeffs.sos), state["zi"], x, y)
         return y

@@ -270,15 +270,13 @@ class Scheduler:
         return [s for s in self._streams if not s.closed]
 
     # ================================================================ opening
-    def _build(self, model, fs, kwargs):
-        """The stream's processor: a model made by name, a dict's ``Parallel``, or the
-        given streaming object (not already running another stream)."""
+    def _build(self, model, fs, kwargs, channels: int = 1):
+        """The stream's processor: a model or meter made by name
+        (:func:`rtamt.models.processor_by_name`), a dict's ``Parallel``, or the given
+        streaming object (not already running another stream)."""
         if isinstance(model, str):
-            from ..models import MODELS
-            cls = MODELS.get(model.lower())
-            if cls is None:
-                raise ValueError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
-            return cls(fs, **(kwargs or {}))
+            from ..models import processor_by_name
+            return processor_by_name(model, fs, channels, kwargs)
         if kwargs:
             raise ValueError("model keyword arguments need a model name, not an object")
         if isinstance(model, dict):
@@ -340,7 +338,7 @@ class Scheduler:
             raise ValueError(f"dtype must be float32 or float64, got {dtype}")
         if block is not None and int(block) < 1:
             raise ValueError(f"block must be >= 1, got {block}")
-        proc = self._build(model, fs, model_kwargs)
+        proc = self._build(model, fs, model_kwargs, channels)
         example, batchable, ident, dkey, proto = self._prepare(proc, dtype, channels, fs,
                                                                measure)
         self._costs.measure(proto, example, dkey, fs)
@@ -411,7 +409,7 @@ class Scheduler:
         if not batchable:
             dkey += (id(proc),)
         proto = None            # a pristine copy of the processor, made only when needed:
-        if measure and dkey not in self._costs:       # to measure a new design's cost
+        if measure and not self._costs.known(dkey):       # to measure a new design's cost
             try:
                 proto = copy.deepcopy(proc)
             except Exception:  # noqa: BLE001 - e.g. a user object holding locks

@@ -173,6 +173,37 @@ class CostTable(dict):
         self.max_batch = int(max_batch)
         self.memory: dict = {}
 
+    #: the length of a design's key (:meth:`Scheduler._prepare`); a processor that does
+    #: not batch runs in groups of its own, its key ending in the object's ``id`` after it
+    DESIGN_KEY = 7
+
+    def _adopt(self, key) -> CostModel | None:
+        """The cost model of ``key``: its own, or for the key of a processor that runs
+        alone (the design's key + the object's id) a copy of the model of its design
+        (measured once per design: every meter of one design costs the same; the copy's
+        ``scale`` follows its own stream's calls), with the design's output bytes."""
+        c = self.get(key)
+        if c is not None or len(key) <= self.DESIGN_KEY:
+            return c
+        shared = key[:self.DESIGN_KEY] + key[self.DESIGN_KEY + 1:]
+        base = self.get(shared)
+        if base is None:
+            return None
+        c = self[key] = copy.deepcopy(base)
+        c.scale, c.calls = 1.0, 0
+        if shared in self.memory:
+            self.memory[key] = self.memory[shared]
+        return c
+
+    def known(self, dkey) -> bool:
+        """Is design ``dkey``'s cost measured (:meth:`measure` needs no copy to time)?"""
+        return self._adopt(dkey) is not None
+
+    def _share(self, key, c: CostModel) -> None:
+        """Keep a lone processor's measured model ``c`` under its design's key too."""
+        if len(key) > self.DESIGN_KEY:
+            self.setdefault(key[:self.DESIGN_KEY] + key[self.DESIGN_KEY + 1:], copy.deepcopy(c))
+
     def measure(self, proto, example_T, dkey, fs: float | None = None) -> CostModel:
         """The cost model of design ``dkey``: measured once per design on copies of
         ``proto`` at :data:`T_REF` samples (this also compiles or loads the design's
@@ -180,7 +211,7 @@ class CostTable(dict):
         scheduler's overhead (:func:`measure_overhead`, numba designs, once per process
         and design) and the design's output bytes per sample; or nominal (``1e-4`` s per
         call) when ``proto`` is None, corrected by every call."""
-        c = self.get(dkey)
+        c = self._adopt(dkey)
         if c is not None:
             return c
         if proto is None:     # not measured: a nominal model, corrected by every call
@@ -220,6 +251,9 @@ class CostTable(dict):
                                                           self.max_batch)
             c.call_overhead_s, c.block_overhead_s = ovh
         self[dkey] = c
+        if dkey in self.memory and len(dkey) > self.DESIGN_KEY:
+            self.memory[dkey[:self.DESIGN_KEY]] = self.memory[dkey]
+        self._share(dkey, c)
         return c
 
     def at_block(self, proc, example_T, dkey, block: int, measure: bool = True) -> CostModel:
@@ -233,7 +267,7 @@ class CostTable(dict):
         is its launches' more than its samples') the design's model.  The scheduler's
         overheads are the design's."""
         key = dkey + (block,)
-        c = self.get(key)
+        c = self._adopt(key)
         if c is not None:
             return c
         base = self[dkey]
@@ -257,6 +291,7 @@ class CostTable(dict):
         if fixed < 0.1 * t1:
             fixed, per = 0.1 * t1, 0.9 * t1 / block
         c = self[key] = CostModel(fixed, per).with_overhead(base)
+        self._share(key, c)
         return c
 
 

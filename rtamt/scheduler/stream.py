@@ -58,7 +58,9 @@ class Result(NamedTuple):
     frames    : number of samples in the block (``block`` except maybe the last).
     outputs   : ``{name: output}`` (time-last arrays, as the stream's processor returns
                 them; one entry named after the processor, or one per chain of a
-                :class:`~rtamt.engine.parallel.Parallel`).
+                :class:`~rtamt.engine.parallel.Parallel`; the R128 meter's
+                ``momentary``, ``short_term``, ``integrated``, ``loudness_range`` and
+                ``true_peak``, floats or None).
     t_done    : ``time.perf_counter()`` when published.
     latency_s : end-to-end latency of the block's last sample: from its capture (push
                 time minus the reported input latency) to publication.
@@ -294,8 +296,10 @@ class Stream:
         self.admission = o.admission
         self.limit = float(proc.input_limit)
         #: the name a result's single output is published under (None: the processor
-        #: returns its outputs by name already, a :class:`~rtamt.engine.parallel.Parallel`)
-        self.out_key = None if isinstance(proc, Parallel) else getattr(proc, "name", "out")
+        #: returns its outputs by name already: a :class:`~rtamt.engine.parallel.Parallel`,
+        #: or a processor with ``named_outputs = True``, the R128 meter)
+        self.out_key = None if isinstance(proc, Parallel) or getattr(
+            proc, "named_outputs", False) else getattr(proc, "name", "out")
         cap = ring_frames(o, self.fs, self.block)
         self.max_backlog = max(int(round(o.max_backlog_s * self.fs)), self.block)
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),

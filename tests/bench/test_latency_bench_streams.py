@@ -149,3 +149,27 @@ def test_pass_criterion_with_a_miss_rate():
     for t in res["trials"]:
         n_blocks = t["streams"] * round(0.2 * res["fs"] / res["block"])
         assert t["pass"] == (t["misses"] <= 0.5 * n_blocks and t["drops"] == 0)
+
+
+def test_r128_meter_capacity_beside_the_bare_meter():
+    """``--model r128 --find-capacity``: the R128 meter's streams (stereo by default, one
+    call per stream: it does not batch) and the ideal of the bare meter, one per stream."""
+    res, r = _bench("--model", "r128", "--find-capacity", "--max-streams", "3", "--seconds",
+                    "0.3", "--warmup-seconds", "0.2", "--block", "4800", "--budget-ms", "200")
+    assert res["model"] == "r128" and res["channels"] == 2
+    assert 0 <= res["capacity"] <= 3
+    assert res["ideal"] > 0 and res["ideal_of"] == "bare meter, one per stream"
+    assert res["capacity_fraction"] == pytest.approx(res["capacity"] / res["ideal"])
+    assert "bare meter, one per stream" in r.stderr
+    if res["capacity"]:
+        assert res["batch_mean"] == 1.0          # a meter is one programme: calls of one
+        assert all(p["name"].startswith("r128-") for p in res["per_stream"])
+
+
+def test_r128_single_stream_and_refusals():
+    res, _ = _bench("--model", "r128", "--seconds", "0.5", "--block", "480")
+    assert res["model"] == "r128" and res["channels"] == 2 and res["n_blocks"] == 50
+    assert 0 < res["rtf"] < 1
+    r = subprocess.run([sys.executable, "-m", "latency_bench", "--model", "r128", "--batch",
+                        "2", "--seconds", "0.1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "does not batch" in r.stderr

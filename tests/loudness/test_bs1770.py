@@ -455,3 +455,28 @@ def test_reset_equals_fresh_meter():
     assert m.momentary is None and m.blocks_processed == 0
     assert_same_state(m.state_dict(), LoudnessMeter(fs=fs).state_dict())
     assert m(x).integrated == LoudnessMeter(fs=fs)(x).integrated
+
+
+def test_the_meter_reaches_its_stages_only_through_their_public_interface():
+    """The meter is a composition (issue 40): K-weighting -> gating blocks -> gated
+    statistics, true peak beside them.  No private name of a stage (``kw._state``,
+    ``st._block``, ``st._ensure_state``) is read or written in bs1770.py: a private
+    attribute is only ever taken of the meter itself (``self``, a fresh meter) or of the
+    module aliases."""
+    import ast
+    import inspect
+
+    from rtamt.loudness import bs1770
+
+    own = {"self", "fresh", "cls", "_G", "_L", "_C"}
+    bad = []
+    for node in ast.walk(ast.parse(inspect.getsource(bs1770))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            base = node.value
+            if not (isinstance(base, ast.Name) and base.id in own):
+                bad.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert bad == []
+    m = bs1770.LoudnessMeter(fs=48000, channels=2)
+    assert [type(s).__name__ for s in (*m.stages, m.gated)] == [
+        "KWeighting", "GatingBlocks", "TruePeak", "GatedStatistics"]

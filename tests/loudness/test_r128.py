@@ -451,7 +451,7 @@ def _fast_forward(meter, hours, rng):
     e_s = 10 ** (rng.uniform(-8, -1, n))
     for i in range(0, n, 36000):
         k = np.arange(i, min(i + 36000, n), dtype=np.float64) + 30
-        meter._gate(e_m[i:i + 36000], e_s[i:i + 36000], k)
+        meter.gated.process(k, e_m[i:i + 36000], e_s[i:i + 36000])
 
 
 @pytest.mark.parametrize("mode", ["histogram", "exact"])

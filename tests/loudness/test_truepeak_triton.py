@@ -12,16 +12,13 @@ included), through the stage bound with ``to(backend='triton')``.  Sizes are sma
 interpreter runs every kernel operation as a numpy call.  The last test compiles both
 kernels for an sm_80 GPU (no device needed)."""
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from rtamt.loudness import truepeak, truepeak_triton  # noqa: E402
 from rtamt.loudness.truepeak import TruePeak  # noqa: E402
 
-from _triton import DEVICE, dev, host  # noqa: E402
+from _triton import DEVICE, compile_sm80, dev, host  # noqa: E402
 
 TOL64 = 1e-12
 
@@ -113,20 +110,8 @@ def test_kernels_compile_for_gpu():
     """Both kernels compile to a cubin for sm_80 with Triton's CUDA backend (a process
     without TRITON_INTERPRET; the screening ratio is an fp64 scalar)."""
     pytest.importorskip("triton.backends.nvidia")
-    script = textwrap.dedent("""
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
+    compile_sm80("""
         from rtamt.loudness import truepeak_triton as t
-
-        def build(fn, sig, cx):
-            sig = {k: ("constexpr" if k in cx else v) for k, v in sig.items()}
-            src = ASTSource(fn=fn, signature=sig, constexprs=cx)
-            k = triton.compile(src, target=GPUTarget("cuda", 80, 32),
-                               options={"enable_fp_fusion": True, "num_warps": 2})
-            assert k.asm["cubin"]
-            return k.asm["ptx"]
-
         d, i = "*fp64", "i32"
         for x in ("*fp32", "*fp64"):
             ptx = build(t._true_peak_sinc_kernel, dict(h_ptr=d, hist_ptr=d, tp_ptr=d, sp_ptr=d,
@@ -136,9 +121,4 @@ def test_kernels_compile_for_gpu():
             build(t._true_peak_fir_kernel, dict(h_ptr=d, hist_ptr=d, tp_ptr=d, sp_ptr=d,
                   x_ptr=x, out_ptr=d, B=i, T=i, C=i, P=i, K=i, BLOCK=0, KC=0),
                   {"BLOCK": 64, "KC": 16})
-        print("ok")
     """)
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
