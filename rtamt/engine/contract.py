@@ -508,3 +508,21 @@ def header(obj, block: int, stream, **body) -> dict:
 
 def deep(sd: dict) -> dict:
     return copy.deepcopy(sd)
+
+
+def load_all_or_none(name: str, stages, ch) -> None:
+    """Load each of ``stages`` from its snapshot in ``ch`` (``{stage name: state}``), all or
+    none: a stage that refuses its state rolls every stage back, and the error names
+    ``name`` (the owner) and what differs."""
+    if not isinstance(ch, dict) or set(ch) != {s.name for s in stages}:
+        raise RtamtInputError(
+            f"{name}: the state's stages {sorted(ch) if isinstance(ch, dict) else ch} "
+            f"differ from this chain's {[s.name for s in stages]}")
+    backup = [s.state_dict() for s in stages]
+    try:
+        for s in stages:
+            s.load_state_dict(ch[s.name])
+    except Exception:
+        for s, b in zip(stages, backup):
+            s.load_state_dict(b)
+        raise

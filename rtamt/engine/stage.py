@@ -662,18 +662,7 @@ class StageGroup(contract.Composite):
     def _load_children(self, ch) -> None:
         """Load every stage's snapshot from ``ch`` (``{stage name: state}``): all stages or
         none (a stage that refuses its state rolls every stage back)."""
-        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
-            raise RtamtInputError(
-                f"{self.name}: the state's stages {sorted(ch) if isinstance(ch, dict) else ch} "
-                f"differ from this chain's {[s.name for s in self.stages]}")
-        backup = [s.state_dict() for s in self.stages]
-        try:
-            for s in self.stages:
-                s.load_state_dict(ch[s.name])
-        except Exception:
-            for s, b in zip(self.stages, backup):
-                s.load_state_dict(b)
-            raise
+        contract.load_all_or_none(self.name, self.stages, ch)
         self._rebound()
 
     def _state_leaves(self) -> list:

@@ -68,7 +68,13 @@ import numpy as np
 from ..engine import contract as _C
 from ..engine.backend import resolve as resolve_backend
 from ..engine.backend import to_numpy
-from ..engine.contract import Registered, RtamtInputError, check_float_dtype, reject_nonfinite
+from ..engine.contract import (
+    Registered,
+    RtamtInputError,
+    check_float_dtype,
+    load_all_or_none,
+    reject_nonfinite,
+)
 from ..engine.denormal import ensure_ftz
 from . import gating as _G
 from . import layouts as _L
@@ -730,18 +736,9 @@ class LoudnessMeter(Registered):
             self.gated.check_arrays(st, self.name)
         except RtamtInputError as e:
             raise LoudnessInputError(str(e)) from None
-        ch = sd.get("children")
-        if not isinstance(ch, dict) or set(ch) != {s.name for s in self.stages}:
-            raise LoudnessInputError(f"{self.name}: the state's stages "
-                                     f"{sorted(ch) if isinstance(ch, dict) else ch} differ "
-                                     f"from {[s.name for s in self.stages]}")
-        backup = [s.state_dict() for s in self.stages]
         try:
-            for s in self.stages:
-                s.load_state_dict(ch[s.name])
+            load_all_or_none(self.name, self.stages, sd.get("children"))
         except RtamtInputError as e:
-            for s, b in zip(self.stages, backup):
-                s.load_state_dict(b)
             raise LoudnessInputError(str(e)) from None
         self._s = copy.deepcopy({k: v for k, v in st.items() if k in ref})
         self.gated.load_arrays(st)
