@@ -635,8 +635,9 @@ class Chain(contract.Composite):
     def output_info(self) -> dict:
         """``{output name: {'rate': Hz, 'channels': C'}}`` for one mono input stream, in
         stage order (``channels``: rows of the output per stream, before time)."""
-        p = self.stages[0].params
-        rate, n, out = float(getattr(p, "fs", 0.0)), 1, {}
+        # the input rate: the first stage's that has one (the calibration has none)
+        fs = next((s.params.fs for s in self.stages if hasattr(s.params, "fs")), 0.0)
+        rate, n, out = float(fs), 1, {}
         for st in self.stages:
             c = st._coeffs_for(n)
             n, rate = st.n_out(c, n), st.output_rate(rate)

@@ -64,6 +64,8 @@ def test_calibration_is_stages_0_and_gives_the_input_limit(name):
         m(x)
     assert all(s.state is None for s in m.stages)   # refused before anything changed
     assert "calibration" not in m.outputs and list(m.process_all(x * 0.1)) == list(m.outputs)
+    info = m.output_info()
+    assert list(info) == list(m.outputs) and info[m.outputs[0]]["rate"] == fs
 
 
 def test_a_chain_without_calibration_checks_finiteness_only():
