@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from rtamt.calibration import REFERENCE_DB_RANGE, CalibrationError, measure_tone, save
+from rtamt.io.calibration import REFERENCE_DB_RANGE, CalibrationError, measure_tone, save
 from rtamt.signals import read_wav
 
 from .args import FS_LIMITS, float_range, int_range, looks_like_path, no_such_device, positive_float

@@ -146,7 +146,7 @@ def open_input(inp: str | None, *, hostapi: str | None = None, fs: float | None 
 
 def add_calibration_arguments(p) -> None:
     """The level options every live app shares (argparse): ``--spl-ref``,
-    ``--calibration`` (resolved by :func:`rtamt.calibration.resolve_spl_ref`) and
+    ``--calibration`` (resolved by :func:`rtamt.io.calibration.resolve_spl_ref`) and
     ``--field`` (the loudness models' outer-ear transfer)."""
     p.add_argument("--spl-ref", type=spl_ref_db, default=None,
                    help="dB SPL of a digital RMS of 1.0 (overrides the calibration file; "

@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 
-from rtamt.calibration import CalibrationError, resolve_spl_ref
+from rtamt.io.calibration import CalibrationError, resolve_spl_ref
 from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.runtime import Runtime
 

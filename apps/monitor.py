@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rtamt.calibration import CalibrationError, resolve_spl_ref
+from rtamt.io.calibration import CalibrationError, resolve_spl_ref
 
 from .args import (
     FPS_LIMITS,

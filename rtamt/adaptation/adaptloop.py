@@ -6,7 +6,7 @@ al. 1997a), with the overshoot limiter of Münkner (1993) as implemented in AMT
 0.9.10 ``adaptloop``.  Per sample, channel c:
 
 * ``v = max(x, m_c)`` (minimum level ``m = 10^((minspl - 100)/20)``: the input is in the
-  models' internal units, RMS 1 = 100 dB SPL, see :mod:`rtamt.calibration`);
+  models' internal units, RMS 1 = 100 dB SPL, see :mod:`rtamt.ear.calibration`);
 * for k = 1..K: ``v = v / s_k``; if ``limit > 1`` and ``v > 1``:
   ``v = 2 M_k / (1 + exp(-2 (v - 1) / M_k)) - (M_k - 1)`` with
   ``M_k = (1 - s_k(0)^2) * limit - 1``; then ``s_k = a_k s_k + (1 - a_k) v``,
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..calibration import INTERNAL_SPL_REF
+from ..ear.calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels, kernel_method
 from ..engine.fastexp import exp_f64_short
 from ..engine.jit import JIT as _JIT
@@ -59,7 +59,7 @@ PRESETS = {
 class AdaptLoopParams:
     """fs (Hz); preset; tau (s) and limit override it; minspl (dB SPL, scalar or
     per-channel tuple).  The input is in the internal units (RMS 1 =
-    :data:`~rtamt.calibration.INTERNAL_SPL_REF` = 100 dB SPL): a model's calibration stage
+    :data:`~rtamt.ear.calibration.INTERNAL_SPL_REF` = 100 dB SPL): a model's calibration stage
     scales its input to them."""
 
     fs: float
@@ -249,7 +249,6 @@ class AdaptLoop(Stage):
 
     name = "adaptloop"
     Params = AdaptLoopParams
-    former_params = {"spl_ref": 100.0}    # see rtamt.calibration.InputCalibration
     design = staticmethod(design)
     kernels = Kernels(numba=(adaptloop,), triton=_triton)
 

@@ -46,13 +46,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..calibration import MAX_SPL, spl_limit
 from . import kernels
 
 __all__ = ["RtamtInputError", "Streaming", "STATE_VERSION", "SCHEMA", "stack_states",
            "split_state", "fingerprint", "check_float_dtype", "reject_nonfinite",
            "first_nonfinite", "check_state_arrays", "check_state_header", "register_kind",
-           "Registered", "spl_limit", "MAX_SPL", "with_former_fields",
+           "Registered", "with_former_fields",
            "check_time_last", "COLUMN_ROWS"]
 
 SCHEMA = "rtamt.state"

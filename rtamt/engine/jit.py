@@ -271,9 +271,12 @@ def warmup(model, dtype="float64", lead=(), block=None, progress=None) -> Warmup
     t_start = time.perf_counter()
     work = copy.deepcopy(model)
     fs = getattr(work, "fs", None)
-    stages = list(getattr(work, "stages", []) or [])
-    if fs is None and stages:
-        fs = getattr(stages[0].params, "fs", None)
+    # one step per stage that is an output: the calibration (internal, no kernel to
+    # compile) counts in the next stage's step, as the chain's input check does
+    stages = [s for s in getattr(work, "stages", []) or [] if not getattr(s, "internal", False)]
+    if fs is None:          # the first stage with a sample rate (not the calibration)
+        fs = next((s.params.fs for s in stages if hasattr(getattr(s, "params", None), "fs")),
+                  None)
     n = int(block) if block else max(256, int(round(0.1 * float(fs or 48000.0))))
     t = np.arange(n) / float(fs or 48000.0)
     x = (0.01 * np.sin(2 * np.pi * 1000.0 * t)).astype(dtype)

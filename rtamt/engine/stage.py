@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import contract
+from . import contract, migrate
 from .backend import (
     Kernels,
     NumbaKernels,
@@ -571,7 +571,9 @@ class Stage(Registered):
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict`: checked (kind, design identity,
-        layout, array shapes and dtypes, finite values) before anything changes."""
+        layout, array shapes and dtypes, finite values) before anything changes.  A
+        snapshot of an earlier release is migrated first (:mod:`rtamt.engine.migrate`)."""
+        sd = migrate.stage_state(self, sd)
         contract.check_state_header(self.name, sd)
         if sd.get("stream") is None:
             contract.check_identity(self.name, sd, self, self.design_identity(self._coeffs0))
@@ -677,33 +679,34 @@ class Chain(StageGroup):
     """A model: stages run in sequence on one stream, with the stages' contract.
 
     ``chain(x)`` returns the last stage's output; ``chain.process_all(x)`` returns
-    ``{stage name: output}`` for every stage (time-last).  Validation happens once
-    at the chain's input; between stages the arrays stay time-major.
+    ``{stage name: output}`` for every stage but the internal ones (time-last).
+    Validation happens once at the chain's input; between stages the arrays stay
+    time-major.
 
-    ``calibration`` (optional, a :class:`rtamt.calibration.InputCalibration`: a model's
-    first stage) checks every input block against the physical limit
-    (:attr:`input_limit`) and multiplies it by :attr:`input_gain` into the internal units
-    of the stages after it, in the block's dtype.  Without one the gain is 1 and there is
-    no limit beyond finiteness.
+    A model's first stage is its calibration (``stages[0]``, a
+    :class:`rtamt.ear.calibration.InputCalibration`, :attr:`calibration`): it multiplies
+    every block by its gain (:attr:`input_gain`) into the internal units of the stages
+    after it, and the chain checks every input block against its physical limit
+    (:attr:`input_limit`, the first stage's ``input_limit``: infinite for other stages, so
+    that only finiteness is checked).  A stage whose class sets ``internal = True`` (the
+    calibration) is not one of the chain's outputs.
     The state is the stages' states (``children``), stacked and split stage by stage.
     """
 
     name = "chain"
-    calibration = None
     batchable = True
     #: attributes that identify a model's design besides its stages (checked on load)
     identity_fields: tuple = ()
 
     def __init__(self, stages: list[Stage], calibration=None):
-        if calibration is not None:
-            self.calibration = calibration
+        stages = list(stages) if calibration is None else [calibration, *stages]
         if not stages or stages[0].in_kind != "signal":
             raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
         check_flows(self.name, stages)
         if stages[-1].flow_out != SAMPLES:
             raise ValueError(f"{self.name}: a Chain's stages give samples; "
                              f"{stages[-1].name!r} gives {stages[-1].flow_out}")
-        self.stages = list(stages)
+        self.stages = stages
         self._bufs: list = [None] * len(self.stages)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
@@ -711,12 +714,18 @@ class Chain(StageGroup):
 
     @property
     def output_names(self) -> list[str]:
-        return [s.name for s in self.stages]
+        return [s.name for s in self.stages if not getattr(s, "internal", False)]
 
     @property
     def outputs(self) -> tuple:
         """Names of the outputs of :meth:`process_all` (one per stage, in order)."""
         return tuple(self.output_names)
+
+    @property
+    def calibration(self):
+        """The calibration stage (``stages[0]`` when it has a ``gain``), or ``None``."""
+        first = self.stages[0]
+        return first if hasattr(first, "gain") and hasattr(first, "limit_text") else None
 
     @property
     def input_gain(self) -> float:
@@ -726,9 +735,9 @@ class Chain(StageGroup):
 
     @property
     def input_limit(self) -> float:
-        """Largest accepted ``|sample|`` of the input (the calibration's physical limit)."""
-        cal = self.calibration
-        return math.inf if cal is None else cal.limit
+        """Largest accepted ``|sample|`` of the input (the first stage's: the
+        calibration's physical limit)."""
+        return self.stages[0].input_limit
 
     def _limit_text(self) -> str:
         """What :attr:`input_limit` is (for the error message of a rejected block)."""
@@ -738,20 +747,23 @@ class Chain(StageGroup):
     def output_info(self) -> dict:
         """``{output name: {'rate': Hz, 'channels': C'}}`` for one mono input stream, in
         stage order (``channels``: rows of the output per stream, before time)."""
-        p = self.stages[0].params
-        rate, n, out = float(getattr(p, "fs", 0.0)), 1, {}
+        # the input rate: the first stage's that has one (the calibration has none)
+        fs = next((s.params.fs for s in self.stages if hasattr(s.params, "fs")), 0.0)
+        rate, n, out = float(fs), 1, {}
         for st in self.stages:
             c = st._coeffs_for(n)
             n, rate = st.n_out(c, n), st.output_rate(rate)
-            out[st.name] = {"rate": rate, "channels": int(n)}
+            if not getattr(st, "internal", False):
+                out[st.name] = {"rate": rate, "channels": int(n)}
         return out
 
     def design_identity(self) -> dict:
-        """``{'name', <identity_fields>, 'fingerprint'}``; the fingerprint covers the input
-        gain and every stage's coefficients at the channel counts the chain feeds it."""
+        """``{'name', <identity_fields>, 'fingerprint'}``; the fingerprint covers every
+        stage's design (the calibration's gain included) at the channel counts the chain
+        feeds it."""
         fp = self.__dict__.get("_fp")
         if fp is None:
-            parts, n = [float(self.input_gain)], 1
+            parts, n = [], 1
             for st in self.stages:
                 c = st._coeffs_for(n)
                 parts.append(st.design_identity(c)["fingerprint"])
@@ -766,12 +778,9 @@ class Chain(StageGroup):
         ensure_ftz()
         arr, back = as_numpy_block(x)
         first = self.stages[0]
-        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text)
+        xt, lead, _ = first._check(arr, self.name, first.input_limit, self._limit_text)
         if self.backend == "triton":       # validated on the host; processed on the device
             xt, back = _device_block(xt, self.device), _identity
-        cal = self.calibration
-        if cal is not None:     # a new array: the caller's block is never written
-            xt = cal.apply(xt, on_device=self.backend == "triton")
         # state creation for every stage (first block) - cheap after that
         if first._state is None:
             self._init_states(lead, arr.dtype)
@@ -782,12 +791,14 @@ class Chain(StageGroup):
             for st in stages:
                 y = st.process_tm(st.coeffs, st._state, y)  # new arrays: all handed out
                 st._block += 1
-                outs[st.name] = y
+                if not getattr(st, "internal", False):
+                    outs[st.name] = y
             return {k: back(first._to_public(v, lead)) for k, v in outs.items()}
         # the inner stages' work buffers are reused across blocks (no large allocation per
-        # block; work_buffer() in each stage takes one only on an exact shape/dtype match).
-        # The last stage's output is handed out: a new array, or the caller's ``out``,
-        # returned as a time-last view (_to_public).
+        # block; work_buffer() in each stage takes one only on an exact shape/dtype match;
+        # the calibration writes the caller's block into its own, or passes it on unwritten
+        # for a gain of 1).  The last stage's output is handed out: a new array, or the
+        # caller's ``out``, returned as a time-last view (_to_public).
         bufs = self._bufs
         for i in range(len(stages) - 1):
             st = stages[i]
@@ -820,7 +831,7 @@ class Chain(StageGroup):
         Declares the layout like :meth:`Stage.prepare`: ``(N, 1)`` is ``N`` streams."""
         arr, _ = as_numpy_block(x)
         first = self.stages[0]
-        xt, lead, _ = first._check(arr, self.name, self.input_limit, self._limit_text,
+        xt, lead, _ = first._check(arr, self.name, first.input_limit, self._limit_text,
                                    declare=True)
         if first._state is None:
             self._init_states(lead, arr.dtype)
@@ -842,7 +853,9 @@ class Chain(StageGroup):
 
     def load_state_dict(self, sd: dict) -> None:
         """Restore a snapshot from :meth:`state_dict`: all stages or none (each checked
-        as in :meth:`Stage.load_state_dict`, plus the chain's own identity)."""
+        as in :meth:`Stage.load_state_dict`, plus the chain's own identity).  A snapshot
+        of an earlier release is migrated first (:func:`rtamt.engine.migrate.chain_state`)."""
+        sd = migrate.chain_state(self, sd)
         contract.check_identity(self.name, sd, self)
         self._load_children(sd.get("children"))
 

@@ -78,7 +78,7 @@ except ImportError as e:      # pragma: no cover - exercised by a subprocess tes
     raise ModuleNotFoundError(
         f"rtamt.integrations.lhotse needs lhotse: {LHOTSE_INSTALL_HINT}", name="lhotse") from e
 
-from ..calibration import check_spl_ref
+from ..ear.calibration import check_spl_ref
 from ..models import MODELS
 
 __all__ = ["RtamtConfig", "RtamtExtractor", "POOLINGS", "CHANNEL_MODES", "CHUNK",

@@ -2,18 +2,18 @@
 share: the calibration stage at the head of the chain and centre-frequency accessors."""
 from __future__ import annotations
 
-from ..calibration import CalibratedModel, InputCalibration
+from ..ear.calibration import CalibratedModel
 from ..engine.stage import Chain
 
 
 class ModulationModel(CalibratedModel, Chain):
-    """A :class:`Chain` headed by an :class:`~rtamt.calibration.InputCalibration` stage
-    and ending in a modulation filterbank stage named ``modfb``.
+    """A :class:`Chain` headed by an :class:`~rtamt.ear.calibration.InputCalibration` stage
+    (``stages[0]``) and ending in a modulation filterbank stage named ``modfb``.
 
     ``fc_stage`` names the stage whose coefficients hold the auditory centre frequencies.
 
-    Calibration (the first stage, :attr:`calibration`): ``spl_ref`` is the dB SPL of a
-    digital RMS of 1.0.  The model scales every input block by :attr:`input_gain` before
+    Calibration (the first stage, ``stages[0]``, :attr:`calibration`): ``spl_ref`` is the
+    dB SPL of a digital RMS of 1.0.  The model scales every input block by :attr:`input_gain` before
     the stages, which work in fixed internal units and carry no ``spl_ref``: the AMT
     convention of the adaptation loops (RMS 1 = 100 dB SPL, AMT ``dboffset``; Dau et al.
     1996a, 1997a), ``input_gain = 10^((spl_ref - 100)/20)``, or sound pressure in Pa for a
@@ -25,9 +25,8 @@ class ModulationModel(CalibratedModel, Chain):
     fc_stage = "gammatone"
     identity_fields = ("fs", "config", "spl_ref")
 
-    def __init__(self, stages, calibration: InputCalibration, backend: str | None = None,
-                 device=None):
-        super().__init__(stages, calibration=calibration)
+    def __init__(self, stages, backend: str | None = None, device=None):
+        super().__init__(stages)
         if backend is not None or device is not None:
             self.to(device, backend=backend)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import warnings
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import InputCalibration
+from ..ear.calibration import InputCalibration
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
@@ -74,4 +74,4 @@ class Dau1997(ModulationModel):
         mkw = dict(CONFIGS[config]["modfb"])
         mkw.update(modfb or {})
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc), **mkw))
-        super().__init__([gt, ih, ad, mf], cal, backend=backend, device=device)
+        super().__init__([cal, gt, ih, ad, mf], backend=backend, device=device)

@@ -35,7 +35,7 @@ Deviations from the seed's documented behaviour (torch_amt ``King2019``):
 from __future__ import annotations
 
 from ..adaptation.highpass import AdaptHighpass, AdaptHighpassParams
-from ..calibration import InputCalibration
+from ..ear.calibration import InputCalibration
 from ..filterbank import Gammatone, GammatoneParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
@@ -86,4 +86,4 @@ class King2019(ModulationModel):
         mf = KingModFilterbank(KingModFilterbankParams(
             fs=self.fs, fc=tuple(gt.coeffs.fc), mflow=mflow, mfhigh=mfhigh, qfactor=qfactor,
             nmod=nmod, lp150=lp150))
-        super().__init__([gt, comp, ih, ad, mf], cal, backend=backend, device=device)
+        super().__init__([cal, gt, comp, ih, ad, mf], backend=backend, device=device)

@@ -35,8 +35,8 @@ Deviations from the seed's documented behaviour (torch_amt ``Osses2021``):
 from __future__ import annotations
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import InputCalibration
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
+from ..ear.calibration import InputCalibration
 from ..filterbank import Gammatone, GammatoneParams
 from ..ihc import IHCEnvelope, IHCEnvelopeParams
 from ..modulation import ModFilterbank, ModFilterbankParams
@@ -73,4 +73,4 @@ class Osses2021(ModulationModel):
         ad = AdaptLoop(AdaptLoopParams(fs=self.fs, **({"preset": "osses2021"} | (adapt or {}))))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs, fc=tuple(gt.coeffs.fc),
                                                **({"preset": "jepsen2008"} | (modfb or {}))))
-        super().__init__([hp, me, gt, ih, ad, mf], cal, backend=backend, device=device)
+        super().__init__([cal, hp, me, gt, ih, ad, mf], backend=backend, device=device)

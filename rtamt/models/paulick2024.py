@@ -54,8 +54,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..adaptation import AdaptLoop, AdaptLoopParams
-from ..calibration import InputCalibration
 from ..ear import HeadphoneFilter, HeadphoneParams, MiddleEarFilter, MiddleEarParams
+from ..ear.calibration import InputCalibration
 from ..filterbank.drnl import DRNL, DRNLParams
 from ..filterbank.erb import erb_number, erb_to_hz
 from ..ihc.paulick2024 import IHCPaulick2024, IHCPaulick2024Params
@@ -137,7 +137,7 @@ class Paulick2024(ModulationModel):
         rs = Resampler(ResamplerParams(fs_in=self.fs, up=1, down=self.resample_factor))
         mf = ModFilterbank(ModFilterbankParams(fs=self.fs_mod, fc=tuple(fc),
                                                **({"preset": "paulick2024"} | (modfb or {}))))
-        super().__init__([hp, me, dr, ih, ad, rs, mf], cal, backend=backend, device=device)
+        super().__init__([cal, hp, me, dr, ih, ad, rs, mf], backend=backend, device=device)
 
 
 def _resample_factor(fs: float, factor) -> int:

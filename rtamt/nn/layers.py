@@ -21,6 +21,7 @@ import torch
 
 from .. import models as streaming_models
 from ..adaptation import adaptloop, highpass
+from ..ear.calibration import InputCalibration
 from ..engine.contract import RtamtInputError
 from ..engine.stage import Chain, Stage
 from ..filterbank import gammatone
@@ -42,8 +43,11 @@ class ChainLayer(StreamLayer):
     ``output='all'`` a dict ``{stage name: output}`` of every stage (time-last).
 
     ``stages``: the :class:`~rtamt.engine.stage.Stage` objects (their designs are used,
-    never their own state); ``gain``: the model's input calibration, applied in the
-    input's dtype; ``learnable``: ``True`` (every stage that has learnable parameters)
+    never their own state).  A first stage that is an
+    :class:`~rtamt.ear.calibration.InputCalibration` (a model's ``stages[0]``) gives the
+    layer its input gain, applied in the input's dtype, and its physical input limit
+    (:attr:`input_limit`, taken when the layer is made); it is not one of the layer's
+    outputs.  ``learnable``: ``True`` (every stage that has learnable parameters)
     or the names of the stages whose parameters become
     ``torch.nn.Parameter``s (``self.theta[name]``, a float64 vector in the stage's
     unconstrained parametrisation, 0 = the design; :meth:`learned` gives the physical
@@ -55,9 +59,13 @@ class ChainLayer(StreamLayer):
     its parametrisation.
     """
 
-    def __init__(self, stages, *, name: str = "chain", n_in: int = 1, gain: float = 1.0,
-                 input_limit: float = float("inf"), limit_text: str = "",
+    def __init__(self, stages, *, name: str = "chain", n_in: int = 1,
                  output: str | None = None, learnable=()):
+        stages = list(stages)
+        cal = stages[0] if stages and isinstance(stages[0], InputCalibration) else None
+        if cal is not None:
+            stages = stages[1:]
+        gain = 1.0 if cal is None else cal.gain
         parts, n = [], int(n_in)
         for st in stages:
             p = Part(st, n)
@@ -70,7 +78,8 @@ class ChainLayer(StreamLayer):
         super().__init__(name, tuple(p.fingerprint for p in parts) + (float(gain), n_in))
         self.in_rank = 2 if parts[0].cls.in_kind == "signal" else 3
         self.n_in, self.gain, self.output = int(n_in), float(gain), output
-        self.input_limit, self._ltext = float(input_limit), limit_text
+        self.input_limit = float("inf") if cal is None else float(cal.input_limit)
+        self._ltext = "" if cal is None else cal.limit_text()
         self.theta = torch.nn.ParameterDict()
         can_learn = [p for p in parts if p.grad is not None and p.grad.n_params]
         if learnable is True:
@@ -146,10 +155,10 @@ class StageLayer(ChainLayer):
 
 
 def _from_model(model: Chain, output=None, learnable=False) -> dict:
-    """ChainLayer arguments of a streaming modulation model (``learnable``: ``True`` for
+    """ChainLayer arguments of a streaming modulation model besides its stages (whose
+    first, the calibration, gives the gain and input limit; ``learnable``: ``True`` for
     every stage with learnable parameters, or the names of the stages to learn)."""
-    return dict(name=model.name, gain=model.input_gain, input_limit=model.input_limit,
-                limit_text=model._limit_text(), output=output, learnable=learnable or ())
+    return dict(name=model.name, output=output, learnable=learnable or ())
 
 
 class _ModelLayer(ChainLayer):

@@ -6,7 +6,7 @@
 * Power: ``y = sign(x) |x / knee|^n knee``.
 
 ``knee = 10^((knee_db - 100)/20)`` (knee in dB SPL; the input is in the models' internal
-units, RMS 1 = 100 dB SPL, see :mod:`rtamt.calibration`).  ``exponent`` is a scalar or
+units, RMS 1 = 100 dB SPL, see :mod:`rtamt.ear.calibration`).  ``exponent`` is a scalar or
 one value per channel.
 These stages have no state; they still follow the stage contract so they compose.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibration import INTERNAL_SPL_REF
+from ..ear.calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels, kernel_method
 from ..engine.stage import RtamtInputError, Stage
 
@@ -115,7 +115,6 @@ COMPRESSION = Kernels(numba=(broken_stick, power_compression), triton=_triton)
 
 class _Compression(Stage):
     Params = CompressionParams
-    former_params = {"spl_ref": 100.0}    # see rtamt.calibration.InputCalibration
     design = staticmethod(design)
     kernels = COMPRESSION
 

@@ -18,8 +18,8 @@ import pytest
 from scipy.io import wavfile
 
 import rtamt
-from rtamt import calibration as cal
 from rtamt.engine import jit
+from rtamt.io import calibration as cal
 from rtamt_apps import calibrate as calibrate_app
 from rtamt_apps.cli import main
 

@@ -1,11 +1,11 @@
-"""`rtamt meter` and `rtamt calibrate` (apps/meter.py, apps/calibrate.py, rtamt/calibration.py).
+"""`rtamt meter` and `rtamt calibrate` (apps/meter.py, apps/calibrate.py, rtamt/io/calibration.py).
 
 * the demo through the installed entry point, paced in real time (one test; the rest uses
   ``--fast`` or in-process calls of :func:`rtamt_apps.cli.main` to save time);
 * WAV files of a 1 kHz tone at a known level: dB SPL, phon and LUFS of the meter's updates;
 * ``rtamt calibrate`` -> calibration file -> meter (``--calibration`` and ``$RTAMT_CALIBRATION``);
 * every documented error: exit code 2, one clear line on stderr, no calibration file written;
-* unit tests of :mod:`rtamt.calibration`.
+* unit tests of :mod:`rtamt.io.calibration`.
 
 ``RTAMT_CALIBRATION`` is set to a temporary path for every test (autouse fixture, inherited by
 the subprocesses), so the user's ``~/.config/rtamt/calibration.json`` is never read or written.
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from rtamt import calibration as cal
-from rtamt.calibration import CalibrationError
+from rtamt.io import calibration as cal
+from rtamt.io.calibration import CalibrationError
 from rtamt_apps.cli import main
 
 from _helpers import entry_point

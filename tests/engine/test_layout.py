@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 
 import rtamt  # noqa: E402
 from rtamt.engine.backend import Kernels, NumbaKernels, TritonKernels  # noqa: E402
+from rtamt.engine.stage import Chain  # noqa: E402
 
 from _helpers import rtamt_stage_classes  # noqa: E402
 
@@ -260,17 +261,28 @@ def test_process_tm_runs_the_kernels_bound_to_the_stage():
 
 
 def test_no_stage_params_carry_spl_ref():
-    """Calibration has one home (issue 30 item 5): no stage's ``Params`` has an ``spl_ref``
-    field; the stages work in the internal units the models' calibration stage scales to."""
+    """Calibration has one home (issue 30 item 5): no stage's ``Params`` but the
+    calibration stage's has an ``spl_ref`` field; the stages work in the internal units the
+    models' calibration stage scales to."""
     import dataclasses
 
     stages = rtamt_stage_classes() + frame_stage_classes()
-    assert {"AdaptLoop", "BrokenStick", "PowerCompression", "Spectrum"} <= {
-        c.__name__ for c in stages}
+    assert {"AdaptLoop", "BrokenStick", "PowerCompression", "Spectrum",
+            "InputCalibration"} <= {c.__name__ for c in stages}
     carry = [c.__qualname__ for c in stages
              if dataclasses.is_dataclass(c.Params)
              and "spl_ref" in {f.name for f in dataclasses.fields(c.Params)}]
-    assert carry == []
+    assert carry == ["InputCalibration"]
+
+
+def test_no_former_params_in_stage_code():
+    """Issue 40 item 3: the stages whose ``Params`` lost ``spl_ref`` carry no
+    ``former_params``; old snapshots are migrated on load (rtamt.engine.migrate)."""
+    from rtamt.adaptation.adaptloop import AdaptLoop
+    from rtamt.nonlinear.compression import BrokenStick, PowerCompression
+
+    for cls in (AdaptLoop, BrokenStick, PowerCompression):
+        assert not getattr(cls, "former_params", None), cls
 
 
 MODULATION_MODELS = ("dau1997", "osses2021", "king2019", "paulick2024")
@@ -283,37 +295,30 @@ def test_every_modulation_model_is_headed_by_its_calibration_stage(name):
     it are designed the same for every ``spl_ref``, and the model's output is its stages'
     output for ``x`` times the calibration's gain in ``x``'s dtype (the same model with a
     unit-gain calibration)."""
-    from rtamt.calibration import InputCalibration
+    from rtamt.ear.calibration import InputCalibration
 
     fs = 44100.0 if name == "paulick2024" else 16000.0
     cls = rtamt.MODELS[name]
     m, m100 = cls(fs, spl_ref=94.0), cls(fs, spl_ref=100.0)
     cal = m.calibration
     assert isinstance(cal, InputCalibration) and cal.spl_ref == m.spl_ref == 94.0
-    assert m.input_gain == cal.gain and m.input_limit == cal.limit
+    assert m.stages[0] is cal and m["calibration"] is cal     # issue 40: stages[0]
+    assert "calibration" not in m.outputs and "calibration" not in m.output_info()
+    assert m.input_gain == cal.gain and m.input_limit == cal.limit == cal.input_limit
     m.max_spl = 150.0
     assert cal.max_spl == 150.0 and m.input_limit == 10.0 ** ((150.0 - 94.0) / 20.0)
-    assert [s.design_identity()["fingerprint"] for s in m.stages] == \
-        [s.design_identity()["fingerprint"] for s in m100.stages]
+    assert [s.design_identity()["fingerprint"] for s in m.stages[1:]] == \
+        [s.design_identity()["fingerprint"] for s in m100.stages[1:]]
+    assert m.stages[0].design_identity() != m100.stages[0].design_identity()
     for dt in (np.float32, np.float64):
         x = (np.random.default_rng(1).standard_normal(600) * 0.1).astype(dt)
-        a, b = cls(fs, spl_ref=94.0), cls(fs, spl_ref=94.0)
-        b.calibration = InputCalibration(100.0)             # gain 1: the stages alone
+        a = cls(fs, spl_ref=94.0)
+        b = Chain([InputCalibration(100.0)] + cls(fs, spl_ref=94.0).stages[1:])  # gain 1
         assert b.input_gain == 1.0
         np.testing.assert_array_equal(a(x), b(x * dt(a.input_gain)))
+        assert set(a.process_all(x)) == set(a.outputs)
     assert cls(fs, spl_ref=94.0).calibration.gain == pytest.approx(
         20e-6 * 10 ** (94 / 20) if name == "paulick2024" else 10 ** (-6 / 20), rel=1e-15)
-
-
-def test_stages_that_lost_spl_ref_keep_their_design_fingerprint():
-    """AdaptLoop and the compression stages feed ``spl_ref = 100`` (the value every model
-    used) to their design fingerprint as before, so snapshots made before issue 30 item 5
-    still load (fingerprints of the earlier code on this machine)."""
-    from rtamt.adaptation import AdaptLoop
-    from rtamt.nonlinear import BrokenStick
-
-    assert AdaptLoop(fs=48000.0).design_identity()["fingerprint"] == "48df517e29e85634"
-    assert BrokenStick().design_identity()["fingerprint"] == "e5d27c0313e94ae9"
 
 
 @pytest.mark.parametrize("name", ["glasberg2002", "moore2016"])
