@@ -230,11 +230,6 @@ class Stage(Registered):
     #: chain is built (:func:`check_flows`); a frame stage says :data:`FRAMES`
     flow_in = SAMPLES
     flow_out = SAMPLES
-    #: fields the stage's ``Params`` had before, with the value every design used
-    #: (``{'spl_ref': 100.0}`` for the stages that lost it to the models' calibration
-    #: stage): fed to the design fingerprint so that it and earlier snapshots stay valid
-    former_params: dict = {}
-
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         decl = cls.__dict__.get("kernels")
@@ -520,10 +515,7 @@ class Stage(Registered):
         c = self.coeffs if coeffs is None else coeffs
         memo = self.__dict__.get("_fp_memo")         # (coeffs, fingerprint) of the last call
         if memo is None or memo[0] is not c:
-            p = self.params
-            if self.former_params:
-                p = contract.with_former_fields(p, **self.former_params)
-            memo = self._fp_memo = (c, contract.fingerprint(p, c))
+            memo = self._fp_memo = (c, contract.fingerprint(self.params, c))
         ident = {"name": self.name}
         fs = getattr(self.params, "fs", None)
         if fs is not None:

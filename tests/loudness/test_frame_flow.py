@@ -66,11 +66,11 @@ def test_chains_check_flows_when_built():
     exc = Excitation(comp_hz=tuple(sp.coeffs.comp_hz))
     sl = SpecificLoudness(fc=tuple(exc.coeffs.fc))
     with pytest.raises(ValueError, match=r"'excitation' takes frames, but 'gammatone'"):
-        Chain([dau.stages[0], exc])
+        Chain([dau["gammatone"], exc])
     with pytest.raises(ValueError, match=r"'specific_loudness' reads frames \['E'\]"):
         check_flows("m", [sp, sl])
     with pytest.raises(ValueError, match="gives frames"):
-        Chain([dau.stages[0], sp])
+        Chain([dau["gammatone"], sp])
     check_flows("m", [sp, exc, sl])          # the loudness models' head
 
 
