@@ -957,9 +957,9 @@ class LoudnessMeter(Registered):
     def warm_kernels(self) -> None:
         """Load (or compile) the gating kernels of this meter's mode that a stream reaches
         only after its first 400 ms gating block (the integrated loudness) and its first
-        3 s short-term value (the loudness range): :meth:`_gate` once on a copy of the
-        statistics, with one block of power 1e-3 (-30 LUFS, inside every gate) as float64
-        arrays like real blocks give.  The meter's state is not changed.  Called by
+        3 s short-term value (the loudness range): :meth:`GatedStatistics.warm`, one block
+        of power 1e-3 (-30 LUFS, inside every gate) through a fresh statistics stage of the
+        same design.  The meter's state is not changed.  Called by
         :func:`rtamt.engine.jit.warmup` (the apps' warm-up), so that no kernel loads on
         the real-time path."""
         self.gated.warm()

@@ -18,7 +18,7 @@ earlier release.  Nothing else reads the former fingerprints.
 """
 from __future__ import annotations
 
-from ..calibration import INTERNAL_SPL_REF
+from ..ear.calibration import INTERNAL_SPL_REF
 from ..engine import contract as _C
 from ..engine.contract import RtamtInputError
 from .frames import rows_stream

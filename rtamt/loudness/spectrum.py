@@ -85,7 +85,7 @@ import numpy as np
 from numba import njit
 from numpy.lib.stride_tricks import as_strided
 
-from ..calibration import INTERNAL_SPL_REF
+from ..ear.calibration import INTERNAL_SPL_REF
 from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import ROWWISE, band_ranges, product

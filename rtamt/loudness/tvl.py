@@ -41,7 +41,7 @@ import dataclasses
 
 import numpy as np
 
-from ..calibration import INTERNAL_SPL_REF, CalibratedModel, InputCalibration
+from ..ear.calibration import INTERNAL_SPL_REF, CalibratedModel, InputCalibration
 from ..engine import contract as _C
 from ..engine.contract import RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz

@@ -104,3 +104,18 @@ def test_rtamt_calibration_is_a_compatibility_module_only():
     src = open(contract.__file__).read()
     assert "calibration" not in "".join(ln for ln in src.splitlines()
                                         if ln.startswith(("import", "from")))
+
+
+def test_the_models_do_not_import_calibration_file_code():
+    """Calibration files are read and written outside the library core: importing every
+    model (the loudness models included) loads neither rtamt.io.calibration nor the
+    compatibility module rtamt.calibration."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c",
+                        "import sys, rtamt.models\n"
+                        "print(sorted(m for m in ('rtamt.io.calibration', 'rtamt.calibration')"
+                        " if m in sys.modules))"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
