@@ -406,6 +406,8 @@ class Scheduler:
         ident = proc.design_identity()
         dkey = (type(proc).__name__, ident.get("fingerprint"), str(dtype), channels, fs,
                 getattr(proc, "backend", "numba"), str(getattr(proc, "device", None)))
+        # the cost table finds a lone processor's design by this length (CostTable._adopt)
+        assert len(dkey) == self._costs.DESIGN_KEY, dkey
         if not batchable:
             dkey += (id(proc),)
         proto = None            # a pristine copy of the processor, made only when needed:
