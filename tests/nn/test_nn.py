@@ -90,6 +90,36 @@ def test_one_layer_class_serves_every_model(key):
     _all_equal(refs[1], y)
 
 
+def test_a_frame_model_with_its_calibration_as_first_stage():
+    """A loudness model whose calibration is ``stages[0]`` (as every Chain's; the frame
+    models until issue 40 hold it beside their stages): the layer reads only the public
+    pieces (``stages``, ``calibration``, ``outputs``, ``coeffs``, ``process``), gives the
+    calibration an empty state, never names it in a refusal, and equals the layer of the
+    model as it is, state for state."""
+    m = MODELS["glasberg2002"](32000)
+
+    class Chained:
+        name, outputs, coeffs, calibration = m.name, m.outputs, m.coeffs, m.calibration
+        stages = [m.calibration, *m.stages]
+
+        def process(self, coeffs, state, rows, lead, mode):
+            assert state.pop("calibration") == {}
+            return m.process(coeffs, state, rows, lead, mode)
+
+    layer = rn.ChainLayer(Chained(), output="all")
+    ref = rn.Glasberg2002(32000, output="all")
+    assert layer.input_limit == ref.input_limit == m.input_limit
+    x = torch.from_numpy(_signal((2, 500), seed=6))
+    st, st_r = None, None
+    for a, b in ((0, 100), (100, 500)):
+        y, st = layer(x[:, a:b], st)
+        y_r, st_r = ref(x[:, a:b], st_r)
+        _all_equal({k: v.numpy() for k, v in y_r.items()}, y)
+    assert set(st) == set(st_r) and all(torch.equal(st[k], st_r[k]) for k in st)
+    with pytest.raises(RtamtInputError, match="stage 'spectrum' \\(Spectrum\\)"):
+        layer(x.clone().requires_grad_(True))
+
+
 def test_default_output_and_float32():
     """The default output is the last stage's (batch, ..., T); float32 equals the model's
     float32 stream."""
