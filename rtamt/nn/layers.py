@@ -114,8 +114,8 @@ class ChainLayer(StreamLayer):
         if not body:
             raise ValueError(f"{name}: no stage after the calibration")
         n_in = int(n_in)
-        self.frames = any(getattr(s, "flow_out", SAMPLES) == FRAMES for s in stages)
-        if self.frames:
+        frames = any(getattr(s, "flow_out", SAMPLES) == FRAMES for s in stages)
+        if frames:
             if model is None:
                 raise ValueError(f"{name}: frame stages run in their model (pass the model: "
                                  "its process() turns them into the outputs)")
@@ -135,6 +135,8 @@ class ChainLayer(StreamLayer):
             raise ValueError(f"{name}: output must be None, 'all' or one of {list(outputs)}")
         gain = 1.0 if cal is None else float(cal.gain)
         super().__init__(name, (gain, n_in) + tuple(p.fingerprint for p in parts))
+        #: the stages run through the model's ``process`` (frame stages), or one by one
+        self.frames = frames
         self.model, self.calibration, self.parts = model, cal, parts
         self.n_in, self.gain, self.outputs, self.output = n_in, gain, outputs, output
         self._out = output or (outputs[0] if self.frames else outputs[-1])
