@@ -65,6 +65,21 @@ _CONSTRUCTION = {"__init__", "__module__", "__doc__", "__qualname__", "__annotat
                  "__firstlineno__", "__static_attributes__", "model_cls", "n_rows"}
 
 
+def _only_construction(cls):
+    """``cls`` is a :class:`rn.ChainLayer` whose classes below ChainLayer define nothing
+    but their construction."""
+    for c in cls.__mro__[:cls.__mro__.index(rn.ChainLayer)]:
+        assert set(vars(c)) <= _CONSTRUCTION, (c, set(vars(c)) - _CONSTRUCTION)
+
+
+def test_stage_layers_only_construct_a_chain_layer():
+    for cls in (rn.StageLayer, rn.Gammatone, rn.IHCEnvelope, rn.AdaptLoop, rn.ModFilterbank,
+                rn.KingModFilterbank, rn.AdaptHighpass):
+        _only_construction(cls)
+    assert type(rn.BrokenStick(channels=2)) is rn.StageLayer
+    assert type(rn.PowerCompression(channels=2)) is rn.StageLayer
+
+
 @pytest.mark.parametrize("key", sorted(MODELS))
 def test_one_layer_class_serves_every_model(key):
     """``rn.LAYERS[key]`` is a :class:`rn.ChainLayer` that adds nothing but its
@@ -72,8 +87,7 @@ def test_one_layer_class_serves_every_model(key):
     bit over three blocks with the state carried (every output), and the model layer's
     state continues in it (same design, same state)."""
     cls = rn.LAYERS[key]
-    for c in cls.__mro__[:cls.__mro__.index(rn.ChainLayer)]:
-        assert set(vars(c)) <= _CONSTRUCTION, (c, set(vars(c)) - _CONSTRUCTION)
+    _only_construction(cls)
     fs = RATE.get(key, FS)
     model = MODELS[key](fs, **KW[key])
     layer = rn.ChainLayer(MODELS[key](fs, **KW[key]), n_in=2 if key == "moore2016" else 1,
