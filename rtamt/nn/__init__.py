@@ -13,7 +13,9 @@ kernels (each beside its stage, e.g. :mod:`rtamt.filterbank.gammatone_grad`) for
 stages of Dau1997, Osses2021 and King2019:
 gammatone, IHC envelope, adaptation loops with the overshoot limiter, adaptation
 high-pass, compressions, ear FIRs, the ``efilt``, Butterworth and King2019 modulation
-filterbanks.  The other layers are forward-only (docs/nn.md lists which).
+filterbanks.  One layer class, :class:`ChainLayer`, wraps any chain (the model and stage
+layers are ChainLayers that construct theirs); a gradient requested through a stage
+without a gradient rule is refused, naming the stage (docs/nn.md lists which).
 """
 from ._base import DESIGN_KEY, StreamLayer, detach_state
 from .layers import (
@@ -28,7 +30,6 @@ from .layers import (
     IHCEnvelope,
     King2019,
     KingModFilterbank,
-    LoudnessLayer,
     ModFilterbank,
     Moore2016,
     Osses2021,
@@ -39,5 +40,5 @@ from .layers import (
 
 __all__ = ["DESIGN_KEY", "StreamLayer", "detach_state", "LAYERS", "AdaptHighpass", "AdaptLoop",
            "BrokenStick", "ChainLayer", "Dau1997", "Gammatone", "Glasberg2002", "IHCEnvelope",
-           "King2019", "KingModFilterbank", "LoudnessLayer", "ModFilterbank", "Moore2016",
+           "King2019", "KingModFilterbank", "ModFilterbank", "Moore2016",
            "Osses2021", "Paulick2024", "PowerCompression", "StageLayer"]

@@ -1,5 +1,6 @@
-"""The machinery shared by every :mod:`rtamt.nn` layer: the state as a dict of batch-first
-tensors, its checks, and the stages of a layer (:class:`Part`)."""
+"""The machinery of the :mod:`rtamt.nn` layer: the state as a dict of batch-first tensors,
+its checks, and the stages of a layer (:class:`Part` for a sample stage, :class:`FramePart`
+for a frame stage)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import torch
 from ..engine.contract import RtamtInputError, check_time_last, fingerprint, reject_nonfinite
 from ._autograd import StageFunction, grad_rule, param_np, run_stage
 
-__all__ = ["StreamLayer", "Part", "detach_state", "DESIGN_KEY"]
+__all__ = ["StreamLayer", "Part", "FramePart", "detach_state", "DESIGN_KEY"]
 
 #: state entry naming what made the state: (batch, 2) int64 rows
 #: ``[design fingerprint, itemsize of the stream's dtype]``
@@ -55,6 +56,8 @@ class Part:
         self.shared = tuple(stage.shared_state)
         self.keys = tuple(stage.init_state(self.coeffs, 1, self.n_in, np.float64))
         self.grad = grad_rule(stage, self.coeffs, self.n_in)
+        #: why a gradient cannot pass the stage (when ``grad`` is ``None``)
+        self.why = "has no gradient rule"
         self.fingerprint = stage.design_identity(self.coeffs)["fingerprint"]
 
     def initial(self, batch: int, dtype) -> dict:
@@ -97,14 +100,11 @@ class Part:
 
     def run(self, x: torch.Tensor, st: dict, param, need_grad: bool):
         """One block through the stage: ``x`` time-major, ``st`` batch-first tensors of
-        this stage; returns ``(y, new batch-first state)``."""
+        this stage; returns ``(y, new batch-first state)``.  ``need_grad``: through the
+        stage's gradient rule (:class:`~rtamt.nn._autograd.StageFunction`), else its
+        kernel alone, nothing recorded."""
         state = self.from_batch_first(st)
-        if need_grad:
-            if self.grad is None:
-                raise RtamtInputError(
-                    f"{self.name} ({self.cls.__name__}) is forward-only in rtamt.nn: no "
-                    "gradient through it; run it under torch.no_grad() or detach its input "
-                    "(see docs/nn.md)")
+        if need_grad:                   # the layer checked that the stage has a rule
             out = StageFunction.apply(self, x, param, *state)
         else:
             coeffs = self.coeffs if self.grad is None else self.grad.coeffs_for(
@@ -112,6 +112,63 @@ class Part:
             out = tuple(o.to(x.device) for o in run_stage(self.cls, coeffs, self.keys, x,
                                                           state))
         return out[0], self.to_batch_first(out[1:], x.shape[0])
+
+
+class FramePart:
+    """One frame stage of a frame model (:mod:`rtamt.loudness.frames`; the loudness
+    models), ``rows`` rows a stream (a stereo stream has two).  The model's pure
+    ``process`` runs the frame stages together; rtamt.nn runs them forward-only (they have
+    no gradient rule).  Its state, per row in the stage (``init_state(R)``, the keys in
+    ``shared_state`` without a row axis), is batch-first in the layer: ``(batch, ...)``,
+    ``(batch, rows, ...)`` for ``rows > 1``, a shared value repeated per stream."""
+
+    grad = None
+
+    def __init__(self, stage, rows: int):
+        self.stage, self.cls, self.name = stage, type(stage), stage.name
+        self.rows = int(rows)
+        self.shared = tuple(stage.shared_state)
+        self.keys = tuple(stage.init_state(1))
+        self.fingerprint = stage.design_identity()["fingerprint"]
+        self.why = ("has no gradient rule" if self.cls.grad_rule() is None else
+                    "is a frame stage (rtamt.nn differentiates sample stages only)")
+
+    def _first(self, k: str, v, batch: int) -> np.ndarray:
+        """State array ``k`` of the stage's own layout, batch-first."""
+        if k in self.shared:
+            v = np.repeat(np.asarray(v)[None], batch, axis=0)
+        elif self.rows > 1:
+            v = v.reshape((batch, self.rows) + v.shape[1:])
+        return np.ascontiguousarray(v)
+
+    def initial(self, batch: int, dtype) -> dict:
+        """Batch-first numpy arrays of ``batch`` streams that have heard nothing (the
+        stage's own float64 state, whatever the input's ``dtype``)."""
+        return {k: self._first(k, v, batch)
+                for k, v in self.stage.init_state(batch * self.rows).items()}
+
+    def to_model(self, st: dict, batch: int) -> dict:
+        """The stage's own state (new numpy arrays, rows first) of batch-first tensors
+        ``st`` (by key)."""
+        out = {}
+        for k in self.keys:
+            a = st[k].detach().cpu().numpy()
+            if k in self.shared:
+                if not (a == a[:1]).all():
+                    raise RtamtInputError(
+                        f"{self.name}: state {k!r} (the frame clock) differs between the "
+                        "streams of the batch (streams at other positions cannot share a "
+                        "call)")
+                out[k] = a[0].copy()
+            else:
+                out[k] = a.reshape((batch * self.rows,) + a.shape[2 if self.rows > 1 else 1:]
+                                   ).copy()
+        return out
+
+    def from_model(self, st: dict, batch: int, device) -> dict:
+        """Batch-first tensors on ``device`` of the stage's own state ``st``."""
+        return {k: torch.from_numpy(self._first(k, v, batch)).to(device)
+                for k, v in st.items()}
 
 
 class StreamLayer(torch.nn.Module):
@@ -122,10 +179,13 @@ class StreamLayer(torch.nn.Module):
     axis 0), including :data:`DESIGN_KEY`, which names the design and the stream's dtype
     that made it.  A layer never writes the state it is given; it returns a new one.
 
-    Subclasses define ``in_rank`` (2: input ``(batch, T)``; 3: ``(batch, C, T)``),
-    ``n_in`` (channels of a rank-3 input), ``_initial_np(batch, dtype)`` (batch-first
-    numpy arrays of a stream of float ``dtype``) and ``_run(x, state, need_grad)`` (one
-    block, returns ``(y, new state without DESIGN_KEY)``).
+    The one concrete layer is :class:`rtamt.nn.ChainLayer`; it defines ``in_rank`` (2:
+    input ``(batch, T)``; 3: ``(batch, C, T)``), ``n_in`` (rows of a rank-3 input),
+    ``_initial_np(batch, dtype)`` (batch-first numpy arrays of a stream of float
+    ``dtype``), ``_grad_start(x, state)`` (the index of the first stage a gradient is
+    requested through, ``None`` for none; it raises when a stage from there on has no
+    gradient rule) and ``_run(x, state, start)`` (one block, returns ``(y, new state
+    without DESIGN_KEY)``).
     """
 
     in_rank = 2
@@ -135,7 +195,7 @@ class StreamLayer(torch.nn.Module):
     def __init__(self, name: str, design_parts: tuple):
         super().__init__()
         self.name = name
-        self._tag = int(fingerprint(type(self).__name__, *design_parts)[:15], 16)
+        self._tag = int(fingerprint("rtamt.nn", name, *design_parts)[:15], 16)
         self.register_buffer("_anchor", torch.zeros(0, dtype=torch.float64), persistent=False)
         self._shapes: dict = {}
 
@@ -143,7 +203,10 @@ class StreamLayer(torch.nn.Module):
     def _initial_np(self, batch: int, dtype) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _run(self, x: torch.Tensor, state: dict, need_grad: bool):  # pragma: no cover
+    def _run(self, x: torch.Tensor, state: dict, start):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _grad_start(self, x: torch.Tensor, state: dict):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _limit_text(self) -> str:
@@ -176,17 +239,15 @@ class StreamLayer(torch.nn.Module):
         """One block: ``x`` ``(batch, T)`` (``(batch, C, T)`` for a channel stage), float32
         or float64; returns ``(y, new_state)``, ``y`` time-last.  ``state=None`` starts
         from :meth:`initial_state`.  Gradients are recorded only when grad mode is on and
-        ``x``, the state or a parameter requires them; otherwise nothing is saved."""
+        ``x``, the state or a parameter requires them, and only from the first stage they
+        enter on; otherwise nothing is saved."""
         self._check_input(x, fresh=state is None)
         if state is None:
             state = self.initial_state(x.shape[0], x.device, x.dtype)
         else:
             self._check_state(state, x)
         body = {k: v for k, v in state.items() if k != DESIGN_KEY}
-        need = torch.is_grad_enabled() and (
-            x.requires_grad or any(v.requires_grad for v in body.values())
-            or any(p.requires_grad for p in self.parameters()))
-        y, new = self._run(x, body, need)
+        y, new = self._run(x, body, self._grad_start(x, body))
         new[DESIGN_KEY] = state[DESIGN_KEY]
         return y, new
 
@@ -206,12 +267,10 @@ class StreamLayer(torch.nn.Module):
         and, as a stream's first block (``fresh``: no state given), a ``(N, 1)`` column
         that is one channel in (frames, channels) layout rather than ``N`` streams (as
         the models refuse it, :func:`~rtamt.engine.contract.check_time_last`)."""
-        if not isinstance(x, torch.Tensor):
-            raise RtamtInputError(f"{self.name}: expected a torch tensor, got {type(x).__name__}")
-        if x.dtype not in _FLOAT_T:
+        if getattr(x, "dtype", None) not in _FLOAT_T:
             raise RtamtInputError(
-                f"{self.name}: dtype {x.dtype} is not supported; expected torch.float32 or "
-                "torch.float64")
+                f"{self.name}: expected a torch.float32 or torch.float64 tensor, got "
+                f"{type(x).__name__} of dtype {getattr(x, 'dtype', None)}")
         if x.is_meta:
             raise RtamtInputError(f"{self.name}: the input is on the meta device (no data)")
         shape = "(batch, T)" if self.in_rank == 2 else f"(batch, {self.n_in}, T)"
@@ -241,11 +300,11 @@ class StreamLayer(torch.nn.Module):
                 f"{who}: the state has entries {sorted(state)[:6]}, this layer's are "
                 f"{sorted(set(ref) | {DESIGN_KEY})[:6]} (a state of another layer?)")
         for k, v in state.items():
-            if not isinstance(v, torch.Tensor):
-                raise RtamtInputError(f"{who}: state entry {k!r} is not a tensor")
-            if v.device != x.device:
+            if getattr(v, "device", None) != x.device:
                 raise RtamtInputError(
-                    f"{who}: state entry {k!r} is on {v.device}, the input on {x.device}")
+                    f"{who}: state entry {k!r} is on {getattr(v, 'device', None)} "
+                    f"({type(v).__name__}), expected a tensor on the input's device "
+                    f"{x.device}")
         tag = state[DESIGN_KEY]
         if tag.dtype != torch.int64:
             raise RtamtInputError(

@@ -1,20 +1,25 @@
 """The :mod:`rtamt.nn` layers: rtamt's streaming models and stages as ``torch.nn.Module``s.
 
-* :class:`ChainLayer` runs the stages of an :class:`rtamt.engine.stage.Chain` (the
-  modulation models), :class:`StageLayer` one :class:`rtamt.engine.stage.Stage`;
-  :class:`LoudnessLayer` a time-varying loudness model (forward only).
-* One class per model of :data:`rtamt.models.MODELS` (:class:`Dau1997`, :class:`King2019`,
-  :class:`Osses2021`, :class:`Paulick2024`, :class:`Glasberg2002`, :class:`Moore2016`),
-  built with the same arguments as the streaming model, and one per stage that makes
-  sense alone (:class:`Gammatone`, :class:`IHCEnvelope`, :class:`AdaptLoop`,
-  :class:`ModFilterbank`, ...).
+* :class:`ChainLayer` is the one layer class: it runs any chain of rtamt stages (a model of
+  :mod:`rtamt.models`, the sample stages of a :class:`rtamt.engine.stage.Chain` or the frame
+  stages of a loudness model, or a list of stages) with the state in and out of every
+  call, and decides per stage whether a gradient can pass it.
+* The model layers (:class:`Dau1997`, :class:`King2019`, :class:`Osses2021`,
+  :class:`Paulick2024`, :class:`Glasberg2002`, :class:`Moore2016`; :data:`LAYERS` by the
+  keys of :data:`rtamt.models.MODELS`), :class:`StageLayer` and the stage layers
+  (:class:`Gammatone`, :class:`IHCEnvelope`, :class:`AdaptLoop`, :class:`ModFilterbank`,
+  ...) are :class:`ChainLayer`s that only construct their chain: with the same arguments
+  as the streaming model or the stage's params.
 
 The forward pass runs the streaming kernels themselves, so a layer's output equals the
 streaming model's bit for bit, and any block partition equals one call.  A stage has
 gradients when its class declares a gradient rule (``Stage.grad_rule()``, beside the
-stage); docs/nn.md lists them.
+stage); a gradient requested through a stage without one is refused, naming the stage
+(docs/nn.md lists the layers and their gradients).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -23,83 +28,150 @@ from .. import models as streaming_models
 from ..adaptation import adaptloop, highpass
 from ..ear.calibration import InputCalibration
 from ..engine.contract import RtamtInputError
-from ..engine.stage import Chain, Stage
+from ..engine.stage import FRAMES, SAMPLES, Chain, Stage
 from ..filterbank import gammatone
 from ..ihc import envelope
 from ..modulation import king2019, modfb
 from ..nonlinear import compression
 from ._autograd import param_np
-from ._base import Part, StreamLayer, np_dtype, time_last
+from ._base import FramePart, Part, StreamLayer, np_dtype, time_last
 
-__all__ = ["ChainLayer", "StageLayer", "LoudnessLayer", "Dau1997", "King2019", "Osses2021",
-           "Paulick2024", "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope",
-           "AdaptLoop", "ModFilterbank", "KingModFilterbank", "AdaptHighpass", "BrokenStick",
+__all__ = ["ChainLayer", "StageLayer", "Dau1997", "King2019", "Osses2021", "Paulick2024",
+           "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope", "AdaptLoop",
+           "ModFilterbank", "KingModFilterbank", "AdaptHighpass", "BrokenStick",
            "PowerCompression", "LAYERS"]
+
+#: the stream layouts of a frame model by rows of a stream (its ``process`` mode)
+_FRAME_MODES = {1: "mono", 2: "stereo"}
+
+
+def _calibration(model, stages: list):
+    """The chain's calibration stage: the model's (``model.calibration``, its
+    ``stages[0]``; the loudness models may hold it beside their stages), or a first stage
+    that is an :class:`~rtamt.ear.calibration.InputCalibration`; ``None`` without one."""
+    cal = getattr(model, "calibration", None)
+    if cal is None and isinstance(stages[0], InputCalibration):
+        cal = stages[0]
+    return cal
 
 
 class ChainLayer(StreamLayer):
-    """A chain of stages as one layer: input ``(batch, T)`` (or ``(batch, C, T)`` when the
-    first stage takes channels), output the last stage's ``(batch, ..., T)``, or with
-    ``output='all'`` a dict ``{stage name: output}`` of every stage (time-last).
+    """Any chain of rtamt stages as a layer: ``y, state = layer(x, state=None)``.
 
-    ``stages``: the :class:`~rtamt.engine.stage.Stage` objects (their designs are used,
-    never their own state).  A first stage that is an
-    :class:`~rtamt.ear.calibration.InputCalibration` (a model's ``stages[0]``) gives the
-    layer its input gain, applied in the input's dtype, and its physical input limit
-    (:attr:`input_limit`, taken when the layer is made); it is not one of the layer's
-    outputs.  ``learnable``: ``True`` (every stage that has learnable parameters)
-    or the names of the stages whose parameters become
-    ``torch.nn.Parameter``s (``self.theta[name]``, a float64 vector in the stage's
-    unconstrained parametrisation, 0 = the design; :meth:`learned` gives the physical
-    values).  Stages with learnable parameters: the gammatone
-    (log centre frequencies, log bandwidth factor), the adaptation loops (log time
-    constants), the ``efilt`` modulation bank (log modulation centre frequencies, log Q),
-    King2019's modulation bank (centre frequencies bounded below Nyquist, log Q) and the
-    compressions (log knee, log exponent); each stage's rule (``grad_rule()``) defines
-    its parametrisation.
+    ``chain``: a model (an object with ``stages``: a :class:`~rtamt.engine.stage.Chain`
+    such as :class:`rtamt.models.Dau1997`, or a loudness model, :class:`rtamt.models.
+    Glasberg2002` / :class:`rtamt.models.Moore2016`) or a sequence of
+    :class:`~rtamt.engine.stage.Stage` objects.  The stages' designs are used, never
+    their own state: the layer's state is the stages' states, batch-first tensors named
+    ``'<stage>.<key>'``.
+
+    * **Calibration.**  The chain's calibration stage (``model.calibration``, a model's
+      ``stages[0]``; or a first stage that is an
+      :class:`~rtamt.ear.calibration.InputCalibration`) gives the input gain and the
+      physical input limit (:attr:`input_limit`, read from the stage at every call); it is
+      not one of the layer's outputs.  A sample chain applies the gain itself, in the
+      input's dtype (differentiable); a frame model's ``process`` applies it.
+    * **Sample stages** (``flow`` samples: the modulation models, the stage layers) run one
+      by one, time-major between them.  Input ``(batch, T)``, or ``(batch, n_in, T)``
+      when the first stage takes channels; output time-last ``(batch, ..., T)``: the
+      stage named ``output``, default the last; ``output='all'``: ``{stage name:
+      output}``.
+    * **Frame stages** (the loudness models) run through the model's pure
+      ``model.process(coeffs, state, rows, lead, mode)``, with the state nested per stage.
+      ``n_in``: rows of a stream, 1 (mono, input ``(batch, T)``) or 2 (stereo, left and
+      right, input ``(batch, 2, T)``: :class:`Moore2016`).  Output the frames completed
+      in the block: ``output``, one of ``model.outputs`` (default the first,
+      ``'stl'``), ``(batch, F)``; ``output='all'``: every output (``frame_time``
+      ``(F,)``).
+
+    **Gradients, per stage.**  A stage whose class declares a gradient rule
+    (``stage.grad_rule()`` returns a :class:`rtamt.engine.grad.StageGrad`) runs as a
+    ``torch.autograd.Function`` (its kernel forward, its adjoint backward) from the
+    first stage a gradient is requested through: the first stage when the input requires
+    a gradient, else the first whose learnable parameter or incoming state does.  Every
+    stage from there to the last must have a rule: else the call raises
+    :class:`~rtamt.engine.contract.RtamtInputError` naming the first that has none, before
+    any stage runs.  Stages before it, and every stage under ``torch.no_grad()``, run
+    their kernels alone (nothing recorded): forward-only use works for every chain.
+
+    ``learnable``: ``True`` (every stage that has learnable parameters) or the names of
+    the stages whose parameters become ``torch.nn.Parameter``s (``self.theta[name]``, a
+    float64 vector in the stage's unconstrained parametrisation, 0 = the design;
+    :meth:`learned` gives the physical values); each stage's rule defines its
+    parametrisation.  A learnable stage followed by a stage without a rule is refused
+    here (no gradient would reach it), with the same message.
     """
 
-    def __init__(self, stages, *, name: str = "chain", n_in: int = 1,
+    def __init__(self, chain, *, name: str | None = None, n_in: int = 1,
                  output: str | None = None, learnable=()):
-        stages = list(stages)
-        cal = stages[0] if stages and isinstance(stages[0], InputCalibration) else None
-        if cal is not None:
-            stages = stages[1:]
-        gain = 1.0 if cal is None else cal.gain
-        parts, n = [], int(n_in)
-        for st in stages:
-            p = Part(st, n)
-            parts.append(p)
-            n = p.n_out
-        self.parts = parts
-        names = [p.name for p in parts]
-        if output not in (None, "all") and output not in names:
-            raise ValueError(f"{name}: output must be None, 'all' or one of {names}")
-        super().__init__(name, tuple(p.fingerprint for p in parts) + (float(gain), n_in))
-        self.in_rank = 2 if parts[0].cls.in_kind == "signal" else 3
-        self.n_in, self.gain, self.output = int(n_in), float(gain), output
-        self.input_limit = float("inf") if cal is None else float(cal.input_limit)
-        self._ltext = "" if cal is None else cal.limit_text()
+        model = chain if hasattr(chain, "stages") else None
+        stages = list(chain.stages if model is not None else chain)
+        name = str(name or getattr(model, "name", None) or "chain")
+        if not stages:
+            raise ValueError(f"{name}: no stages")
+        cal = _calibration(model, stages)
+        body = [s for s in stages if s is not cal]
+        if not body:
+            raise ValueError(f"{name}: no stage after the calibration")
+        n_in = int(n_in)
+        frames = any(getattr(s, "flow_out", SAMPLES) == FRAMES for s in stages)
+        if frames:
+            if model is None:
+                raise ValueError(f"{name}: frame stages run in their model (pass the model: "
+                                 "its process() turns them into the outputs)")
+            if n_in not in _FRAME_MODES:
+                raise ValueError(f"{name}: n_in (rows of a stream) must be 1 (mono) or 2 "
+                                 f"(stereo), got {n_in}")
+            parts = [FramePart(s, n_in) for s in body]
+            outputs = tuple(model.outputs)
+        else:
+            parts, n = [], n_in
+            for st in body:
+                p = Part(st, n)
+                parts.append(p)
+                n = p.n_out
+            outputs = tuple(p.name for p in parts)
+        if output not in (None, "all") and output not in outputs:
+            raise ValueError(f"{name}: output must be None, 'all' or one of {list(outputs)}")
+        gain = 1.0 if cal is None else float(cal.gain)
+        super().__init__(name, (gain, n_in) + tuple(p.fingerprint for p in parts))
+        #: the stages run through the model's ``process`` (frame stages), or one by one
+        self.frames = frames
+        self.model, self.calibration, self.parts = model, cal, parts
+        self.n_in, self.gain, self.outputs, self.output = n_in, gain, outputs, output
+        self._out = output or (outputs[0] if self.frames else outputs[-1])
+        self.in_rank = (2 if n_in == 1 else 3) if self.frames else (
+            2 if parts[0].cls.in_kind == "signal" else 3)
+        self._keys = [tuple(f"{p.name}.{k}" for k in p.keys) for p in parts]
         self.theta = torch.nn.ParameterDict()
-        can_learn = [p for p in parts if p.grad is not None and p.grad.n_params]
-        if learnable is True:
-            learnable = can_learn
-        for s in learnable or ():
-            if isinstance(s, str) and s not in names:
+        names = [p.name for p in parts]
+        can_learn = [p.name for p in parts if p.grad is not None and p.grad.n_params]
+        for s in (can_learn if learnable is True else learnable or ()):
+            if s not in names:
                 raise ValueError(f"{name}: learnable names an unknown stage {s!r}; the "
                                  f"stages are {names}")
-            p = self[s] if isinstance(s, str) else s
+            p = self[s]
             if p.grad is None or p.grad.n_params == 0:
                 raise ValueError(f"{name}: stage {p.name!r} has no learnable parameters "
-                                 f"(the stages that have: {[q.name for q in can_learn]})")
+                                 f"(the stages that have: {can_learn})")
+            self._check_path(names.index(s), self._unreachable(s, can_learn))
             self.theta[p.name] = torch.nn.Parameter(
                 torch.zeros(p.grad.n_params, dtype=torch.float64))
 
-    def __getitem__(self, name: str) -> Part:
+    def __getitem__(self, name: str):
         for p in self.parts:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @property
+    def input_limit(self) -> float:
+        """Largest accepted ``|sample|`` of the input: the calibration stage's physical
+        limit (``inf`` without one)."""
+        return math.inf if self.calibration is None else float(self.calibration.input_limit)
+
+    def _limit_text(self) -> str:
+        return "" if self.calibration is None else self.calibration.limit_text()
 
     def learned(self, name: str) -> dict:
         """The physical values (numpy arrays, by name; e.g. ``{"tau": ...}`` in s,
@@ -117,13 +189,46 @@ class ChainLayer(StreamLayer):
             return torch.as_tensor(part.coeffs.tau, device=self.device)
         return part.grad.weights(self.theta[name], torch).tau
 
-    def _limit_text(self) -> str:
-        return self._ltext
+    # -- gradients, per stage ------------------------------------------------------------
+    def _check_path(self, start: int, tail: str) -> None:
+        """Raise :class:`RtamtInputError` naming the first stage from ``start`` on that a
+        gradient cannot pass (``tail`` ends the message)."""
+        for p in self.parts[start:]:
+            if p.grad is None:
+                raise RtamtInputError(f"{self.name}: stage {p.name!r} ({p.cls.__name__}) "
+                                      f"{p.why} (forward-only in rtamt.nn){tail}")
 
+    def _unreachable(self, stage: str, can_learn: list) -> str:
+        """The end of the message that refuses learnable ``stage``."""
+        names = [p.name for p in self.parts]
+        last = max([j for j, p in enumerate(self.parts) if p.grad is None], default=-1)
+        ok = [s for s in can_learn if names.index(s) > last]
+        return (f"; no gradient would reach the learnable parameters of {stage!r} before "
+                f"it: learn only stages after it (learnable={ok})")
+
+    def _grad_start(self, x: torch.Tensor, state: dict):
+        """The index of the first stage a gradient is requested through (the input, a
+        learnable parameter or an incoming state entry that requires one, grad mode on),
+        ``None`` when none is; raises if a stage from there on has no gradient rule."""
+        if not torch.is_grad_enabled():
+            return None
+        theta = self.theta
+        start = 0 if x.requires_grad else next(
+            (i for i, (p, keys) in enumerate(zip(self.parts, self._keys))
+             if (p.name in theta and theta[p.name].requires_grad)
+             or any(state[k].requires_grad for k in keys)), None)
+        if start is not None:
+            self._check_path(start, "; run the layer under torch.no_grad(), or detach what "
+                             "requires a gradient before that stage (see docs/nn.md)")
+        return start
+
+    # -- one block -------------------------------------------------------------------------
     def _initial_np(self, batch, dtype):
         return {f"{p.name}.{k}": v for p in self.parts for k, v in p.initial(batch, dtype).items()}
 
-    def _run(self, x, state, need_grad):
+    def _run(self, x, state, start):
+        if self.frames:
+            return self._run_frames(x, state)
         for k, th in self.theta.items():
             if not bool(torch.isfinite(th).all()):
                 raise RtamtInputError(
@@ -135,43 +240,55 @@ class ChainLayer(StreamLayer):
         if self.gain != 1.0:
             y = y * torch.tensor(self.gain, dtype=x.dtype, device=x.device)
         outs, new = {}, {}
-        for p in self.parts:
-            sub = {k: state[f"{p.name}.{k}"] for k in p.keys}
+        for i, (p, keys) in enumerate(zip(self.parts, self._keys)):
             th = self.theta[p.name] if p.name in self.theta else None
-            y, ns = p.run(y, sub, th, need_grad)
+            y, ns = p.run(y, {k: state[f] for k, f in zip(p.keys, keys)}, th,
+                          start is not None and i >= start)
             outs[p.name] = y
-            new.update({f"{p.name}.{k}": v for k, v in ns.items()})
+            new.update({f: ns[k] for k, f in zip(p.keys, keys)})
         if self.output == "all":
             return {k: time_last(v) for k, v in outs.items()}, new
-        return time_last(outs[self.output or self.parts[-1].name]), new
+        return time_last(outs[self._out]), new
+
+    def _run_frames(self, x, state):
+        """One block through a frame model's pure ``process`` (forward only)."""
+        m, B = self.model, x.shape[0]
+        st = {s.name: {} for s in m.stages}        # nested per stage; the calibration: {}
+        for p, keys in zip(self.parts, self._keys):
+            st[p.name] = p.to_model({k: state[f] for k, f in zip(p.keys, keys)}, B)
+        rows = x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
+        lead = (B,) if self.n_in == 1 else (B, self.n_in)
+        out = m.process(m.coeffs, st, rows, lead, _FRAME_MODES[self.n_in])
+        dev, dt = x.device, np_dtype(x.dtype)
+        ys = {k: torch.from_numpy(np.asarray(v) if k == "frame_time" else
+                                  np.ascontiguousarray(v).astype(dt)).to(dev)
+              for k, v in out.items()}
+        new = {f"{p.name}.{k}": v for p in self.parts
+               for k, v in p.from_model(st[p.name], B, dev).items()}
+        return (ys if self.output == "all" else ys[self._out]), new
 
 
 class StageLayer(ChainLayer):
-    """One stage as a layer (``n_in``: channels of a channel stage's input, rank 3)."""
+    """One stage as a layer (``n_in``: channels of a channel stage's input, rank 3); a
+    :class:`ChainLayer` of ``[stage]``."""
 
     def __init__(self, stage: Stage, n_in: int = 1, learnable: bool = False):
         super().__init__([stage], name=stage.name, n_in=n_in,
                          learnable=(stage.name,) if learnable else ())
 
 
-def _from_model(model: Chain, output=None, learnable=False) -> dict:
-    """ChainLayer arguments of a streaming modulation model besides its stages (whose
-    first, the calibration, gives the gain and input limit; ``learnable``: ``True`` for
-    every stage with learnable parameters, or the names of the stages to learn)."""
-    return dict(name=model.name, output=output, learnable=learnable or ())
-
-
 class _ModelLayer(ChainLayer):
-    """A modulation model of :mod:`rtamt.models` (``model_cls``) as a layer; the
-    constructor takes the model's arguments, plus ``output`` and ``learnable``."""
+    """A model of :mod:`rtamt.models` (``model_cls``) as a :class:`ChainLayer`; the
+    constructor takes the model's arguments, plus ``output`` and ``learnable``
+    (``n_rows``: rows of a stream's input, 2 for Moore2016's ears)."""
 
     model_cls: type = Chain
+    n_rows = 1
 
     def __init__(self, fs: float, *args, output: str | None = None, learnable=False,
                  **kwargs):
-        model = self.model_cls(fs, *args, **kwargs)
-        self.model_config = getattr(model, "config", None)
-        super().__init__(model.stages, **_from_model(model, output, learnable))
+        super().__init__(self.model_cls(fs, *args, **kwargs), n_in=self.n_rows,
+                         output=output, learnable=learnable or ())
 
 
 class Dau1997(_ModelLayer):
@@ -194,9 +311,27 @@ class King2019(_ModelLayer):
 
 
 class Paulick2024(_ModelLayer):
-    """:class:`rtamt.models.Paulick2024` as a layer (forward-only)."""
+    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL, IHC and resampler have no
+    gradient rule: gradients reach only the modulation filterbank (``learnable=['modfb']``
+    or its incoming state); otherwise run it under ``torch.no_grad()``."""
 
     model_cls = streaming_models.Paulick2024
+
+
+class Glasberg2002(_ModelLayer):
+    """:class:`rtamt.models.Glasberg2002` as a forward-only layer: ``(batch, T)`` ->
+    ``(batch, F)`` short-term loudness (sone) by default."""
+
+    model_cls = streaming_models.Glasberg2002
+
+
+class Moore2016(_ModelLayer):
+    """:class:`rtamt.models.Moore2016` as a forward-only layer: ``(batch, 2, T)`` (left,
+    right) -> ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic
+    signal is given as ``(batch, 2, T)`` with both rows equal."""
+
+    model_cls = streaming_models.Moore2016
+    n_rows = 2
 
 
 # ---------------------------------------------------------------------------- stages
@@ -267,98 +402,6 @@ def _compression(cls):
 
 BrokenStick = _compression(compression.BrokenStick)
 PowerCompression = _compression(compression.PowerCompression)
-
-
-# ---------------------------------------------------------------------------- loudness
-class LoudnessLayer(StreamLayer):
-    """A time-varying loudness model (:mod:`rtamt.loudness.tvl`) as a forward-only layer:
-    input ``(batch, T)`` (:class:`Moore2016`: also ``(batch, 2, T)``, left/right), output
-    the frames completed in the block, ``(batch, ..., F)``: ``output`` (default ``'stl'``)
-    or with ``output='all'`` a dict of every output (``frame_time`` ``(F,)``)."""
-
-    rows_per_stream = 1
-
-    def __init__(self, model, output: str | None = "stl"):
-        outs = tuple(model.outputs)
-        if output != "all" and output not in outs:
-            raise ValueError(f"{model.name}: output must be 'all' or one of {outs}")
-        super().__init__(model.name, (model.design_identity()["fingerprint"],))
-        self.model, self.output = model, output
-        self.input_limit = model.input_limit
-
-    def _limit_text(self) -> str:
-        return self.model._limit_text()
-
-    def _initial_np(self, batch, dtype):
-        """Every stage's initial state as ``'<stage>.<key>'``, batch first (a value every
-        row shares, the frame clock, repeated per stream)."""
-        r = self.rows_per_stream
-        out = {}
-        for s in self.model.stages:
-            for k, v in s.init_state(batch * r).items():
-                if k in s.shared_state:
-                    v = np.repeat(v[None], batch, axis=0)
-                elif r > 1:
-                    v = np.ascontiguousarray(v.reshape((batch, r) + v.shape[1:]))
-                out[f"{s.name}.{k}"] = v
-        return out
-
-    _mode = "mono"
-
-    def _rows(self, x: torch.Tensor) -> np.ndarray:
-        return x.detach().cpu().numpy().astype(np.float64)
-
-    def _run(self, x, state, need_grad):
-        if need_grad:
-            raise RtamtInputError(f"{self.name}: the loudness layers are forward-only (no "
-                                  "gradients); run them under torch.no_grad()")
-        m = self.model
-        B, r = x.shape[0], self.rows_per_stream
-        st = {s.name: {} for s in m.stages}         # the model's state, nested per stage
-        for name, v in state.items():
-            stage, k = name.split(".", 1)
-            a = v.detach().cpu().numpy()
-            if k in m[stage].shared_state:
-                if not (a == a[:1]).all():
-                    raise RtamtInputError(f"{self.name}: the streams' frame clocks differ")
-                st[stage][k] = a[0].copy()
-            else:
-                st[stage][k] = a.reshape((B * r,) + a.shape[2 if r > 1 else 1:]).copy()
-        rows = self._rows(x)
-        lead = (B, 2) if r > 1 else (B,)
-        out = m.process(m.coeffs, st, rows, lead, "stereo" if r > 1 else self._mode)
-        dev = x.device
-        ys = {k: (torch.from_numpy(np.asarray(v)).to(dev) if k == "frame_time" else
-                  torch.from_numpy(np.ascontiguousarray(v).astype(
-                      np_dtype(x.dtype))).to(dev))
-              for k, v in out.items()}
-        new = {f"{sn}.{k}": torch.from_numpy(
-                   np.repeat(v[None], B, axis=0) if k in m[sn].shared_state else
-                   v.reshape((B, r) + v.shape[1:]) if r > 1 else v).to(dev)
-               for sn, d in st.items() for k, v in d.items()}
-        return (ys if self.output == "all" else ys[self.output]), new
-
-
-class Glasberg2002(LoudnessLayer):
-    """:class:`rtamt.models.Glasberg2002` as a forward-only layer: ``(batch, T)`` ->
-    ``(batch, F)`` short-term loudness (sone) by default."""
-
-    def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
-        super().__init__(streaming_models.Glasberg2002(fs, *args, **kwargs), output)
-
-
-class Moore2016(LoudnessLayer):
-    """:class:`rtamt.models.Moore2016` as a forward-only layer: ``(batch, 2, T)`` (left,
-    right) -> ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic
-    signal is given as ``(batch, 2, T)`` with both rows equal."""
-
-    in_rank, n_in, rows_per_stream = 3, 2, 2
-
-    def __init__(self, fs: float, *args, output: str | None = "stl", **kwargs):
-        super().__init__(streaming_models.Moore2016(fs, *args, **kwargs), output)
-
-    def _rows(self, x):
-        return x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
 
 
 #: a layer class for every model of :data:`rtamt.models.MODELS`, by the same key

@@ -43,9 +43,7 @@ ROOT = pathlib.Path(rtamt.__file__).parent
 
 #: code that still chooses by array type, by path prefix, and why (each must still hold
 #: such code: remove its entry when it is gone)
-ARRAY_TYPE_PENDING = {
-    "rtamt/nn/": "the torch front end checks that its inputs are tensors (validation)",
-}
+ARRAY_TYPE_PENDING: dict = {}
 #: kernel modules still imported by name, and why
 IMPORT_BY_NAME_PENDING: dict = {}
 #: helpers that test an array's type (their calls are array-type dispatch)

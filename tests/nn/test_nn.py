@@ -60,6 +60,80 @@ def test_layer_equals_model_and_blocks_equal_one_call(key):
         assert st[k].shape[0] == B, k         # batch-first
 
 
+#: what a layer class adds to :class:`rn.ChainLayer`: its construction only
+_CONSTRUCTION = {"__init__", "__module__", "__doc__", "__qualname__", "__annotations__",
+                 "__firstlineno__", "__static_attributes__", "model_cls", "n_rows"}
+
+
+def _only_construction(cls):
+    """``cls`` is a :class:`rn.ChainLayer` whose classes below ChainLayer define nothing
+    but their construction."""
+    for c in cls.__mro__[:cls.__mro__.index(rn.ChainLayer)]:
+        assert set(vars(c)) <= _CONSTRUCTION, (c, set(vars(c)) - _CONSTRUCTION)
+
+
+def test_stage_layers_only_construct_a_chain_layer():
+    for cls in (rn.StageLayer, rn.Gammatone, rn.IHCEnvelope, rn.AdaptLoop, rn.ModFilterbank,
+                rn.KingModFilterbank, rn.AdaptHighpass):
+        _only_construction(cls)
+    assert type(rn.BrokenStick(channels=2)) is rn.StageLayer
+    assert type(rn.PowerCompression(channels=2)) is rn.StageLayer
+
+
+@pytest.mark.parametrize("key", sorted(MODELS))
+def test_one_layer_class_serves_every_model(key):
+    """``rn.LAYERS[key]`` is a :class:`rn.ChainLayer` that adds nothing but its
+    construction; ``rn.ChainLayer`` of the streaming model itself equals that model bit for
+    bit over three blocks with the state carried (every output), and the model layer's
+    state continues in it (same design, same state)."""
+    cls = rn.LAYERS[key]
+    _only_construction(cls)
+    fs = RATE.get(key, FS)
+    model = MODELS[key](fs, **KW[key])
+    layer = rn.ChainLayer(MODELS[key](fs, **KW[key]), n_in=2 if key == "moore2016" else 1,
+                          output="all")
+    assert layer.input_limit == model.input_limit
+    x = _signal(_shape(key, 2, 600), seed=4)
+    st, refs = None, []
+    for a, b in ((0, 123), (123, 400), (400, 600)):
+        refs.append(model.process_all(x[..., a:b]))
+        y, st = layer(torch.from_numpy(x[..., a:b]), st)
+        _all_equal(refs[-1], y)
+    _, st_m = cls(fs, **KW[key])(torch.from_numpy(x[..., :123]))
+    y, _ = layer(torch.from_numpy(x[..., 123:400]), st_m)
+    _all_equal(refs[1], y)
+
+
+def test_a_frame_model_with_its_calibration_as_first_stage():
+    """A loudness model whose calibration is ``stages[0]`` (as every Chain's; the frame
+    models until issue 40 hold it beside their stages): the layer reads only the public
+    pieces (``stages``, ``calibration``, ``outputs``, ``coeffs``, ``process``), gives the
+    calibration an empty state, never names it in a refusal, and equals the layer of the
+    model as it is, state for state."""
+    m = MODELS["glasberg2002"](32000)
+
+    class Chained:
+        name, outputs, coeffs, calibration = m.name, m.outputs, m.coeffs, m.calibration
+        stages = [m.calibration, *m.stages]
+
+        def process(self, coeffs, state, rows, lead, mode):
+            assert state.pop("calibration") == {}
+            return m.process(coeffs, state, rows, lead, mode)
+
+    layer = rn.ChainLayer(Chained(), output="all")
+    ref = rn.Glasberg2002(32000, output="all")
+    assert layer.input_limit == ref.input_limit == m.input_limit
+    x = torch.from_numpy(_signal((2, 500), seed=6))
+    st, st_r = None, None
+    for a, b in ((0, 100), (100, 500)):
+        y, st = layer(x[:, a:b], st)
+        y_r, st_r = ref(x[:, a:b], st_r)
+        _all_equal({k: v.numpy() for k, v in y_r.items()}, y)
+    assert set(st) == set(st_r) and all(torch.equal(st[k], st_r[k]) for k in st)
+    with pytest.raises(RtamtInputError, match="stage 'spectrum' \\(Spectrum\\)"):
+        layer(x.clone().requires_grad_(True))
+
+
 def test_default_output_and_float32():
     """The default output is the last stage's (batch, ..., T); float32 equals the model's
     float32 stream."""
@@ -187,6 +261,7 @@ def test_bad_input_raises_and_leaves_the_state():
         (torch.full_like(x, float("nan")), "non-finite"),
         (x * 1e9, "physical limit"),
         (x[:1], "shape"),                                           # other batch size
+        (x.numpy(), "expected a torch.float32 or torch.float64 tensor, got ndarray"),
     ]
     for xb, msg in bad:
         with pytest.raises(RtamtInputError, match=msg):
@@ -196,6 +271,8 @@ def test_bad_input_raises_and_leaves_the_state():
     float_tag = dict(st, **{rn.DESIGN_KEY: st[rn.DESIGN_KEY].double()})
     for sb, msg in ((st_other, "another layer or design"), (st_gt, "entries"),
                     ("state", "state dict"),
+                    (dict(st, **{"adaptloop.s": st["adaptloop.s"].numpy()}),
+                     r"'adaptloop.s' is on cpu \(ndarray\), expected a tensor"),
                     (nan_state, r"'adaptloop.s' holds a non-finite value at batch 1, "
                                 r"index \(2, 3\)"),
                     (float_tag, "dtype torch.float64, expected torch.int64")):

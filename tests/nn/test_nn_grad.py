@@ -1,7 +1,8 @@
 """rtamt.nn gradients of whole models: gradcheck of Dau1997, Osses2021 and King2019 (and of
 King2019's adaptation high-pass and compressions), gradients across blocks with carried
-state equal to one call, detach_state, forward-only stages.  Each stage's own gradient
-checks sit beside its other tests (tests/<package>/test_<stage>_grad.py)."""
+state equal to one call, detach_state, gradients refused through a stage without a rule.
+Each stage's own gradient checks sit beside its other tests
+(tests/<package>/test_<stage>_grad.py)."""
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -92,14 +93,81 @@ def test_detach_state_truncates():
     assert torch.count_nonzero(x.grad[:, :100]) > 0
 
 
-def test_forward_only_stages_refuse_gradients():
-    x = noise((1, 100), scale=0.1).requires_grad_(True)
-    kw = dict(n_channels=2, fhigh=4000.0)
-    with pytest.raises(RtamtInputError, match="forward-only"):
-        rn.Paulick2024(16000, **kw)(x)
-    with torch.no_grad():                              # forward-only works without grad
-        y, _ = rn.Paulick2024(16000, **kw)(x)
+#: the layers with a stage that has no gradient rule: sample rate, keywords, input shape
+#: and the first such stage on the way from the input (name, class)
+NO_RULE = {
+    "glasberg2002": (32000, {}, (1, 300), ("spectrum", "Spectrum")),
+    "moore2016": (32000, {}, (1, 2, 300), ("spectrum", "Spectrum")),
+    "paulick2024": (16000, dict(n_channels=2, fhigh=4000.0), (1, 100), ("drnl", "DRNL")),
+}
+
+
+@pytest.mark.parametrize("key", sorted(NO_RULE))
+def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
+    """An input that requires a gradient is refused before any stage runs, naming the first
+    stage without a gradient rule, and the state is left as it was; under torch.no_grad()
+    (or with nothing that requires a gradient) the same layer runs, recording nothing."""
+    fs, kw, shape, (stage, cls) = NO_RULE[key]
+    layer = rn.LAYERS[key](fs, **kw)
+    x = noise(shape, scale=0.1)
+    st = layer.initial_state(1, dtype=torch.float64)
+    before = {k: v.clone() for k, v in st.items()}
+    with pytest.raises(RtamtInputError, match=rf"^{key}: stage '{stage}' \({cls}\) has no "
+                       r"gradient rule \(forward-only in rtamt.nn\); run the layer under "
+                       r"torch.no_grad\(\)"):
+        layer(x.clone().requires_grad_(True), st)
+    assert all(torch.equal(st[k], before[k]) for k in st)
+    with torch.no_grad():
+        y, _ = layer(x.clone().requires_grad_(True), st)
     assert y.grad_fn is None
+    y2, _ = layer(x, st)
+    assert y2.grad_fn is None and torch.equal(y, y2)
+
+
+def test_the_gradient_path_starts_where_a_gradient_is_requested():
+    """The stages a gradient is requested through run from the first one it enters on: an
+    incoming state entry of a loudness integrator that requires a gradient is refused
+    naming that integrator (not the spectrum before it); Paulick2024's modulation bank
+    (after its last stage without a rule) gets gradients for its incoming state."""
+    gl = rn.Glasberg2002(32000)
+    st = gl.initial_state(1, dtype=torch.float64)
+    st["ltl_integrator.ltl"] = st["ltl_integrator.ltl"].clone().requires_grad_(True)
+    with pytest.raises(RtamtInputError, match=r"stage 'ltl_integrator' \(LoudnessIntegrator\)"):
+        gl(noise((1, 100)), st)
+    kw = dict(n_channels=2, fhigh=4000.0)
+    layer = rn.Paulick2024(16000, **kw)
+    _, st = layer(noise((1, 300), 1, scale=0.1))
+    st = dict(st)
+    mod = [k for k in st if k.startswith("modfb.") and st[k].is_floating_point()]
+    for k in mod:
+        st[k] = st[k].clone().requires_grad_(True)
+    y, _ = layer(noise((1, 100), 2, scale=0.1), st)
+    y.sum().backward()
+    assert any(torch.count_nonzero(st[k].grad) for k in mod)
+    st = {k: v.detach() for k, v in st.items()}
+    st["adaptloop.s"] = st["adaptloop.s"].clone().requires_grad_(True)
+    with pytest.raises(RtamtInputError, match=r"stage 'resample' \(Resampler\)"):
+        layer(noise((1, 100), 2, scale=0.1), st)
+
+
+def test_paulick2024_learns_only_what_a_gradient_reaches():
+    """``learnable=True`` would make the adaptation loops' time constants parameters that
+    no gradient reaches (the resampler after them has no rule): refused when the layer is
+    made, naming the resampler and the stages that can be learnt.  ``learnable=['modfb']``
+    learns the modulation bank; its parameter gets a gradient."""
+    kw = dict(n_channels=2, fhigh=4000.0)
+    for learnable in (True, ["adaptloop"]):
+        with pytest.raises(RtamtInputError, match=r"^paulick2024: stage 'resample' "
+                           r"\(Resampler\) has no gradient rule \(forward-only in "
+                           r"rtamt.nn\); no gradient would reach the learnable parameters "
+                           r"of 'adaptloop' before it: learn only stages after it "
+                           r"\(learnable=\['modfb'\]\)"):
+            rn.Paulick2024(16000, **kw, learnable=learnable)
+    layer = rn.Paulick2024(16000, **kw, learnable=["modfb"])
+    assert list(layer.theta) == ["modfb"]
+    y, _ = layer(noise((1, 400), scale=0.1))
+    y.sum().backward()
+    assert torch.count_nonzero(layer.theta["modfb"].grad) > 0
 
 
 def test_king2019_gradcheck():
