@@ -2,10 +2,11 @@
 Weights, design, numba kernel, Triton twin, gradient rule and its examples; a few dozen
 lines) gets every sweep the real stages get, from its own files alone: block-size
 invariance (block size 1, random partitions, float32 and float64), torch in and out,
-states that stack and split by stream, snapshots, the Triton path (interpreter on CI,
-compiled with RTAMT_TEST_DEVICE=cuda), the streaming contract and gradcheck through
-rtamt.nn.  The sweeps find the stage classes (tests/support/_examples.py); no sweep names
-the toy stage, and its id appears among each sweep's parametrised ids."""
+states that stack and split by stream, snapshots, bad blocks refused with the state
+untouched, the Triton path (interpreter on CI, compiled with RTAMT_TEST_DEVICE=cuda), the
+streaming contract and gradcheck through rtamt.nn.  The sweeps find the stage classes
+(tests/support/_examples.py); no sweep names the toy stage, and its id appears among each
+sweep's parametrised ids."""
 import pathlib
 import subprocess
 import sys
@@ -17,6 +18,9 @@ SWEEPS = [("tests/stages/test_invariance.py", "test_block_partition_invariance")
           ("tests/engine/test_contract.py", "test_every_stage_example_satisfies_the_protocol"),
           ("tests/engine/test_contract.py", "test_stage_states_stack_and_split"),
           ("tests/engine/test_state.py", "test_stage_snapshot_continues_exactly"),
+          ("tests/engine/test_bad_input.py",
+           "test_bad_block_mid_stream_is_rejected_and_state_unchanged"),
+          ("tests/engine/test_bad_input.py", "test_bad_first_block_is_rejected"),
           ("tests/stages/test_stages_triton.py", "test_stage_triton_equals_numba"),
           ("tests/nn/test_nn_grad.py", "test_stage_gradcheck")]
 
