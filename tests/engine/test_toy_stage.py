@@ -3,10 +3,10 @@ Weights, design, numba kernel, Triton twin, gradient rule and its examples; a fe
 lines) gets every sweep the real stages get, from its own files alone: block-size
 invariance (block size 1, random partitions, float32 and float64), torch in and out,
 states that stack and split by stream, snapshots, bad blocks refused with the state
-untouched, the Triton path (interpreter on CI, compiled with RTAMT_TEST_DEVICE=cuda), the
-streaming contract and gradcheck through rtamt.nn.  The sweeps find the stage classes
-(tests/support/_examples.py); no sweep names the toy stage, and its id appears among each
-sweep's parametrised ids."""
+untouched, the pure form ``process`` equal to the stage, the Triton path (interpreter on
+CI, compiled with RTAMT_TEST_DEVICE=cuda), the streaming contract and gradcheck through
+rtamt.nn.  The sweeps find the stage classes (tests/support/_examples.py); no sweep names
+the toy stage, and its id appears among each sweep's parametrised ids."""
 import pathlib
 import subprocess
 import sys
@@ -21,6 +21,7 @@ SWEEPS = [("tests/stages/test_invariance.py", "test_block_partition_invariance")
           ("tests/engine/test_bad_input.py",
            "test_bad_block_mid_stream_is_rejected_and_state_unchanged"),
           ("tests/engine/test_bad_input.py", "test_bad_first_block_is_rejected"),
+          ("tests/stages/test_pure_process.py", "test_pure_process_matches_the_stage"),
           ("tests/stages/test_stages_triton.py", "test_stage_triton_equals_numba"),
           ("tests/nn/test_nn_grad.py", "test_stage_gradcheck")]
 
