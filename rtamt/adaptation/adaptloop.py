@@ -280,3 +280,12 @@ class AdaptLoop(Stage):
         k.adaptloop(k.coef(coeffs.a), k.coef(coeffs.b), k.coef(coeffs.lanes),
                     bool(coeffs.limit_on), state["s"], x, y)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (*(Example(f"adapt-{p}", dict(fs=48000.0, preset=p), "envelopes")
+                  for p in ("dau1997", "osses2021", "paulick2024")),
+                Example("adapt-minspl-per-channel", dict(fs=48000.0), "envelopes",
+                        per_channel={"minspl": (-10.0, 20.0)}))

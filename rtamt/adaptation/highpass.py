@@ -55,3 +55,9 @@ class AdaptHighpass(SharedSOSStage):
     name = "adaptation"
     Params = AdaptHighpassParams
     design = staticmethod(design)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("adapt-highpass-king2019", dict(fs=48000.0), "envelopes"),)

@@ -215,6 +215,12 @@ class InputCalibration(Stage):
             return x
         return x * g if on_device else x * x.dtype.type(g)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("calibration-94dB", dict(spl_ref=94.0)),)
+
 
 class CalibratedModel:
     """Mixin of the models headed by an :class:`InputCalibration` (``self.calibration``):

@@ -118,6 +118,12 @@ class HeadphoneFilter(FIRSignalStage):
     Params = HeadphoneParams
     design = staticmethod(design_headphone)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("headphone", dict(fs=48000.0)),)
+
 
 # =================================================================== middle ear
 def lopezpoveda2001_table() -> np.ndarray:
@@ -207,6 +213,14 @@ class MiddleEarFilter(FIRSignalStage):
     Params = MiddleEarParams
     design = staticmethod(design_middle_ear)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("middleear", dict(fs=48000.0)),
+                Example("middleear-jepsen2008-amt-units",
+                        dict(fs=48000.0, preset="jepsen2008", normalize=False)))
+
 
 # =================================================================== outer + middle ear
 def outer_middle_ear_db(f, compensation: str = "tfOuterMiddle1997", field: str = "free"):
@@ -269,3 +283,9 @@ class OuterMiddleEarFilter(FIRSignalStage):
     name = "outerear"
     Params = OuterMiddleEarParams
     design = staticmethod(design_outer_middle_ear)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("outermiddleear-1024", dict(fs=48000.0, order=1024)),)

@@ -281,3 +281,7 @@ class FIRSignalStage(Stage):
         if yt.ndim == 2:  # this stage's own (B, T) output -> lead + (T,), a view (yt is new)
             return yt.reshape(tuple(lead) + (yt.shape[-1],))
         return super()._to_public(yt, lead)
+
+    @classmethod
+    def examples(cls):
+        return ()                            # a base class: its subclasses run

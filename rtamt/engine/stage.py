@@ -281,6 +281,14 @@ class Stage(Registered):
         (forward-only)."""
         return None
 
+    @classmethod
+    def examples(cls):
+        """The constructions of this stage the test sweeps run, a tuple of
+        :class:`rtamt.engine.examples.Example`, declared by every stage class at the end of
+        its body (``()``: a base class not run itself); this default, ``None``, means
+        "none declared", which a test refuses."""
+        return None
+
     # -- machinery ---------------------------------------------------------------------
     def __init__(self, params=None, **kwargs):
         if params is None:

@@ -643,3 +643,9 @@ class DRNL(Stage):
                       state["nlin_s1"], state["nlin_s2"], x, y, k.scratch(C, x),
                       k.scratch(C, x))
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("drnl", dict(fs=48000.0, n_channels=6)),)

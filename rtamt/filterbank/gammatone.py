@@ -251,3 +251,9 @@ class Gammatone(Stage):
         y = k.buffer(out, (B, T, C), x)  # C-contiguous: written flat
         k.gammatone4(k.coef(coeffs.lanes), state["sr"], state["si"], x, y)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("gammatone", dict(fs=48000.0, basef=1000.0)),)

@@ -76,3 +76,12 @@ class IHCEnvelope(SharedSOSStage):
     Params = IHCEnvelopeParams
     design = staticmethod(design)
     rectify = True
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (*(Example(f"ihc-{p}", dict(fs=48000.0, preset=p), "bands")
+                  for p in ("dau1996", "breebaart2001", "king2019", "lindemann")),
+                Example("ihc-custom", dict(fs=48000.0, cutoff=500.0, order=3, iterations=2),
+                        "bands"))

@@ -374,3 +374,11 @@ class IHCPaulick2024(Stage):
     def v_rest(self) -> float:
         """The pre-charged (resting) membrane potential in volts."""
         return self.coeffs.v_rest
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("ihc-paulick2024", dict(fs=48000.0), "bands"),
+                Example("ihc-paulick2024-exponential",
+                        dict(fs=48000.0, integrator="exponential"), "bands"))

@@ -119,6 +119,12 @@ class LoudnessIntegrator(FrameStage):
         y = fr[p.key] = self.kern.empty(x.shape, x)
         self.kern.agc(x, state[p.key], p.attack, p.release, y)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("loudness-integrator", dict(attack=0.02, release=0.05), "frames"),)
+
 
 @dataclasses.dataclass(frozen=True)
 class SpecificLoudnessAGCParams:
@@ -151,3 +157,9 @@ class SpecificLoudnessAGC(FrameStage):
         N = self.kern.contiguous(fr["N"]).reshape(R, F, p.channels)
         st = fr["st"] = self.kern.empty((F, R, p.channels), N)
         self.kern.agc_rows(N, state["st"], p.attack, p.release, st)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("specific-loudness-agc", dict(attack=0.02, release=0.05), "frames"),)

@@ -165,3 +165,9 @@ class BinauralInhibition(FrameStage):
         lte = fr["lte"] = kern.empty((B, 2, F), st)
         kern.binaural_frames(st, S, E, state["lt"], p.attack, p.release, p.p, spec, exc,
                              ste, lte)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("binaural-inhibition", {}, "frames"),)

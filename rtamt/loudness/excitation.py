@@ -232,3 +232,9 @@ class Excitation(FrameStage):
         E = fr["E"] = excitation(self.kc, fr["P"], self.kern)
         if self.params.level_db:
             fr["E_db"] = self.kern.excitation_db(E)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("excitation", dict(comp_hz=(62.5, 125.0, 250.0, 500.0, 1000.0)), "frames"),)

@@ -171,6 +171,10 @@ class FrameStage(Stage):
     def prepare(self, x) -> None:  # pragma: no cover - frames come from a model
         raise TypeError(f"{self.name}: a frame stage starts on its first frames")
 
+    @classmethod
+    def examples(cls):
+        return ()                            # a base class: its subclasses run
+
 
 def rows_stream(R: int, rows_per_stream: int) -> dict:
     """The ``stream`` entry of a frame stage's snapshot: ``R`` float64 rows,

@@ -249,6 +249,13 @@ class GatingBlocks(Stage):
                        state["peak"], x, y, state["count"])
         return y
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("gating", dict(fs=48000.0), "pair", streamed=False,
+                        per_block=("count",), dtype_out="float64", dtypes=("float64",)),)
+
 
 # ---------------------------------------------------------------- gated statistics
 #: bin centres (geometric mean of the edges) as power dB, ``10 log10(e)``

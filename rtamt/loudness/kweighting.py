@@ -260,3 +260,9 @@ class KWeighting(Stage):
         y = k.buffer(out, x.shape, state["zi"])             # float64, like the state
         k.k_weight(k.coef(coeffs.sos), state["zi"], x, y)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("kweighting", dict(fs=48000.0), "pair", dtype_out="float64"),)

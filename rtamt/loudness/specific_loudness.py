@@ -84,6 +84,12 @@ class SpecificLoudness(FrameStage):
         N = fr["N"] = self.kern.empty(E.shape, E)
         self.kern.specific_loudness(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq, c.C, N)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("specific-loudness", {}, "frames"),)
+
 
 @dataclasses.dataclass(frozen=True)
 class InstantaneousLoudnessParams:
@@ -110,3 +116,9 @@ class InstantaneousLoudness(FrameStage):
     def process_tm(self, fr: dict, state: dict) -> None:
         N = fr["N"]
         fr["inst"] = self.coeffs * 0.25 * N.reshape(fr["R"], fr["F"], N.shape[1]).sum(axis=2)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("instantaneous-loudness", {}, "frames"),)

@@ -611,3 +611,9 @@ class Spectrum(FrameStage):
         state["hist"][...] = z[:, -L:]
         state["n"][0] = n0 + T
         fr.update(P=P, ends=ends, R=R, F=F)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("spectrum", dict(fs=32000.0), "frames"),)

@@ -457,3 +457,12 @@ class TruePeak(Stage):
         kern(k.coef(coeffs.phases), state["hist"], state["true_peak"], state["sample_peak"], x,
              y, work)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("truepeak", dict(fs=48000.0), "pair", streamed=False,
+                        dtype_out="float64"),
+                Example("truepeak-bs1770", dict(fs=48000.0, method="bs1770"), "pair",
+                        streamed=False, dtype_out="float64"))

@@ -187,3 +187,12 @@ class KingModFilterbank(PackedFilterbank):
         for m in range(coeffs.mfc.size):   # one compiled kernel call per modulation filter
             k.sos_shared(k.coef(coeffs.sos[m]), False, bp[m], x, y, m * C)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("modfb-king2019", dict(fs=48000.0), "adapted", per_channel={"fc": "fc"}),
+                Example("modfb-king2019-lp150-nmod",
+                        dict(fs=48000.0, lp150=True, nmod=8, qfactor=2.0), "adapted",
+                        per_channel={"fc": "fc"}))

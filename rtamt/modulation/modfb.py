@@ -554,6 +554,10 @@ class PackedFilterbank(Stage):
         k.sos_shared(k.coef(coeffs.pre_sos), False, state["pre"], x, u, 0)
         return u
 
+    @classmethod
+    def examples(cls):
+        return ()                            # a base class: its subclasses run
+
 
 class ModFilterbank(PackedFilterbank):
     """Streaming modulation filterbank: ``(…, C, T)`` -> packed ``(…, F, T)``."""
@@ -598,3 +602,12 @@ class ModFilterbank(PackedFilterbank):
             k.cplx_biquad_bank(c(coeffs.bp_channel), int(coeffs.bp_nreal), c(coeffs.bp_b),
                                c(coeffs.bp_a), c(coeffs.bp_scale), state["bp"], x, y, C)
         return y
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return tuple(Example(f"modfb-{p}-{ft}", dict(fs=48000.0, preset=p, filter_type=ft),
+                             "adapted", per_channel={"fc": "fc"})
+                     for p in ("amt0910", "dau1997", "jepsen2008", "paulick2024")
+                     for ft in ("efilt", "butterworth"))

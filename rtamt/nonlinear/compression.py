@@ -138,6 +138,10 @@ class _Compression(Stage):
             return k.broken_stick(x, None, c(n), c(f), c(kn))
         return k.power_compression(x, None, c(n), c(kn))
 
+    @classmethod
+    def examples(cls):
+        return ()                            # a base class: its subclasses run
+
 
 class BrokenStick(_Compression):
     """Broken-stick compression, ``(…, C, T)`` -> same shape."""
@@ -150,6 +154,13 @@ class BrokenStick(_Compression):
         from .compression_grad import BrokenStickGrad
         return BrokenStickGrad
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("brokenstick-per-channel", {}, "bands",
+                        per_channel={"exponent": (0.2, 0.8)}),)
+
 
 class PowerCompression(_Compression):
     """Power-law compression, ``(…, C, T)`` -> same shape."""
@@ -161,3 +172,10 @@ class PowerCompression(_Compression):
     def grad_rule(cls):
         from .compression_grad import PowerGrad
         return PowerGrad
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("power-per-channel", {}, "bands",
+                        per_channel={"exponent": (0.2, 0.8)}),)

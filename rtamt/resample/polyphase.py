@@ -391,3 +391,10 @@ class Resampler(Stage):
                 raise RtamtInputError(
                     f"{self.name}: snapshot offset {int(off[0])} outside [0, {self.down})")
         super().load_state_dict(sd)
+
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("resample-48k-16k", dict(fs_in=48000.0, fs_out=16000.0), "pair"),
+                Example("resample-48k-44k1", dict(fs_in=48000.0, fs_out=44100.0), "pair"))

@@ -1,11 +1,14 @@
 """Bad blocks are rejected with RtamtInputError before they touch any state.
 
-For the Dau1997 chain and standalone stages: NaN / +Inf in a block, wrong ndim, a
-channel/batch count that changes mid-stream, integer dtype, an empty block and a dtype
-switched mid-stream.  Each must raise RtamtInputError naming the problem and the block
+For the Dau1997 chain and every stage on samples (the first example each declares; the
+stages are found, not listed: tests/support/_examples.py): NaN / +Inf in a block, wrong
+ndim, a channel/batch count that changes mid-stream, integer dtype, an empty block and a
+dtype switched mid-stream.  Each must raise RtamtInputError naming the problem and the block
 index, and the stream must continue exactly as a twin that never saw the bad block.
 """
 from __future__ import annotations
+
+import typing
 
 import numpy as np
 import pytest
@@ -15,25 +18,13 @@ import rtamt
 from rtamt import RtamtInputError
 from rtamt.adaptation import AdaptLoop
 from rtamt.filterbank import Gammatone
-from rtamt.ihc import IHCEnvelope
 from rtamt.modulation import ModFilterbank
 
+from _examples import example_input, examples, make, on_samples
 from _helpers import assert_outputs_equal, outputs_of, state_arrays
 
 FS = 48000.0
 FC4 = (500.0, 1000.0, 2000.0, 4000.0)
-
-# name -> (factory, input kind, lead shape of a valid block)
-TARGETS = {
-    "dau1997": (lambda: rtamt.Dau1997(FS), "signal", (2,)),
-    "dau1997-mono": (lambda: rtamt.Dau1997(FS, "torch_amt"), "signal", ()),
-    "gammatone": (lambda: Gammatone(fs=FS, basef=1000.0), "signal", ()),
-    "ihc": (lambda: IHCEnvelope(fs=FS), "channels", (4,)),
-    "adaptloop": (lambda: AdaptLoop(fs=FS), "channels", (4,)),
-    "modfb": (lambda: ModFilterbank(fs=FS, fc=FC4), "channels", (4,)),
-}
-STAGE_NAME = {"dau1997": "dau1997", "dau1997-mono": "dau1997", "gammatone": "gammatone",
-              "ihc": "ihc", "adaptloop": "adaptloop", "modfb": "modfb"}
 BLOCK_LEN = [64, 37, 50, 80, 41]
 
 
@@ -46,6 +37,40 @@ def _good(kind, lead, T, seed, dtype=np.float64):
     return x.astype(dtype)
 
 
+class Target(typing.NamedTuple):
+    make: typing.Callable           # () -> a new chain or stage
+    kind: str                       # "signal" or "channels"
+    lead: tuple                     # the leading shape of a valid block
+    good: typing.Callable           # (T, seed, dtype=float64) -> a valid block
+    name: str                       # the name its messages start with
+
+
+def _example_target(cls, ex):
+    stage = make(cls, ex)
+    x = example_input(ex)
+
+    def good(T, seed, dtype=np.float64):
+        start = 1500 + 97 * seed                   # inside the re-onset
+        return np.ascontiguousarray(x[..., start:start + T].astype(dtype))
+
+    return Target(lambda: make(cls, ex), stage.in_kind, x.shape[:-1], good, stage.name)
+
+
+def _first_example(cls, ex):
+    return on_samples(cls, ex) and ex.id == cls.examples()[0].id
+
+
+TARGETS = {
+    "dau1997": Target(lambda: rtamt.Dau1997(FS), "signal", (2,),
+                      lambda T, seed, dtype=np.float64: _good("signal", (2,), T, seed, dtype),
+                      "dau1997"),
+    "dau1997-mono": Target(lambda: rtamt.Dau1997(FS, "torch_amt"), "signal", (),
+                           lambda T, seed, dtype=np.float64: _good("signal", (), T, seed, dtype),
+                           "dau1997"),
+    **{ex.id: _example_target(cls, ex) for cls, ex in examples(_first_example)},
+}
+
+
 
 
 
@@ -54,9 +79,10 @@ def _state_arrays(proc):
     return state_arrays(proc.state_dict())
 
 
-def _bad(kind_of_bad, kind, lead, T=50):
+def _bad(kind_of_bad, target, T=50):
     """(bad block, words that the message must contain)."""
-    x = _good(kind, lead, T, 99)
+    kind, lead = target.kind, target.lead
+    x = target.good(T, 9)
     if kind_of_bad in ("nan", "inf"):
         val = np.nan if kind_of_bad == "nan" else np.inf
         words = ["non-finite", "nan" if kind_of_bad == "nan" else "inf", "sample 7"]
@@ -66,18 +92,16 @@ def _bad(kind_of_bad, kind, lead, T=50):
         elif kind == "signal":
             x[7] = val
         else:
-            x[2, 7] = val
-            words.append("channel 2")
+            c = min(2, lead[0] - 1)
+            x[c, 7] = val
+            words.append(f"channel {c}")
         return x, words
     if kind_of_bad == "ndim":
         want = 3 if kind == "signal" else 4
         return x.reshape((1,) * (want - x.ndim) + x.shape), ["ndim=" + str(want), "shape"]
-    if kind_of_bad == "count":
-        if kind == "signal":
-            shape = (3, T) if lead == (2,) else (2, T)
-        else:
-            shape = (lead[0] + 1, T)
-        return _good(kind, shape[:-1], T, 98), ["mid-stream", "shape"]
+    if kind_of_bad == "count":            # one stream or channel more
+        more = np.stack([x, x]) if lead == () else np.concatenate([x, x[:1]])
+        return np.ascontiguousarray(more), ["mid-stream", "shape"]
     if kind_of_bad == "int16":
         return (np.clip(x, -1, 1) * 32767).astype(np.int16), ["dtype", "int16"]
     if kind_of_bad == "empty":
@@ -93,18 +117,18 @@ BAD_KINDS = ["nan", "inf", "ndim", "count", "int16", "empty", "dtype_switch"]
 @pytest.mark.parametrize("bad", BAD_KINDS)
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_bad_block_mid_stream_is_rejected_and_state_unchanged(target, bad):
-    make, kind, lead = TARGETS[target]
-    a, twin = make(), make()
-    blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN)]
+    t = TARGETS[target]
+    a, twin = t.make(), t.make()
+    blocks = [t.good(n, i) for i, n in enumerate(BLOCK_LEN)]
     for i in range(2):
         assert_outputs_equal(outputs_of(a, blocks[i]), outputs_of(twin, blocks[i]))
     before = _state_arrays(a)
-    xb, words = _bad(bad, kind, lead)
+    xb, words = _bad(bad, t)
     for _ in range(2):  # rejected twice: the block counter did not advance
         with pytest.raises(RtamtInputError) as ei:
             outputs_of(a, xb)
         msg = str(ei.value)
-        assert f"{STAGE_NAME[target]}: block 2" in msg, msg
+        assert f"{t.name}: block 2" in msg, msg
         for w in words:
             assert w in msg, (w, msg)
     after = _state_arrays(a)
@@ -123,9 +147,9 @@ def test_bad_block_mid_stream_is_rejected_and_state_unchanged(target, bad):
 @pytest.mark.parametrize("bad", ["nan", "inf", "ndim", "int16", "empty"])
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_bad_first_block_is_rejected(target, bad):
-    make, kind, lead = TARGETS[target]
-    a, twin = make(), make()
-    xb, words = _bad(bad, kind, lead)
+    t = TARGETS[target]
+    a, twin = t.make(), t.make()
+    xb, words = _bad(bad, t)
     with pytest.raises(RtamtInputError) as ei:
         outputs_of(a, xb)
     msg = str(ei.value)
@@ -137,7 +161,7 @@ def test_bad_first_block_is_rejected(target, bad):
         assert all(s.state is None for s in a.stages)
     else:
         assert a.state is None and a.blocks_processed == 0
-    blocks = [_good(kind, lead, n, i) for i, n in enumerate(BLOCK_LEN[:3])]
+    blocks = [t.good(n, i) for i, n in enumerate(BLOCK_LEN[:3])]
     for blk in blocks:
         assert_outputs_equal(outputs_of(a, blk), outputs_of(twin, blk))
 

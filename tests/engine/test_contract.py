@@ -1,5 +1,8 @@
 """The streaming contract (rtamt.engine.contract): one Protocol, one state schema, states
-that stack and split by stream, identity checks on load, and calibration by spl_ref."""
+that stack and split by stream, identity checks on load, and calibration by spl_ref.
+
+The stage sweeps here run every example every stage declares (``Stage.examples()``; the
+stages are found, not listed: tests/support/_examples.py)."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +13,6 @@ import pytest
 
 import rtamt
 from rtamt import RtamtInputError, Streaming, split_state, stack_states
-from rtamt.ear import OuterMiddleEarFilter
 from rtamt.engine import contract
 from rtamt.engine.parallel import Parallel
 from rtamt.engine.stage import Chain
@@ -18,12 +20,13 @@ from rtamt.loudness.bs1770 import LoudnessMeter
 from rtamt.loudness.r128stream import R128Stream
 from rtamt.models import MODELS
 
-from _helpers import rtamt_stage_classes
+from _examples import cases, example_input, examples, make, stage_classes
 
 FS = {"paulick2024": 44100.0}
-ABSTRACT = {"Stage", "Stateless", "Composite", "StageGroup", "TimeVaryingLoudness", "FrameStage",
-            "ModulationModel", "PackedFilterbank", "SharedSOSStage", "_Compression",
-            "FIRSignalStage"}
+#: the registered bases that are not stages (a stage base says so itself: its
+#: ``examples()`` is empty)
+ABSTRACT = {"Stage", "Stateless", "Composite", "StageGroup", "TimeVaryingLoudness",
+            "ModulationModel"}
 
 
 def _fs(name):
@@ -50,16 +53,15 @@ def _outs(model, x):
     return {k: np.asarray(v) for k, v in model.process_all(x).items()}
 
 
-def _every_streaming_object():
+def _composites():
+    """The streaming objects that are not stages: every model (and its stages), the meter,
+    a chain, a parallel group and the scheduler's R128 stream."""
     objs = []
     for name, cls in MODELS.items():
         m = cls(_fs(name))
         objs.append(m)
         objs.extend(getattr(m, "stages", []))
-    objs.extend(MODELS["king2019"](48000.0, compression="power").stages)
-    objs.append(OuterMiddleEarFilter(fs=48000.0))
     objs.append(LoudnessMeter(fs=48000.0, channels=2))
-    objs.extend(objs[-1].stages)           # K-weighting, gating blocks, true peak
     objs.append(Chain(MODELS["dau1997"](48000.0).stages[:2]))
     objs.append(Parallel({"dau": MODELS["dau1997"](48000.0),
                           "meter": LoudnessMeter(fs=48000.0)}))
@@ -67,23 +69,36 @@ def _every_streaming_object():
     return objs
 
 
+def _satisfies_the_protocol(o):
+    assert isinstance(o, Streaming), type(o).__name__
+    ident = o.design_identity()
+    assert ident["name"] == o.name and len(ident["fingerprint"]) == 16
+    assert set(o.output_info()) == set(o.outputs)
+    sd = o.state_dict()
+    assert sd["schema"] == contract.SCHEMA and sd["version"] == contract.STATE_VERSION
+    # the scheduler's R128 stream snapshots its meter: the meter's kind and design
+    own = o.meter if isinstance(o, R128Stream) else o
+    assert sd["kind"] == type(own).__name__ and sd["design"] == own.design_identity()
+
+
+@pytest.mark.parametrize("cls, ex", cases(where=lambda cls, ex: True))
+def test_every_stage_example_satisfies_the_protocol(cls, ex):
+    """Every stage (frame stages included), as each of its examples builds it."""
+    _satisfies_the_protocol(make(cls, ex))
+
+
 def test_every_streaming_class_satisfies_the_protocol():
-    rtamt_stage_classes()           # every module of rtamt imported: every kind registered
-    objs = _every_streaming_object()
+    objs = _composites()            # (stage_classes() imported every module of rtamt)
     for o in objs:
-        assert isinstance(o, Streaming), type(o).__name__
-        ident = o.design_identity()
-        assert ident["name"] == o.name and len(ident["fingerprint"]) == 16
-        assert set(o.output_info()) == set(o.outputs)
-        sd = o.state_dict()
-        assert sd["schema"] == contract.SCHEMA and sd["version"] == contract.STATE_VERSION
-        # the scheduler's R128 stream snapshots its meter: the meter's kind and design
-        own = o.meter if isinstance(o, R128Stream) else o
-        assert sd["kind"] == type(own).__name__ and sd["design"] == own.design_identity()
-    # every concrete registered kind is covered by the list above
-    covered = {type(o).__name__ for o in objs}
+        _satisfies_the_protocol(o)
+    # every concrete registered kind is covered: by the objects above or by a stage's
+    # examples (the sweep above); a stage base declares that it runs none
+    covered = {type(o).__name__ for o in objs} | {c.__name__ for c, _ in examples(
+        lambda cls, ex: True)}
+    bases = {c.__name__ for c in stage_classes() if c.examples() == ()}
     library = {k for k, c in contract._KINDS.items() if c.__module__.startswith("rtamt.")}
-    missing = library - covered - ABSTRACT
+    assert {"Gammatone", "LoudnessMeter", "Dau1997", "R128Stream"} <= covered
+    missing = library - covered - ABSTRACT - bases
     assert not missing, f"streaming classes not checked: {sorted(missing)}"
     # a class missing a contract method is not Streaming
     assert not isinstance(object(), Streaming)
@@ -212,6 +227,59 @@ def test_stack_split_round_trip_and_batch_composition(name):
     assert _equal_states(st2, st)
     with pytest.raises(RtamtInputError, match="out of range"):
         split_state(st, 4)
+
+
+def _stream_pair(ex):
+    """Two streams of ``ex``'s input (the second a scaled, time-reversed copy of the first),
+    600 samples from the first onset."""
+    x = example_input(ex, 600, start=300)
+    return [x, np.ascontiguousarray(0.7 * x[..., ::-1])]
+
+
+def _join(blocks, batched):
+    """The batch input of streams' blocks: stacked, or concatenated on their batch axis."""
+    return np.concatenate(blocks) if batched else np.stack(blocks)
+
+
+@pytest.mark.parametrize("cls, ex", cases())
+def test_stage_states_stack_and_split(cls, ex):
+    """Two streams of every stage example run alone; their states stacked after block 0
+    run block 1 as one batch; the batch state split again continues each alone in block
+    2: every output and every state is bit-identical to the streams' own."""
+    xs, cuts = _stream_pair(ex), [0, 250, 430, 600]
+    alone, states = [], []
+    for x in xs:
+        st = make(cls, ex)
+        alone.append([st(x[..., a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
+        states.append(st.state_dict())
+    first = []
+    for x in xs:
+        st = make(cls, ex)
+        st(x[..., :cuts[1]])
+        first.append(st.state_dict())
+    n = [1 if s["stream"]["batch"] is None else s["stream"]["batch"] for s in first]
+    batched = first[0]["stream"]["batch"] is not None
+    stacked = stack_states(first)
+    assert stacked["stream"]["batch"] == sum(n)
+    batch = make(cls, ex)
+    batch.load_state_dict(stacked)
+    yb = np.asarray(batch(_join([x[..., cuts[1]:cuts[2]] for x in xs], batched)))
+    rows = np.split(yb, np.cumsum(n)[:-1]) if batched else list(yb)
+    for i in range(2):
+        np.testing.assert_array_equal(rows[i], alone[i][1], err_msg=f"{ex.id} stream {i}")
+    sb = batch.state_dict()
+    for i, x in enumerate(xs):
+        one = make(cls, ex)
+        one.load_state_dict(split_state(sb, i) if not batched else
+                            stack_states([split_state(sb, j) for j in
+                                          range(sum(n[:i]), sum(n[:i + 1]))]))
+        np.testing.assert_array_equal(one(x[..., cuts[2]:]), alone[i][2],
+                                      err_msg=f"{ex.id} stream {i} after split")
+        assert _equal_states(_arrays(one.state_dict()), _arrays(states[i])), ex.id
+
+
+def _arrays(sd):
+    return {k: v for k, v in sd.items() if k not in ("block",)}
 
 
 def _equal_states(a, b):

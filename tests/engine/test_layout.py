@@ -24,14 +24,7 @@ def frame_stage_classes() -> list:
     subclasses, after importing the stage classes' modules)."""
     from rtamt.loudness.frames import FrameStage
 
-    rtamt_stage_classes()                  # imports every module of rtamt
-    seen, todo = set(), [FrameStage]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                todo.append(sub)
-    return sorted(seen, key=lambda c: (c.__module__, c.__qualname__))
+    return [c for c in rtamt_stage_classes() if issubclass(c, FrameStage) and c is not FrameStage]
 
 
 FRAME_STAGES = {"Spectrum", "Excitation", "SpecificLoudness", "InstantaneousLoudness",

@@ -1,8 +1,8 @@
 """rtamt.nn gradients of whole models: gradcheck of Dau1997, Osses2021 and King2019 (and of
 King2019's adaptation high-pass and compressions), gradients across blocks with carried
-state equal to one call, detach_state, gradients refused through a stage without a rule.
-Each stage's own gradient checks sit beside its other tests
-(tests/<package>/test_<stage>_grad.py)."""
+state equal to one call, detach_state, gradients refused through a stage without a rule, and a gradcheck of every stage
+that has a gradient rule, as its examples build it (found, not listed).  Each stage's own
+gradient checks sit beside its other tests (tests/<package>/test_<stage>_grad.py)."""
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -10,6 +10,7 @@ from torch.autograd import gradcheck
 import rtamt.nn as rn
 from rtamt.engine.contract import RtamtInputError
 
+from _examples import cases, example_input, make
 from _gradcheck import check_layer, noise
 
 FS = 8000
@@ -190,3 +191,41 @@ def test_highpass_and_compression_gradcheck():
     assert (x.abs() > 0.01).any() and (x.abs() < 0.01).any()
     check_layer(layer, x)
     check_layer(rn.PowerCompression(channels=2, knee_db=60.0), x)
+
+
+# ---------------------------------------------------------------- every stage with a rule
+def _has_rule(cls, ex):
+    from _examples import on_samples
+
+    return on_samples(cls, ex) and cls.grad_rule() is not None
+
+
+@pytest.mark.parametrize("cls, ex", cases(where=_has_rule))
+def test_stage_gradcheck(cls, ex):
+    """Every stage with a gradient rule (found, with the examples it declares:
+    tests/support/_examples.py), as a layer: gradcheck (fast mode) w.r.t. the block input,
+    every entry of the incoming state and, where the rule has parameters, ``theta``
+    (away from 0, so that the learned design is not the stage's own)."""
+    import numpy as np
+
+    stage = make(cls, ex)
+    x = example_input(ex, 52, start=1500)                # inside the re-onset
+    lead = x[None] if stage.in_kind == "channels" or x.ndim == 1 else x
+    n_in = x.shape[0] if stage.in_kind == "channels" else 1
+    rule = cls.grad_rule()
+    layer = rn.StageLayer(stage, n_in=n_in, learnable=rule.n_params > 0)
+    _, st = layer(torch.from_numpy(np.ascontiguousarray(lead[..., :40])))
+    keys = [k for k in st if k != rn.DESIGN_KEY]
+    key = f"theta.{stage.name}"
+    theta = [] if rule.n_params == 0 else [torch.full((rule.n_params,), 0.05, dtype=torch.float64,
+                                                      requires_grad=True)]
+
+    def f(*args):
+        th, (xb, *vals) = args[:len(theta)], args[len(theta):]
+        s = dict(st, **dict(zip(keys, vals)))
+        y, new = torch.func.functional_call(layer, {key: th[0]} if th else {}, (xb, s))
+        return (y,) + tuple(new[k] for k in keys)
+
+    xb = torch.from_numpy(np.ascontiguousarray(lead[..., 40:])).requires_grad_(True)
+    vals = [st[k].detach().clone().requires_grad_(True) for k in keys]
+    assert gradcheck(f, (*theta, xb, *vals), eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)

@@ -76,3 +76,10 @@ class OnePole(Stage):
     def grad_rule(cls):
         from .onepole_grad import OnePoleGrad
         return OnePoleGrad
+
+    @classmethod
+    def examples(cls):
+        from rtamt.engine.examples import Example
+
+        return (Example("onepole", dict(fs=48000.0), "envelopes"),
+                Example("onepole-slow", dict(fs=48000.0, tau=0.02), "pair"))
