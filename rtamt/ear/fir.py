@@ -261,15 +261,6 @@ class FIRSignalStage(Stage):
         k.fir_tm(k.coef(h), state["hist"], x3, y3)
         return y
 
-    @classmethod
-    def process(cls, coeffs, state, x):
-        """Pure functional form: ``x`` (B, T) -> (B, T), or (B, C, T) -> (B, C, T)
-        (``state`` from ``init_state(coeffs, B, C or 1, dtype)``)."""
-        if x.ndim == 2:
-            return cls.process_tm(coeffs, state, np.ascontiguousarray(x))
-        xt = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
-        return np.ascontiguousarray(cls.process_tm(coeffs, state, xt).transpose(0, 2, 1))
-
     def _coeffs_for(self, n_in):
         if n_in != 1:
             raise RtamtInputError(

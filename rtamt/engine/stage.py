@@ -261,13 +261,11 @@ class Stage(Registered):
         ``StageClass.init_state(coeffs, batch, n_in, dtype)`` (advanced in place);
         ``x`` is ``(B, T)`` for signal stages or ``(B, C, T)`` for channel stages, float32
         or float64, finite (no validation here: the stateful object validates).
-        Returns ``(B, C', T)``.
+        Returns ``(B, C', T)``, or ``(B, T)`` for a stage whose output is a signal.
         """
-        if cls.in_kind == "signal":
-            xt = np.ascontiguousarray(x)
-        else:
-            xt = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
-        return np.ascontiguousarray(cls.process_tm(coeffs, state, xt).transpose(0, 2, 1))
+        xt = np.ascontiguousarray(x if x.ndim == 2 else np.transpose(x, (0, 2, 1)))
+        yt = cls.process_tm(coeffs, state, xt)
+        return yt if yt.ndim == 2 else np.ascontiguousarray(yt.transpose(0, 2, 1))
 
     @staticmethod
     def n_out(coeffs, n_in: int) -> int:

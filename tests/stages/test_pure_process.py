@@ -41,19 +41,9 @@ def test_pure_process_matches_stateful_chain_of_stages(dtype):
         np.testing.assert_array_equal(y_pure, y_obj)
 
 
-def _known_defect(p):
-    """InputCalibration has no ``process`` of its own and the base's transposes a
-    channel output: its (B, T) signal output makes ``Stage.process`` raise (found by this
-    sweep; FIRSignalStage overrides ``process`` for the same reason)."""
-    if p.id == "calibration-94dB":
-        return pytest.param(*p.values, id=p.id, marks=pytest.mark.xfail(
-            raises=ValueError, strict=True, reason="Stage.process assumes a channel output"))
-    return p
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("cls, ex", [_known_defect(p) for p in cases(
-    where=lambda cls, ex: on_samples(cls, ex) and ex.streamed)])
+@pytest.mark.parametrize("cls, ex", cases(
+    where=lambda cls, ex: on_samples(cls, ex) and ex.streamed))
 def test_pure_process_matches_the_stage(cls, ex, dtype):
     """Every stage example whose output is a stream (found: tests/support/_examples.py):
     ``cls.process(coeffs, state, x)`` over two blocks, from ``init_state``, equals the
