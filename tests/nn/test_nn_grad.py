@@ -1,7 +1,8 @@
 """rtamt.nn gradients of whole models: gradcheck of Dau1997, Osses2021 and King2019 (and of
 King2019's adaptation high-pass and compressions), gradients across blocks with carried
-state equal to one call, detach_state, gradients refused through a stage without a rule, and a gradcheck of every stage
-that has a gradient rule, as its examples build it (found, not listed).  Each stage's own
+state equal to one call, detach_state, gradients refused through a stage without a rule,
+and a gradcheck of every stage that has a gradient rule, as its examples build it (found,
+not listed).  Each stage's own
 gradient checks sit beside its other tests (tests/<package>/test_<stage>_grad.py)."""
 import pytest
 import torch
