@@ -498,19 +498,28 @@ class DeviceRows:
         import torch
 
         self.device = device
-        self._torch = torch
+        self._from_numpy = torch.from_numpy
         self._dtypes = {np.dtype(np.float32): torch.float32,
                         np.dtype(np.float64): torch.float64}
+
+    def __deepcopy__(self, memo):         # never written after it is made: shared by copies
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return (DeviceRows, (self.device,))
 
     @staticmethod
     def take(x):
         return as_numpy_block(x)[0], None
 
     def rows(self, a: np.ndarray):
-        return self._torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(self.device)
+        return self._from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(self.device)
 
     def hand_out(self, out: dict, dtype, back, host: tuple = ()) -> dict:
-        tdt, dev, from_numpy = self._dtypes[dtype], self.device, self._torch.from_numpy
+        tdt, dev, from_numpy = self._dtypes[dtype], self.device, self._from_numpy
         return {k: from_numpy(v).to(dev) if k in host else v.to(tdt) for k, v in out.items()}
 
 

@@ -225,8 +225,8 @@ def test_loudness_models_bind_their_frame_stages_once(name):
     runs its class's numba set."""
     pytest.importorskip("triton")
     m = rtamt.MODELS[name](32000.0)
-    assert [type(s).__name__ for s in m.stages][:3] == ["Spectrum", "Excitation",
-                                                         "SpecificLoudness"]
+    assert [type(s).__name__ for s in m.stages][:4] == ["InputCalibration", "Spectrum",
+                                                         "Excitation", "SpecificLoudness"]
     m.to("cpu", backend="triton")
     kerned = [s for s in m.stages if s.kernels is not None]
     for s in kerned:
