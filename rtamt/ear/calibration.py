@@ -186,7 +186,9 @@ class InputCalibration(Stage):
         return f"max_spl {self.max_spl:g} dB SPL at spl_ref {self.params.spl_ref:g}"
 
     @staticmethod
-    def init_state(coeffs, batch, n_in, dtype):
+    def init_state(*layout) -> dict:
+        """No state, whatever the layout (``(coeffs, batch, n_in, dtype)`` in a sample
+        chain, ``(rows,)`` where a loudness model asks it like its frame stages)."""
         return {}
 
     @kernel_method
@@ -205,15 +207,6 @@ class InputCalibration(Stage):
         if yt.ndim == 2:
             return yt.reshape(tuple(lead) + (yt.shape[-1],))
         return super()._to_public(yt, lead)
-
-    def apply(self, x, on_device: bool = False):
-        """``x`` (a validated block, numpy or a device tensor) in internal units: a new
-        array ``x * gain`` in ``x``'s dtype (``x`` is never written), or ``x`` itself when
-        the gain is 1 (what the loudness models' front end calls)."""
-        g = self.coeffs.gain
-        if g == 1.0:
-            return x
-        return x * g if on_device else x * x.dtype.type(g)
 
     @classmethod
     def examples(cls):

@@ -33,9 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from .contract import RtamtInputError
+
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
            "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
-           "to_numpy"]
+           "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io"]
 
 BACKENDS = ("numba", "triton")
 
@@ -426,3 +428,102 @@ class kernel_method:
 
     def __get__(self, obj, cls=None):
         return types.MethodType(self.fn, cls if obj is None else obj)
+
+
+# ------------------------------------------------------------------ a block's boundary
+def _identity(y):
+    return y
+
+
+def as_numpy_block(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """Return ``(array, back)``: ``x`` as a numpy array (a torch tensor viewed without copy
+    on the CPU, copied from another device) and ``back(y)``, which converts a result to
+    ``x``'s library (``torch.from_numpy`` onto the input's device; numpy: ``y`` itself).
+    Raises :class:`~rtamt.engine.contract.RtamtInputError` for a torch dtype other than
+    float32/float64 or an object that is neither."""
+    if type(x) is np.ndarray:
+        return x, _identity
+    if is_tensor(x):
+        import torch
+
+        if x.dtype not in (torch.float32, torch.float64):
+            raise RtamtInputError(
+                f"torch dtype {x.dtype} is not supported; expected torch.float32 or torch.float64")
+        dev = x.device
+        arr = x.detach().to("cpu").numpy()
+
+        def back(y, _dev=dev):
+            t = torch.from_numpy(y)  # keeps y's strides (see Stage._to_public), no copy
+            return t if _dev.type == "cpu" else t.to(_dev)
+
+        return arr, back
+    if isinstance(x, np.ndarray):
+        return x, _identity
+    raise RtamtInputError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
+
+
+class HostRows:
+    """The block boundary of a processor that runs on float64 rows on the numba backend
+    (the loudness models), bound once by its ``to()`` (:func:`rows_io`):
+
+    * ``take(x)`` -> ``(a, back)``: the block as a numpy array to validate, and the
+      function that hands a result back in ``x``'s library (:func:`as_numpy_block`);
+    * ``rows(a)``: validated rows ``a`` (numpy) as the float64 array the kernels take
+      (``a`` itself when it is float64);
+    * ``hand_out(out, dtype, back, host)``: the outputs ``out`` (``{name: array}``) in the
+      input's ``dtype`` (new arrays), through ``back``; the names in ``host`` are float64
+      host arrays (frame times), handed back as they are."""
+
+    backend = "numba"
+    take = staticmethod(as_numpy_block)
+
+    @staticmethod
+    def rows(a: np.ndarray) -> np.ndarray:
+        return a.astype(np.float64, copy=False)
+
+    @staticmethod
+    def hand_out(out: dict, dtype, back, host: tuple = ()) -> dict:
+        return {k: back(v if k in host else v.astype(dtype)) for k, v in out.items()}
+
+
+class DeviceRows:
+    """:class:`HostRows` of the Triton backend on ``device``: blocks are validated on the
+    host (``take``, ``back`` unused), the rows go to the device as float64 tensors, the
+    outputs stay there as tensors in the input's dtype, and the ``host`` outputs (numpy
+    float64) are copied there."""
+
+    backend = "triton"
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        self._from_numpy = torch.from_numpy
+        self._dtypes = {np.dtype(np.float32): torch.float32,
+                        np.dtype(np.float64): torch.float64}
+
+    def __deepcopy__(self, memo):         # never written after it is made: shared by copies
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return (DeviceRows, (self.device,))
+
+    @staticmethod
+    def take(x):
+        return as_numpy_block(x)[0], None
+
+    def rows(self, a: np.ndarray):
+        return self._from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(self.device)
+
+    def hand_out(self, out: dict, dtype, back, host: tuple = ()) -> dict:
+        tdt, dev, from_numpy = self._dtypes[dtype], self.device, self._from_numpy
+        return {k: from_numpy(v).to(dev) if k in host else v.to(tdt) for k, v in out.items()}
+
+
+def rows_io(backend: str, device=None) -> HostRows | DeviceRows:
+    """The block boundary (:class:`HostRows` or :class:`DeviceRows`) of a resolved
+    ``(backend, device)``, chosen once by a processor's ``to()``."""
+    return HostRows() if backend == "numba" else DeviceRows(device)

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -43,6 +41,7 @@ from .backend import (
     NumbaKernels,
     RtamtBackendError,
     TritonKernels,
+    as_numpy_block,
     device_buffer,
     host_buffer,
     to_numpy,
@@ -85,37 +84,6 @@ def check_flows(who: str, stages) -> None:
 
 
 _FLOATS = contract.FLOATS
-
-
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
-
-
-def as_numpy_block(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
-    """Return ``(array, back)`` where ``back(y)`` converts a result to x's library.
-
-    torch tensors are viewed without copy when on CPU; results go back with
-    ``torch.from_numpy`` onto the input's device.
-    """
-    if type(x) is np.ndarray:
-        return x, _identity
-    if _is_torch(x):
-        import torch
-
-        if x.dtype not in (torch.float32, torch.float64):
-            raise RtamtInputError(
-                f"torch dtype {x.dtype} is not supported; expected torch.float32 or torch.float64")
-        dev = x.device
-        arr = x.detach().to("cpu").numpy()
-
-        def back(y, _dev=dev):
-            t = torch.from_numpy(y)  # keeps y's strides (see Stage._to_public), no copy
-            return t if _dev.type == "cpu" else t.to(_dev)
-
-        return arr, back
-    if isinstance(x, np.ndarray):
-        return x, _identity
-    raise RtamtInputError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
 
 
 def _identity(y):
@@ -689,21 +657,29 @@ class Chain(StageGroup):
     that only finiteness is checked).  A stage whose class sets ``internal = True`` (the
     calibration) is not one of the chain's outputs.
     The state is the stages' states (``children``), stacked and split stage by stage.
+
+    A chain whose last stage gives frames (``flow_out`` :data:`FRAMES`: the loudness
+    models, :class:`rtamt.loudness.tvl.TimeVaryingLoudness`) is a subclass that sets
+    :attr:`frame_outputs`: its outputs are the frames completed in each block, which it
+    packs itself (its own ``process_all``); a plain Chain gives samples.
     """
 
     name = "chain"
     batchable = True
     #: attributes that identify a model's design besides its stages (checked on load)
     identity_fields: tuple = ()
+    #: the chain ends on frames and its subclass packs the frames of a block into outputs
+    frame_outputs = False
 
     def __init__(self, stages: list[Stage], calibration=None):
         stages = list(stages) if calibration is None else [calibration, *stages]
         if not stages or stages[0].in_kind != "signal":
             raise ValueError("a Chain starts with a stage that takes a signal (T,) / (batch, T)")
         check_flows(self.name, stages)
-        if stages[-1].flow_out != SAMPLES:
+        if stages[-1].flow_out != SAMPLES and not self.frame_outputs:
             raise ValueError(f"{self.name}: a Chain's stages give samples; "
-                             f"{stages[-1].name!r} gives {stages[-1].flow_out}")
+                             f"{stages[-1].name!r} gives {stages[-1].flow_out} (a chain "
+                             "ending on frames is a subclass that packs them, frame_outputs)")
         self.stages = stages
         self._bufs: list = [None] * len(self.stages)
         names = [s.name for s in self.stages]

@@ -7,30 +7,35 @@ versioned snapshots, ``to()``, ``prepare``, ``reset``) and runs
 
     InputCalibration -> Spectrum -> Excitation -> SpecificLoudness -> <model's stages>
 
-* :class:`rtamt.calibration.InputCalibration` (``model.calibration``): digital samples
-  (RMS 1 = ``spl_ref`` dB SPL) times its gain into the internal units of the stages (RMS
-  1 = 100 dB SPL), with the input's physical limit (``max_spl``);
+* :class:`rtamt.ear.calibration.InputCalibration` (``model.stages[0]``, also
+  ``model.calibration`` and ``model['calibration']``): digital samples (RMS 1 = ``spl_ref``
+  dB SPL, converted to float64) times its gain into the internal units of the stages (RMS
+  1 = 100 dB SPL), with the input's physical limit (``max_spl``, the model's
+  ``input_limit``);
 * the frame stages (:mod:`rtamt.loudness.frames`): :class:`~rtamt.loudness.spectrum.Spectrum`
   owns the frame clock and turns a sample block into the frames completed in it; the
   stages after it work on those frames (:mod:`.excitation`, :mod:`.specific_loudness`,
   :mod:`.agc`, :mod:`.binaural`).
 
 A model consumes audio blocks of any length and emits loudness frames every ``hop``
-samples (1 ms).  It is a composition of stages (:class:`rtamt.engine.stage.StageGroup`,
-the base of :class:`rtamt.engine.stage.Chain`): one ``to()``, one input check, and a state
-that is its stages' states nested by stage name (``children``: ``hist``, ``n`` and
+samples (1 ms).  It is a :class:`rtamt.engine.stage.Chain` that ends on frames
+(``frame_outputs``): one ``to()``, one input check, and a state that is its stages' states
+nested by stage name (``children``: the calibration's, empty; ``hist``, ``n`` and
 ``ring<w>`` of the spectrum, the frame clock, see :mod:`.spectrum`; the integrators'
 states, ``stl_integrator``/``ltl_integrator`` of Glasberg2002, ``specific_loudness_agc``
 and ``binaural_inhibition`` of Moore2016), each with the row first (but ``n``), loaded all
-or none.  Snapshots of earlier releases (one flat ``arrays`` dict) are migrated on load
-(:mod:`.migrate`).  Any block partition yields exactly the same frames as one call on the
-whole signal.
+or none.  Snapshots of earlier releases (one flat ``arrays`` dict, or no ``calibration``
+child) are migrated on load (:mod:`.migrate`).  Any block partition yields exactly the
+same frames as one call on the whole signal.
 
 On the Triton backend (``backend='triton'``, :meth:`TimeVaryingLoudness.to`) each stage
 runs the Triton twins of its kernels, bound once; the state arrays are torch tensors on
 the model's device, except the frame clock ``n`` (a host array); blocks are validated on
-the host and the outputs are tensors on the device.  Snapshots are numpy on both
-backends.
+the host and the outputs are tensors on the device.  What a block needs at the boundary
+(the input as a numpy array to validate, the float64 rows on the backend's device, the
+outputs in the input's dtype and library) is chosen by ``to()`` too
+(:func:`rtamt.engine.backend.rows_io`), so that the block path never looks at an array's
+type.  Snapshots are numpy on both backends.
 
 Outputs of a block are the frames completed in it: arrays ``(..., F)`` with ``F``
 between ``floor(T/hop)`` and ``ceil(T/hop)`` (possibly 0).
@@ -43,9 +48,10 @@ import numpy as np
 
 from ..ear.calibration import INTERNAL_SPL_REF, CalibratedModel, InputCalibration
 from ..engine import contract as _C
+from ..engine.backend import HostRows, rows_io
 from ..engine.contract import RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
-from ..engine.stage import SAMPLES, StageGroup, as_numpy_block, check_flows
+from ..engine.stage import Chain
 from .ansi import SpecificLoudnessCoeffs
 from .excitation import Excitation, excitation
 from .specific_loudness import SpecificLoudness, specific_loudness
@@ -63,9 +69,10 @@ class TVLCoeffs:
     sl: SpecificLoudnessCoeffs
 
 
-class TimeVaryingLoudness(CalibratedModel, StageGroup):
+class TimeVaryingLoudness(CalibratedModel, Chain):
     """Base of :class:`rtamt.models.Glasberg2002` and :class:`rtamt.models.Moore2016`
-    (see the module docstring).
+    (see the module docstring): a :class:`~rtamt.engine.stage.Chain` of the calibration
+    (``stages[0]``) and the frame stages, ending on frames.
 
     Subclasses define ``name``, ``outputs``, ``_layout(arr)`` (input shape -> rows), the
     stages after specific loudness (:meth:`_set_stages`) and ``_pack`` (the frames of a
@@ -74,6 +81,9 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
 
     name = "tvl"
     outputs: tuple = ()
+    frame_outputs = True
+    #: the block boundary of the backend the model is bound to (:meth:`_rebound`)
+    _io = HostRows()
     C = 0.046871
     config = "paper"
     batchable = True
@@ -87,7 +97,7 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
                  comp_cam: float = 0.1, middle_ear: str = "2007", C: float | None = None,
                  level_db: bool = False, who: str = "model"):
         self.fs = float(fs)
-        self.calibration = InputCalibration(spl_ref, who=who)
+        cal = InputCalibration(spl_ref, who=who)
         self.field = field
         self.middle_ear = middle_ear
         if C is not None:
@@ -101,34 +111,26 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         self.coeffs = TVLCoeffs(sp, ex, self.specific.coeffs)
         self.hop = self.spectrum.hop
         self.frame_rate = self.fs / self.hop
-        self.stages = [self.spectrum, self.excitation, self.specific]
+        # the head of the chain; the subclass completes it (_set_stages)
+        self.stages = [cal, self.spectrum, self.excitation, self.specific]
         self._meta = None
         self._block = 0
         self._phon_table = None
 
     def _set_stages(self, stages: list, backend=None, device=None) -> None:
-        """The model's stages after specific loudness (their flows checked: samples into
-        the spectrum, then the frames each stage reads written before it); then
-        ``to(device, backend)`` if either is given."""
-        stages = [self.spectrum, self.excitation, self.specific, *stages]
-        check_flows(self.name, stages)
-        if stages[0].flow_in != SAMPLES:
-            raise ValueError(f"{self.name}: the first stage must take samples")
-        names = [st.name for st in stages]
-        if len(set(names)) != len(names):
-            raise ValueError(f"{self.name}: stage names must be unique, got {names}")
-        self.stages = stages
+        """The model's stages after specific loudness; the chain is built
+        (:class:`~rtamt.engine.stage.Chain`: the calibration first, flows checked: samples
+        into the spectrum, then the frames each stage reads written before it, names
+        unique); then ``to(device, backend)`` if either is given."""
+        Chain.__init__(self, [*self.stages[:4], *stages])
         if backend is not None or device is not None:
             self.to(device, backend=backend)
 
-    # ------------------------------------------------------------------ calibration
-    @property
-    def input_limit(self) -> float:
-        """Largest accepted ``|sample|``: ``10^((max_spl - spl_ref)/20)``."""
-        return self.calibration.limit
-
-    def _limit_text(self) -> str:
-        return self.calibration.limit_text()
+    def _rebound(self) -> None:
+        """After ``to()``, ``reset()`` and a load: the block boundary of the backend
+        (:func:`rtamt.engine.backend.rows_io`)."""
+        super()._rebound()
+        self._io = rows_io(self.backend, self.device)
 
     # ------------------------------------------------------------------ info
     @property
@@ -165,12 +167,21 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         return f"row {r}"
 
     # ------------------------------------------------------------------ state
+    def _calibration_lead(self, lead, mode) -> tuple:
+        """The calibration's stream layout in a model stream of ``lead``, ``mode``: its
+        leading shape is the model's batch of streams (``(B,)``, or ``()`` for one stream),
+        so that its (empty) state stacks and splits with the model's; it scales the float64
+        rows of every stream."""
+        return (lead[0],) if len(lead) > self._batch_dims(mode) else ()
+
     def _start(self, R: int, lead, mode, dtype) -> None:
         """Every stage's initial state for ``R`` rows of a stream of layout ``mode``, all
         or none; the model's stream layout ``(lead, mode, dtype)``."""
         rps = self._rows_per_stream(mode)
+        cal, *frames = self.stages
         try:
-            for s in self.stages:
+            cal._ensure_state(self._calibration_lead(lead, mode), 1, np.dtype(np.float64))
+            for s in frames:
                 s._start(R, rps)
         except Exception:
             for s in self.stages:
@@ -194,13 +205,15 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
     # ------------------------------------------------------------------ contract
     def design_identity(self) -> dict:
         """``{'name', 'fs', 'config', 'spl_ref', 'fingerprint'}``; the fingerprint covers
-        the calibration's gain and every stage's design fingerprint (params and designed
-        coefficients)."""
+        the calibration's gain and the design fingerprint (params and designed
+        coefficients) of every stage after it: the fingerprint of the release before the
+        calibration was ``stages[0]``, so that its snapshots load unchanged."""
         fp = self.__dict__.get("_fp")
         if fp is None:
+            cal, *frames = self.stages
             fp = self._fp = _C.fingerprint(
-                type(self).__name__, float(self.calibration.gain),
-                [s.design_identity()["fingerprint"] for s in self.stages])
+                type(self).__name__, float(cal.gain),
+                [s.design_identity()["fingerprint"] for s in frames])
         return _C.identity(self, self.identity_fields, fp)
 
     def output_info(self) -> dict:
@@ -258,11 +271,15 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         meta = None
         if st is not None:
             meta = self._parse_stream(st)
-            R, rps = self._rows_for(meta[0], meta[1]), self._rows_per_stream(meta[1])
+            lead, mode = meta[:2]
+            R, rps = self._rows_for(lead, mode), self._rows_per_stream(mode)
+            f64 = np.dtype(np.float64)
             for s in self.stages:
+                want = ((self._calibration_lead(lead, mode), 1, f64) if s is self.stages[0]
+                        else (R, rps, f64))
                 c = ch.get(s.name) if isinstance(ch, dict) else None
                 cst = c.get("stream") if isinstance(c, dict) else None
-                if cst is None or s._meta_from(cst)[:2] != (R, rps):
+                if cst is None or s._meta_from(cst) != want:
                     raise RtamtInputError(
                         f"{self.name}: stage {s.name!r}'s state has layout {cst!r}, the "
                         f"stream's {st!r} has {R} rows, {rps} per stream")
@@ -275,10 +292,11 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         clock ``n`` must be equal: frames of a batch fall due together)."""
         s0 = states[0]
         for i, s in enumerate(states):
-            if "children" not in s:
+            if "children" not in s or set(s["children"]) != set(s0.get("children", ())):
                 raise RtamtInputError(
-                    f"{cls.__name__}: state {i} is an earlier release's snapshot; load it "
-                    "into a model first (load_state_dict migrates it)")
+                    f"{cls.__name__}: state {i} is an earlier release's snapshot or has "
+                    "other stages than state 0; load each into a model first "
+                    "(load_state_dict migrates it)")
             if s.get("stream") is None:
                 raise RtamtInputError(
                     f"{cls.__name__}: state {i} has not processed a block yet; start every "
@@ -321,11 +339,13 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
     # ------------------------------------------------------------------ processing
     #: the frame times are the same for every stream of one call (no batch axis)
     unbatched_outputs = ("frame_time",)
+    #: the outputs the model computes on the host in float64 on either backend
+    _host_outputs = ("frame_time",)
 
     def prepare(self, x) -> None:
         """Create the initial state of a stream whose blocks look like ``x`` (checked like
         a block; nothing is processed).  Does nothing if the state exists."""
-        arr, _ = as_numpy_block(x)
+        arr, _ = self._io.take(x)
         rows, lead, mode = self._check(arr)
         if self._meta is None:
             self._start(rows.shape[0], lead, mode, arr.dtype)
@@ -347,37 +367,33 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         return self.process_all(x)
 
     def process_all(self, x) -> dict:
+        """Process one block (see :meth:`__call__`).  The block boundary is the one
+        ``to()`` bound (``self._io``): the block as a numpy array to validate, the float64
+        rows on the backend's device, the outputs in the input's dtype and library (tensors
+        on the device on Triton)."""
         ensure_ftz()
-        arr, back = as_numpy_block(x)
+        io = self._io
+        arr, back = io.take(x)
         rows, lead, mode = self._check(arr)
         if self._meta is None:
             self._start(rows.shape[0], lead, mode, arr.dtype)
-        dt = arr.dtype
         state = {s.name: s._state for s in self.stages}
-        if self.backend == "triton":       # validated on the host; processed on the device
-            import torch
-
-            r64 = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64))
-            out = self.process(self.coeffs, state, r64.to(self.device), lead, mode)
-            self._bump()
-            tdt = torch.float32 if dt == np.float32 else torch.float64
-            return {k: (v.to(tdt) if k != "frame_time" else
-                        torch.from_numpy(v).to(self.device)) for k, v in out.items()}
-        out = self.process(self.coeffs, state, rows.astype(np.float64, copy=False), lead,
-                           mode)
+        out = self.process(self.coeffs, state, io.rows(rows), lead, mode)
         self._bump()
-        return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
+        return io.hand_out(out, arr.dtype, back, self._host_outputs)
 
     def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:
-        """Pure form: advance ``state`` (``{stage name: that stage's state}``) over ``rows``
-        (R, T) float64 digital samples (no validation): the calibration gain into internal
-        units, then the stages; returns the outputs of the completed frames (float64).  On
-        the Triton backend ``rows`` is a tensor on the model's device, the state holds
-        tensors there (the frame clock ``n`` a host array) and the outputs are tensors
-        there, ``frame_time`` (F,) a host numpy array (s).  ``coeffs`` is :attr:`coeffs`
-        (the stages hold their designs)."""
-        fr = {"rows": self.calibration.apply(rows, on_device=self.backend == "triton")}
-        for s in self.stages:
+        """Pure form: advance ``state`` (``{stage name: that stage's state}``, the
+        calibration's empty) over ``rows`` (R, T) float64 digital samples (no validation):
+        the calibration stage (``stages[0]``: the gain into internal units, one float64
+        product per sample), then the frame stages; returns the outputs of the completed
+        frames (float64).  On the Triton backend ``rows`` is a tensor on the model's
+        device, the state holds tensors there (the frame clock ``n`` a host array) and the
+        outputs are tensors there, ``frame_time`` (F,) a host numpy array (s).  ``coeffs``
+        is :attr:`coeffs` (the stages hold their designs)."""
+        cal, *frames = self.stages
+        fr = {"rows": cal.process_tm(cal.coeffs, state[cal.name], rows)}
+        for s in frames:
             s.process_tm(fr, state[s.name])
         out = self._pack(fr, lead, mode)
         out["frame_time"] = self.spectrum.frame_time(fr["ends"])

@@ -119,3 +119,16 @@ def test_the_models_do_not_import_calibration_file_code():
                         " if m in sys.modules))"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", sorted(rtamt.MODELS))
+def test_every_model_is_a_chain_headed_by_its_calibration(name):
+    """Issue 40 acceptance (structure): every model, the loudness models included, is a
+    Chain whose ``stages[0]`` is its calibration (``model.calibration``,
+    ``model['calibration']``), the source of its ``spl_ref`` and input limit."""
+    m = rtamt.MODELS[name](44100.0 if name == "paulick2024" else 32000.0, spl_ref=90.0)
+    cal = m.stages[0]
+    assert isinstance(m, Chain) and isinstance(cal, InputCalibration)
+    assert cal is m.calibration is m["calibration"] and cal.spl_ref == m.spl_ref == 90.0
+    assert m.input_limit == cal.input_limit == spl_limit(MAX_SPL, 90.0)
+    assert "calibration" not in m.outputs

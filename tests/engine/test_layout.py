@@ -216,8 +216,8 @@ def test_loudness_models_bind_their_frame_stages_once(name):
     runs its class's numba set."""
     pytest.importorskip("triton")
     m = rtamt.MODELS[name](32000.0)
-    assert [type(s).__name__ for s in m.stages][:3] == ["Spectrum", "Excitation",
-                                                         "SpecificLoudness"]
+    assert [type(s).__name__ for s in m.stages][:4] == ["InputCalibration", "Spectrum",
+                                                         "Excitation", "SpecificLoudness"]
     m.to("cpu", backend="triton")
     kerned = [s for s in m.stages if s.kernels is not None]
     for s in kerned:
@@ -321,20 +321,24 @@ def test_every_modulation_model_is_headed_by_its_calibration_stage(name):
 
 @pytest.mark.parametrize("name", ["glasberg2002", "moore2016"])
 def test_loudness_models_are_headed_by_their_calibration_stage(name):
-    """Glasberg2002 and Moore2016 are headed by an InputCalibration too: ``spl_ref``,
-    ``input_limit`` and ``max_spl`` are the calibration's, their frame stages are designed
-    the same for every ``spl_ref``, and the model's output for ``x`` is the output of the
-    same model at ``spl_ref`` 100 for ``x`` (as float64) times the calibration's gain."""
+    """Glasberg2002 and Moore2016 are headed by an InputCalibration too (``stages[0]``,
+    issue 40): ``spl_ref``, ``input_limit`` and ``max_spl`` are the calibration's, their
+    frame stages are designed the same for every ``spl_ref``, and the model's output for
+    ``x`` is the output of the same model at ``spl_ref`` 100 for ``x`` (as float64) times
+    the calibration's gain."""
     from rtamt.calibration import InputCalibration
 
     cls = rtamt.MODELS[name]
     m, m100 = cls(32000.0, spl_ref=94.0), cls(32000.0, spl_ref=100.0)
     cal = m.calibration
     assert isinstance(cal, InputCalibration) and cal.spl_ref == m.spl_ref == 94.0
+    assert m.stages[0] is cal and m["calibration"] is cal
     assert m.input_limit == cal.limit
     m.max_spl = 150.0
     assert cal.max_spl == 150.0 and m.input_limit == 10.0 ** ((150.0 - 94.0) / 20.0)
-    assert [s.design_identity() for s in m.stages] == [s.design_identity() for s in m100.stages]
+    assert [s.design_identity() for s in m.stages[1:]] == \
+        [s.design_identity() for s in m100.stages[1:]]
+    assert m.stages[0].design_identity() != m100.stages[0].design_identity()
     assert cal.gain == pytest.approx(10 ** (-6 / 20), rel=1e-15)
     lead = (2,) if name == "moore2016" else ()
     x = np.random.default_rng(1).standard_normal(lead + (600,)) * 0.1

@@ -31,11 +31,12 @@ def _signal(rows, n, seed):
 
 
 def _model_frames(name, rows, n, seed=1):
-    """The frames every stage of model ``name`` reads and writes for one block of ``n``
-    samples (float64 rows in internal units) from the start of a stream: ``fr`` dict."""
+    """The frames every frame stage of model ``name`` (the stages after its calibration)
+    reads and writes for one block of ``n`` samples (float64 rows in internal units) from
+    the start of a stream: ``fr`` dict."""
     m = rtamt.MODELS[name](FS)
     fr = {"rows": _signal(rows, n, seed)}
-    for s in m.stages:
+    for s in m.stages[1:]:
         s.process_tm(fr, s.init_state(rows))
     return m, fr
 
