@@ -105,22 +105,12 @@ def test_one_layer_class_serves_every_model(key):
 
 
 def test_a_frame_model_with_its_calibration_as_first_stage():
-    """A loudness model whose calibration is ``stages[0]`` (as every Chain's; the frame
-    models until issue 40 hold it beside their stages): the layer reads only the public
-    pieces (``stages``, ``calibration``, ``outputs``, ``coeffs``, ``process``), gives the
-    calibration an empty state, never names it in a refusal, and equals the layer of the
-    model as it is, state for state."""
+    """A loudness model's calibration is ``stages[0]`` (as every Chain's): the layer of the
+    streaming model gives the calibration no state, never names it in a refusal, and
+    equals the model layer, state for state."""
     m = MODELS["glasberg2002"](32000)
-
-    class Chained:
-        name, outputs, coeffs, calibration = m.name, m.outputs, m.coeffs, m.calibration
-        stages = [m.calibration, *m.stages]
-
-        def process(self, coeffs, state, rows, lead, mode):
-            assert state.pop("calibration") == {}
-            return m.process(coeffs, state, rows, lead, mode)
-
-    layer = rn.ChainLayer(Chained(), output="all")
+    assert m.stages[0] is m.calibration
+    layer = rn.ChainLayer(m, output="all")
     ref = rn.Glasberg2002(32000, output="all")
     assert layer.input_limit == ref.input_limit == m.input_limit
     x = torch.from_numpy(_signal((2, 500), seed=6))
@@ -130,6 +120,7 @@ def test_a_frame_model_with_its_calibration_as_first_stage():
         y_r, st_r = ref(x[:, a:b], st_r)
         _all_equal({k: v.numpy() for k, v in y_r.items()}, y)
     assert set(st) == set(st_r) and all(torch.equal(st[k], st_r[k]) for k in st)
+    assert not [k for k in st if k.startswith("calibration.")]
     with pytest.raises(RtamtInputError, match="stage 'spectrum' \\(Spectrum\\)"):
         layer(x.clone().requires_grad_(True))
 
