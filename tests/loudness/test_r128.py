@@ -451,7 +451,7 @@ def _fast_forward(meter, hours, rng):
     e_s = 10 ** (rng.uniform(-8, -1, n))
     for i in range(0, n, 36000):
         k = np.arange(i, min(i + 36000, n), dtype=np.float64) + 30
-        meter.gated.process(k, e_m[i:i + 36000], e_s[i:i + 36000])
+        meter.gated.add(k, e_m[i:i + 36000], e_s[i:i + 36000])
 
 
 @pytest.mark.parametrize("mode", ["histogram", "exact"])
@@ -485,7 +485,7 @@ def test_state_size_after_24h_stream_equals_1min():
         m(noise * np.float32(10 ** (rng.uniform(-30, 0) / 20)))
     assert m.samples_processed == int(24 * 3600 * fs)
     assert _state_bytes(m.state_dict()) == one_min
-    assert int(m.state_dict()["arrays"]["gate_n"].sum()) > 800_000
+    assert int(m.state_dict()["children"]["statistics"]["arrays"]["gate_n"].sum()) > 800_000
     assert -60 < m.integrated < -10 and m.loudness_range > 5
 
 
