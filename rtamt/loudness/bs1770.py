@@ -691,6 +691,7 @@ class LoudnessMeter(StageGroup):
         return sd
 
     def _check_identity(self, sd: dict) -> None:
+        """Raise unless ``sd`` is a meter snapshot (kind ``LoudnessMeter``) of this design."""
         _C.check_identity(self.name, sd, self, self._identity(), kind=_KIND)
 
     def load_state_dict(self, sd: dict) -> None:
@@ -883,6 +884,8 @@ class LoudnessMeter(StageGroup):
         return self._measure(x, step_integrated)
 
     def _measure(self, x, step_integrated: bool = False) -> LoudnessResult:
+        """The block path of :meth:`__call__` (and of :meth:`process_all`, which a front
+        end's call may be)."""
         xt = self._to_kernels(self._check(x)[None])            # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
@@ -893,13 +896,14 @@ class LoudnessMeter(StageGroup):
         gst = gt.state
         steps = gt.process_tm(gt.coeffs, gst, y, self._work[1])
         self._work[1] = steps
+        n = int(gst["count"][0])
+        rows = self._to_host(steps[:, :n])                      # (1, n, 3) on the host
+        # the statistics of the block's steps (if any), then the true peak: stage order
+        run = gs.process_tm(gs.coeffs, gs.state, rows, None, step_integrated) if n else None
         if peak is None:
             tp.process_tm(tp.coeffs, tp.state, xt)
         else:
             peak.result()
-        n = int(gst["count"][0])
-        rows = self._to_host(steps[:, :n])                      # (1, n, 3) on the host
-        run = gs.process_tm(gs.coeffs, gs.state, rows, running=step_integrated) if n else None
         self._bump()                                    # every stage's block counter
         k, e_m, e_s = rows[0, :, 0], rows[0, :, 1], rows[0, :, 2]
         s["samples"] += xt.shape[1]
