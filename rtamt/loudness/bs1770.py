@@ -537,7 +537,8 @@ class LoudnessStatistics:
 
 
 # ---------------------------------------------------------------- the meter
-#: the meter's own state entries (each stage's are its own, in ``children``)
+#: the meter's own state entries (each stage's are its own, in ``children``); ``block`` is
+#: its stages' block count (:meth:`LoudnessMeter.blocks_processed`)
 _SCALARS = ("samples", "block", "momentary", "short_term")
 #: the ``kind`` of the meter's snapshots (the scheduler's front end
 #: :class:`~rtamt.loudness.r128stream.R128Stream` writes and reads the same)
@@ -639,7 +640,7 @@ class LoudnessMeter(StageGroup):
 
     # -- state ------------------------------------------------------------------------
     def _initial_state(self) -> dict:
-        return {"samples": 0, "block": 0, "momentary": math.nan, "short_term": math.nan}
+        return {"samples": 0, "momentary": math.nan, "short_term": math.nan}
 
     def reset(self) -> None:
         """Forget the stream: the next block is the first one (empty history, filters at
@@ -684,9 +685,9 @@ class LoudnessMeter(StageGroup):
 
     def state_dict(self) -> dict:
         """Deep copy of the meter's state in the contract's schema (class docstring)."""
-        sd = _C.header(self, self._s["block"],
-                       _C.stream_meta(None, [self.coeffs.channels], np.float64),
-                       arrays=dict(self._s), children=self._children_state())
+        blk = self.blocks_processed
+        sd = _C.header(self, blk, _C.stream_meta(None, [self.coeffs.channels], np.float64),
+                       arrays=dict(self._s, block=blk), children=self._children_state())
         sd["kind"], sd["design"] = _KIND, self._identity()
         return sd
 
@@ -718,7 +719,7 @@ class LoudnessMeter(StageGroup):
             self._load_children(sd.get("children"))
         except RtamtInputError as e:
             raise LoudnessInputError(str(e)) from None
-        self._s = copy.deepcopy({k: st[k] for k in _SCALARS})
+        self._s = copy.deepcopy({k: st[k] for k in _SCALARS if k != "block"})
 
     @classmethod
     def stack_state_dicts(cls, states):
@@ -742,8 +743,8 @@ class LoudnessMeter(StageGroup):
 
     @property
     def blocks_processed(self) -> int:
-        """Number of blocks accepted since the last reset."""
-        return self._s["block"]
+        """Number of blocks accepted since the last reset (every stage's block count)."""
+        return self.kweighting.blocks_processed
 
     @property
     def samples_processed(self) -> int:
@@ -856,7 +857,7 @@ class LoudnessMeter(StageGroup):
         a ``(T, C)`` array (``buf.T`` of a file's frames as soundfile reads them) is not
         copied."""
         C = self.coeffs.channels
-        where = f"{self.name}: block {self._s['block']}"
+        where = f"{self.name}: block {self.kweighting.blocks_processed}"
         x = require_numpy(x, lambda: where, LoudnessInputError)
         check_float_dtype(x, where, LoudnessInputError)
         if x.ndim == 1 and C == 1:
@@ -907,7 +908,6 @@ class LoudnessMeter(StageGroup):
         self._bump()                                    # every stage's block counter
         k, e_m, e_s = rows[0, :, 0], rows[0, :, 1], rows[0, :, 2]
         s["samples"] += xt.shape[1]
-        s["block"] += 1
         if n:
             mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
             s["momentary"], s["short_term"] = float(mom[-1]), float(sht[-1])
@@ -1067,8 +1067,8 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
         gt.process_tm(gt.coeffs, gst, np.ascontiguousarray(buf[:, :fill].T)[None])
     gst["peak"][:] = -1.0                        # the maxima start empty
     fresh.gated.add_gating_blocks(np.asarray(a["gate_e"], np.float64).ravel())
-    fresh._s.update(samples=int(a["samples"]), block=int(a["block"]),
-                    momentary=float(a["momentary"]), short_term=float(a["short_term"]))
+    fresh._s.update(samples=int(a["samples"]), momentary=float(a["momentary"]),
+                    short_term=float(a["short_term"]))
     fresh._bump(int(a["block"]))                 # the meter's block count in every stage
     sd = fresh.state_dict()
     sd["children"][fresh.gated.name]["arrays"]["integrated"] = float(a["integrated"])

@@ -31,8 +31,8 @@ import pytest
 from scipy import signal as sps
 
 from rtamt import split_state, stack_states
-from rtamt.loudness import gating
 from rtamt.engine.contract import RtamtInputError
+from rtamt.loudness import gating
 from rtamt.loudness.bs1770 import LoudnessInputError, LoudnessMeter, Params
 from rtamt.loudness.gatedstats import GatedStatistics
 from rtamt.loudness.gating import GatingBlocks, GatingParams
