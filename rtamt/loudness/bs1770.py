@@ -923,18 +923,22 @@ class LoudnessMeter(StageGroup):
             mom = sht = times = np.zeros(0)
         peaks = tp.state
         tpc, spc = _dbtp_row(peaks["true_peak"][0]), _dbtp_row(peaks["sample_peak"][0])
+        # the statistics' summary, read once: I (LUFS), LRA (LU), then the powers of the
+        # relative gate and of the LRA's low, high and gate (GatedStatistics)
+        i_lufs, lra, rel, lo, hi, lra_g = gs.state["summary"].tolist()
+        integrated = _scalar(i_lufs)
         return LoudnessResult(
             momentary=_scalar(s["momentary"]), short_term=_scalar(s["short_term"]),
-            integrated=self.integrated, step_time=times,
+            integrated=integrated, step_time=times,
             step_momentary=np.asarray(mom, dtype=np.float64).reshape(-1),
             step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
-            samples=s["samples"], loudness_range=self.loudness_range,
+            samples=s["samples"], loudness_range=_scalar(lra),
             true_peak=float(max(tpc)), sample_peak=float(max(spc)),
             true_peak_channels=tpc, sample_peak_channels=spc,
             max_momentary=self.max_momentary, max_short_term=self.max_short_term,
-            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs, lra_low=self.lra_low,
-            lra_high=self.lra_high, relative_gate=self.relative_gate, lra_gate=self.lra_gate,
-            integrated_reason=self.integrated_reason,
+            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs, lra_low=_lufs_of(lo),
+            lra_high=_lufs_of(hi), relative_gate=_lufs_of(rel), lra_gate=_lufs_of(lra_g),
+            integrated_reason=_reason(integrated),
             step_integrated=None if not step_integrated
             else loudness_of_energy(run if n else np.zeros(0)).reshape(-1))
 
