@@ -25,6 +25,7 @@ triton costs start-up time.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import types
@@ -37,7 +38,8 @@ from .contract import RtamtInputError
 
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
            "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
-           "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io"]
+           "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io", "require_numpy",
+           "block_movers"]
 
 BACKENDS = ("numba", "triton")
 
@@ -56,6 +58,40 @@ def to_numpy(v: Any) -> np.ndarray:
     if is_tensor(v):
         return v.detach().to("cpu").numpy().copy()
     return np.array(v, copy=True)
+
+
+def require_numpy(x: Any, where: Callable[[], str], err: type) -> np.ndarray:
+    """``x`` if it is a numpy array (a front end that takes numpy blocks only, e.g. the
+    R128 meter); else raise ``err`` with ``where()`` (the block it is) and the type got."""
+    if isinstance(x, np.ndarray):
+        return x
+    raise err(f"{where()}: expected a numpy array, got {type(x).__name__}")
+
+
+def _host_array(t) -> np.ndarray:
+    return t.detach().to("cpu").numpy()
+
+
+def _same(x):
+    return x
+
+
+def block_movers(backend: str, device: Any = None) -> tuple[Callable, Callable]:
+    """``(to_kernels, to_host)`` for a block path, chosen once when a processor is bound
+    (its ``to()``): ``to_kernels(a)`` hands a validated numpy array to the kernels of the
+    resolved ``(backend, device)`` (numba: ``a`` itself; Triton: a tensor on ``device``,
+    ``a``'s own memory on the CPU), ``to_host(y)`` brings a kernel's result back as numpy
+    (numba: ``y`` itself; Triton: the tensor's values on the host)."""
+    if backend == "numba":
+        return _same, _same
+    return functools.partial(_on_device, device=device), _host_array
+
+
+def _on_device(a: np.ndarray, device):
+    import torch
+
+    t = torch.from_numpy(a)
+    return t if t.device == device else t.to(device)
 
 
 def _triton_available() -> str | None:

@@ -322,12 +322,14 @@ _FIELD_NAMES = {"fs": "sample rate", "config": "configuration", "spl_ref": "spl_
                 "name": "name", "channels": "channel count", "fingerprint": "coefficients"}
 
 
-def check_identity(who: str, sd: dict, obj, identity: dict | None = None) -> None:
+def check_identity(who: str, sd: dict, obj, identity: dict | None = None,
+                   kind: str | None = None) -> None:
     """Check that snapshot ``sd`` was made by an object of ``obj``'s kind and design
     (``identity``: the design identity to compare with, default
-    ``obj.design_identity()``)."""
+    ``obj.design_identity()``; ``kind``: the kind its snapshots carry, default ``obj``'s
+    class name)."""
     check_state_header(who, sd)
-    kind = type(obj).__name__
+    kind = type(obj).__name__ if kind is None else kind
     if sd["kind"] != kind:
         raise RtamtInputError(f"{who}: the state is of a {sd['kind']}, this is a {kind}")
     mine = obj.design_identity() if identity is None else identity

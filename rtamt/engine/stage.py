@@ -355,7 +355,8 @@ class Stage(Registered):
         if self._state is None:
             self.coeffs = self._coeffs_for(n_in)
             st = self.init_state(self.coeffs, self._batch_of(lead), n_in, dtype)
-            self._state = _to_device(st, self.device) if self.backend == "triton" else st
+            self._state = self._state_on(st, self.backend, self.device) \
+                if self.backend == "triton" else st
             self._meta = (lead, n_in, dtype)
 
     def _bind(self, backend: str, device):

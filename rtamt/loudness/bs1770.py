@@ -66,16 +66,10 @@ from typing import Any
 import numpy as np
 
 from ..engine import contract as _C
-from ..engine.backend import resolve as resolve_backend
-from ..engine.backend import to_numpy
-from ..engine.contract import (
-    Registered,
-    RtamtInputError,
-    check_float_dtype,
-    load_all_or_none,
-    reject_nonfinite,
-)
+from ..engine.backend import block_movers, require_numpy, to_numpy
+from ..engine.contract import RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.denormal import ensure_ftz
+from ..engine.stage import StageGroup
 from . import gating as _G
 from . import layouts as _L
 from .gatedstats import MODES, GatedStatistics, StatisticsParams, gated_i, gated_lra
@@ -543,13 +537,17 @@ class LoudnessStatistics:
 
 
 # ---------------------------------------------------------------- the meter
-#: the meter's own state entries (the statistics stage adds its own: gatedstats.py)
+#: the meter's own state entries (each stage's are its own, in ``children``); ``block`` is
+#: its stages' block count (:meth:`LoudnessMeter.blocks_processed`)
 _SCALARS = ("samples", "block", "momentary", "short_term")
+#: the ``kind`` of the meter's snapshots (the scheduler's front end
+#: :class:`~rtamt.loudness.r128stream.R128Stream` writes and reads the same)
+_KIND = "LoudnessMeter"
 #: EBU Tech 3341 section 2.4: the LRA is not yet stable during the first 60 s
 LRA_SETTLE_S = 60.0
 
 
-class LoudnessMeter(Registered):
+class LoudnessMeter(StageGroup):
     """Streaming BS.1770-4 / EBU R128 loudness meter (M, S, I, LRA, true peak).
 
     ``LoudnessMeter(fs=48000, channels=2, weights=None, layout=None, mode='histogram',
@@ -564,23 +562,28 @@ class LoudnessMeter(Registered):
     snapshots of the former single-module meter load too, and those of the meter before
     issue 39 at 48 kHz into a meter with ``truepeak='bs1770'``).
 
-    The meter is a composition of four stages, each reached only through its public
-    interface: K-weighting (:class:`~rtamt.loudness.kweighting.KWeighting`) -> gating
-    blocks (:class:`~rtamt.loudness.gating.GatingBlocks`) -> gated statistics
+    The meter is a group of stages (:class:`~rtamt.engine.stage.StageGroup`, the base of
+    every composite: one :meth:`to`, one reset, all-or-none load), each reached only
+    through its public interface: K-weighting
+    (:class:`~rtamt.loudness.kweighting.KWeighting`) -> gating blocks
+    (:class:`~rtamt.loudness.gating.GatingBlocks`) -> gated statistics
     (:class:`~rtamt.loudness.gatedstats.GatedStatistics`), and the true peak
-    (:class:`~rtamt.loudness.truepeak.TruePeak`) on the raw input beside them.  The meter
-    checks the block, runs the stages' ``process_tm`` and counts the blocks.
+    (:class:`~rtamt.loudness.truepeak.TruePeak`) on the raw input beside them
+    (``stages``, in that order).  The meter checks the block, runs the stages'
+    ``process_tm`` and advances every stage's block counter with its own.
+    ``to(device, backend='triton')`` runs the three sample stages' Triton twins (the
+    state moved exactly); the statistics stay on the host (a few values per 100 ms step).
 
-    State (``state_dict()``): ``children`` holds the three sample stages' states
+    State (``state_dict()``): ``children`` holds every stage's state by name
     (``kweighting``: ``zi``; ``gating``: the current sub-block's channel sums, the last 30
-    sub-block powers; ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``,
-    and the peaks; their ``block`` is the meter's), ``arrays`` the meter's counters
-    ``samples``, ``block``, the latest ``momentary``, ``short_term``, and the statistics
-    stage's state: ``integrated``, ``loudness_range`` and the gated statistics --
-    histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``, ``(10000,)`` counts
-    (int64) and power sums (float64) per 0.01 LU bin; exact mode: ``gate_e`` and
-    ``lra_e``, every gating-block and short-term power so far (the schema of the meter
-    before the statistics were a stage: its snapshots load as they are).
+    sub-block powers; ``statistics``: ``integrated``, ``loudness_range`` and the gated
+    statistics -- histogram mode: ``gate_n`` / ``gate_e`` and ``lra_n`` / ``lra_e``,
+    ``(10000,)`` counts (int64) and power sums (float64) per 0.01 LU bin; exact mode:
+    ``gate_e`` and ``lra_e``, every gating-block and short-term power so far;
+    ``truepeak``: the last 48 samples, 11 with ``truepeak='bs1770'``, and the peaks),
+    ``arrays`` the meter's counters ``samples``, ``block`` and the latest ``momentary``,
+    ``short_term``.  Snapshots of the meter before the statistics were in ``children``
+    (they were in ``arrays``) load too.
 
     ``threads=2`` (keyword only, not part of the design): each block's true peak runs on a
     second thread beside the K-weighting and gating (its kernels release the GIL), with
@@ -604,10 +607,10 @@ class LoudnessMeter(Registered):
         self.coeffs = design(params)
         self.kweighting = KWeighting(KWeightingParams(params.fs))
         self.gating = GatingBlocks(GatingParams(params.fs, params.weights))
-        self.truepeak = TruePeak(TruePeakParams(params.fs, method=params.truepeak))
-        self.stages = (self.kweighting, self.gating, self.truepeak)
         #: the gated statistics (integrated loudness, loudness range) of the gating blocks
         self.gated = GatedStatistics(StatisticsParams(params.mode, params.lra_hop))
+        self.truepeak = TruePeak(TruePeakParams(params.fs, method=params.truepeak))
+        self.stages = [self.kweighting, self.gating, self.gated, self.truepeak]
         self.reset()
 
     def __repr__(self):
@@ -618,40 +621,13 @@ class LoudnessMeter(Registered):
         d["_pool"] = None
         return d
 
-    backend = "numba"
-    device = None
-
-    def _on_device(self, xt):
-        """A checked block ``(1, T, C)`` as the bound stages take it: itself on the numba
-        backend, a tensor on the device on the Triton backend (decided by :meth:`to`)."""
-        if self.backend == "numba":
-            return xt
-        import torch
-        return torch.from_numpy(xt).to(self.device)
-
-    def _on_host(self, rows):
-        """The gating blocks' rows of a block, on the host for the statistics."""
-        return rows if self.backend == "numba" else to_numpy(rows)
-
-    def to(self, device=None, *, backend: str | None = None):
-        """Run the three sample stages on ``backend`` ('numba' or 'triton') and ``device``
-        (see :func:`rtamt.engine.backend.resolve`; ``device='cuda'`` implies Triton):
-        K-weighting, gating blocks and true peak with their Triton twins, the state moved
-        exactly; the gated statistics stay on the host (a few values per 100 ms step).
-        All stages or none.  Returns self."""
-        backend, device = resolve_backend(backend, device)
-        moved = []
-        try:
-            for st in self.stages:
-                st.to(device, backend=backend)
-                moved.append(st)
-        except Exception:
-            for st in moved:
-                st.to(self.device, backend=self.backend)
-            raise
-        self.backend, self.device = backend, device
+    def _rebound(self) -> None:
+        """After :meth:`to`, :meth:`reset` and a load: the block path's conversions for the
+        stages' binding (:func:`~rtamt.engine.backend.block_movers`: a checked block to the
+        kernels, the gating rows back to the host for the statistics), chosen here once,
+        and new work buffers."""
+        self._to_kernels, self._to_host = block_movers(self.backend, self.device)
         self._work = [None, None]
-        return self
 
     def _true_peak_pool(self):
         if self._pool is None:
@@ -664,17 +640,17 @@ class LoudnessMeter(Registered):
 
     # -- state ------------------------------------------------------------------------
     def _initial_state(self) -> dict:
-        return {"samples": 0, "block": 0, "momentary": math.nan, "short_term": math.nan}
+        return {"samples": 0, "momentary": math.nan, "short_term": math.nan}
 
     def reset(self) -> None:
-        """Forget the stream: the next block is the first one (empty history, filters at rest)."""
+        """Forget the stream: the next block is the first one (empty history, filters at
+        rest); every stage's state made for one stream of ``C`` channels (the statistics':
+        of the gating rows ``(k, e_M, e_S)``)."""
         self._s = self._initial_state()
-        example = np.zeros((1, self.coeffs.channels, 1))     # one stream of C channels
+        super().reset()
+        C = self.coeffs.channels
         for st in self.stages:
-            st.reset()
-            st.prepare(example)
-        self.gated.reset()
-        self._work = [None, None]
+            st.prepare(np.zeros((1, 3 if st is self.gated else C, 1)))
 
     # -- the streaming contract ---------------------------------------------------------
     batchable = False      # one programme per meter: its channels are summed (BS.1770 eq. 2)
@@ -684,7 +660,7 @@ class LoudnessMeter(Registered):
     def process_all(self, x) -> dict:
         """``{'momentary', 'short_term', 'integrated', 'loudness_range', 'true_peak'}``
         (LUFS / LU / dB TP, or ``None``) after the block."""
-        r = self(x)
+        r = self._measure(x)
         return {"momentary": r.momentary, "short_term": r.short_term,
                 "integrated": r.integrated, "loudness_range": r.loudness_range,
                 "true_peak": r.true_peak}
@@ -693,55 +669,57 @@ class LoudnessMeter(Registered):
         """Values updated every 100 ms sub-block (EBU Tech 3341); the true peak every block."""
         return {k: {"rate": 10.0, "channels": None} for k in self.outputs}
 
-    def design_identity(self) -> dict:
-        """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and the stages' designs)."""
+    def _identity(self) -> dict:
+        """``{'name': 'bs1770', 'fs', 'channels', 'fingerprint'}`` (params and the stages'
+        designs): the design identity of the meter's snapshots, whichever front end."""
         fp = self.__dict__.get("_fp")
         if fp is None:
             fp = self._fp = _fingerprint_of(self.params, self.coeffs)
-        return {"name": self.name, "fs": float(self.params.fs),
+        return {"name": _NAME, "fs": float(self.params.fs),
                 "channels": int(self.coeffs.channels), "fingerprint": fp}
+
+    def design_identity(self) -> dict:
+        """``{'name', 'fs', 'channels', 'fingerprint'}`` (params and the stages' designs;
+        ``name``: this object's)."""
+        return dict(self._identity(), name=self.name)
 
     def state_dict(self) -> dict:
         """Deep copy of the meter's state in the contract's schema (class docstring)."""
-        blk = self._s["block"]
-        return _C.header(self, blk, _C.stream_meta(None, [self.coeffs.channels], np.float64),
-                         arrays={**self._s, **self.gated.state_arrays()},
-                         children={st.name: dict(st.state_dict(), block=blk)
-                                   for st in self.stages})
+        blk = self.blocks_processed
+        sd = _C.header(self, blk, _C.stream_meta(None, [self.coeffs.channels], np.float64),
+                       arrays=dict(self._s, block=blk), children=self._children_state())
+        sd["kind"], sd["design"] = _KIND, self._identity()
+        return sd
+
+    def _check_identity(self, sd: dict) -> None:
+        """Raise unless ``sd`` is a meter snapshot (kind ``LoudnessMeter``) of this design."""
+        _C.check_identity(self.name, sd, self, self._identity(), kind=_KIND)
 
     def load_state_dict(self, sd: dict) -> None:
-        """Restore a snapshot from :meth:`state_dict` (checked before anything changes);
-        a snapshot of the former single-module meter (arrays ``zi``, ``buf``, ``gate_e``,
-        ...) is converted."""
+        """Restore a snapshot from :meth:`state_dict`: checked before anything changes, all
+        stages or none.  A snapshot of the meter before the statistics were a child, or of
+        the former single-module meter (arrays ``zi``, ``buf``, ``gate_e``, ...), is
+        converted."""
         arrays = sd.get("arrays") if isinstance(sd, dict) else None
         try:
             if isinstance(arrays, dict) and "buf" in arrays:
                 sd = _from_v1(self, sd)
             else:
                 try:
-                    _C.check_identity(self.name, sd, self)
+                    self._check_identity(sd)
                 except RtamtInputError:
                     _refuse_former(self, sd)
                     raise
+                sd = _statistics_as_child(self, sd)
+            st = sd.get("arrays")
+            if not isinstance(st, dict) or set(st) != set(_SCALARS):
+                raise RtamtInputError(
+                    f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} "
+                    f"!= {sorted(_SCALARS)}")
+            self._load_children(sd.get("children"))
         except RtamtInputError as e:
             raise LoudnessInputError(str(e)) from None
-        st = sd.get("arrays")
-        ref = self._initial_state()
-        want = set(ref) | self.gated.keys()
-        if not isinstance(st, dict) or set(st) != want:
-            raise LoudnessInputError(
-                f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} != "
-                f"{sorted(want)} (mode {self.params.mode!r})")
-        try:
-            self.gated.check_arrays(st, self.name)
-        except RtamtInputError as e:
-            raise LoudnessInputError(str(e)) from None
-        try:
-            load_all_or_none(self.name, self.stages, sd.get("children"))
-        except RtamtInputError as e:
-            raise LoudnessInputError(str(e)) from None
-        self._s = copy.deepcopy({k: v for k, v in st.items() if k in ref})
-        self.gated.load_arrays(st)
+        self._s = copy.deepcopy({k: st[k] for k in _SCALARS if k != "block"})
 
     @classmethod
     def stack_state_dicts(cls, states):
@@ -765,8 +743,8 @@ class LoudnessMeter(Registered):
 
     @property
     def blocks_processed(self) -> int:
-        """Number of blocks accepted since the last reset."""
-        return self._s["block"]
+        """Number of blocks accepted since the last reset (every stage's block count)."""
+        return self.kweighting.blocks_processed
 
     @property
     def samples_processed(self) -> int:
@@ -879,9 +857,8 @@ class LoudnessMeter(Registered):
         a ``(T, C)`` array (``buf.T`` of a file's frames as soundfile reads them) is not
         copied."""
         C = self.coeffs.channels
-        where = f"{self.name}: block {self._s['block']}"
-        if not isinstance(x, np.ndarray):
-            raise LoudnessInputError(f"{where}: expected a numpy array, got {type(x).__name__}")
+        where = f"{self.name}: block {self.kweighting.blocks_processed}"
+        x = require_numpy(x, lambda: where, LoudnessInputError)
         check_float_dtype(x, where, LoudnessInputError)
         if x.ndim == 1 and C == 1:
             x = x[None, :]
@@ -905,26 +882,32 @@ class LoudnessMeter(Registered):
         ``step_integrated``: also the running integrated loudness after each 100 ms step of
         the block (:attr:`LoudnessResult.step_integrated`; a 10000-bin pass per step in
         the histogram mode, a pass over every gating block so far in the exact mode)."""
-        xt = self._on_device(self._check(x)[None])             # (1, T, C) time-major
+        return self._measure(x, step_integrated)
+
+    def _measure(self, x, step_integrated: bool = False) -> LoudnessResult:
+        """The block path of :meth:`__call__` (and of :meth:`process_all`, which a front
+        end's call may be)."""
+        xt = self._to_kernels(self._check(x)[None])            # (1, T, C) time-major
         ensure_ftz()
         s, p = self._s, self.params
-        kw, gt, tp = self.stages
+        kw, gt, gs, tp = self.stages
         peak = None if self.threads == 1 else self._true_peak_pool().submit(
             tp.process_tm, tp.coeffs, tp.state, xt)                  # beside the rest
         y = self._work[0] = kw.process_tm(kw.coeffs, kw.state, xt, self._work[0])
         gst = gt.state
         steps = gt.process_tm(gt.coeffs, gst, y, self._work[1])
         self._work[1] = steps
+        n = int(gst["count"][0])
+        rows = self._to_host(steps[:, :n])                      # (1, n, 3) on the host
+        # the statistics of the block's steps (if any), then the true peak: stage order
+        run = gs.process_tm(gs.coeffs, gs.state, rows, None, step_integrated) if n else None
         if peak is None:
             tp.process_tm(tp.coeffs, tp.state, xt)
         else:
             peak.result()
-        n = int(gst["count"][0])
-        rows = self._on_host(steps[0, :n])
-        k, e_m, e_s = rows[:, 0], rows[:, 1], rows[:, 2]
-        run = self.gated.process(k, e_m, e_s, step_integrated) if n else np.zeros(0)
+        self._bump()                                    # every stage's block counter
+        k, e_m, e_s = rows[0, :, 0], rows[0, :, 1], rows[0, :, 2]
         s["samples"] += xt.shape[1]
-        s["block"] += 1
         if n:
             mom, sht = loudness_of_energy(e_m), loudness_of_energy(e_s)
             s["momentary"], s["short_term"] = float(mom[-1]), float(sht[-1])
@@ -940,19 +923,24 @@ class LoudnessMeter(Registered):
             mom = sht = times = np.zeros(0)
         peaks = tp.state
         tpc, spc = _dbtp_row(peaks["true_peak"][0]), _dbtp_row(peaks["sample_peak"][0])
+        # the statistics' summary, read once: I (LUFS), LRA (LU), then the powers of the
+        # relative gate and of the LRA's low, high and gate (GatedStatistics)
+        i_lufs, lra, rel, lo, hi, lra_g = gs.state["summary"].tolist()
+        integrated = _scalar(i_lufs)
         return LoudnessResult(
             momentary=_scalar(s["momentary"]), short_term=_scalar(s["short_term"]),
-            integrated=self.integrated, step_time=times,
+            integrated=integrated, step_time=times,
             step_momentary=np.asarray(mom, dtype=np.float64).reshape(-1),
             step_short_term=np.asarray(sht, dtype=np.float64).reshape(-1),
-            samples=s["samples"], loudness_range=self.loudness_range,
+            samples=s["samples"], loudness_range=_scalar(lra),
             true_peak=float(max(tpc)), sample_peak=float(max(spc)),
             true_peak_channels=tpc, sample_peak_channels=spc,
             max_momentary=self.max_momentary, max_short_term=self.max_short_term,
-            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs, lra_low=self.lra_low,
-            lra_high=self.lra_high, relative_gate=self.relative_gate, lra_gate=self.lra_gate,
-            integrated_reason=self.integrated_reason,
-            step_integrated=loudness_of_energy(run).reshape(-1) if step_integrated else None)
+            lra_stable=s["samples"] >= LRA_SETTLE_S * p.fs, lra_low=_lufs_of(lo),
+            lra_high=_lufs_of(hi), relative_gate=_lufs_of(rel), lra_gate=_lufs_of(lra_g),
+            integrated_reason=_reason(integrated),
+            step_integrated=None if not step_integrated
+            else loudness_of_energy(run if n else np.zeros(0)).reshape(-1))
 
     def warm_kernels(self) -> None:
         """Load (or compile) the gating kernels of this meter's mode that a stream reaches
@@ -996,7 +984,7 @@ def _refuse_former(meter: LoudnessMeter, sd: dict) -> None:
     than 48 kHz by the meter before issue 39 (the prewarped bilinear K-weighting).  Return
     otherwise."""
     theirs = sd.get("design") if isinstance(sd, dict) else None
-    if not isinstance(theirs, dict) or sd.get("kind") != type(meter).__name__:
+    if not isinstance(theirs, dict) or sd.get("kind") != _KIND:
         return
     p = meter.params
     fp = theirs.get("fingerprint")
@@ -1049,7 +1037,7 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
     _C.check_state_header(meter.name, sd)
     p = meter.params
     theirs = sd.get("design") or {}
-    if sd.get("kind") != type(meter).__name__ or theirs.get("fingerprint") != _v1_fingerprint(p):
+    if sd.get("kind") != _KIND or theirs.get("fingerprint") != _v1_fingerprint(p):
         raise RtamtInputError(
             f"{meter.name}: the state was made by a meter with other parameters (sample rate "
             f"{theirs.get('fs')!r}, channels {theirs.get('channels')!r}; this meter: "
@@ -1074,7 +1062,7 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
         ring_n[0, fine % R] = part
         ring_e[0, fine % R] = old_e[-1 - j] * part / old_n[-1 - j]
     fresh = LoudnessMeter(p)
-    kw, gt, tp = fresh.stages
+    kw, gt = fresh.kweighting, fresh.gating
     kw.state["zi"][...] = np.ascontiguousarray(zi.transpose(0, 2, 1))[None]
     gst = gt.state
     gst["n_fine"][...] = n_sub * F
@@ -1083,8 +1071,27 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
         gt.process_tm(gt.coeffs, gst, np.ascontiguousarray(buf[:, :fill].T)[None])
     gst["peak"][:] = -1.0                        # the maxima start empty
     fresh.gated.add_gating_blocks(np.asarray(a["gate_e"], np.float64).ravel())
-    fresh._s.update(samples=int(a["samples"]), block=int(a["block"]),
-                    momentary=float(a["momentary"]), short_term=float(a["short_term"]))
-    sd = fresh.state_dict()                      # the meter's block count in every stage
-    sd["arrays"]["integrated"] = float(a["integrated"])
+    fresh._s.update(samples=int(a["samples"]), momentary=float(a["momentary"]),
+                    short_term=float(a["short_term"]))
+    fresh._bump(int(a["block"]))                 # the meter's block count in every stage
+    sd = fresh.state_dict()
+    sd["children"][fresh.gated.name]["arrays"]["integrated"] = float(a["integrated"])
     return sd
+
+
+def _statistics_as_child(meter: LoudnessMeter, sd: dict) -> dict:
+    """A snapshot of the meter before the statistics were a stage of it (their state in
+    the meter's ``arrays`` beside its counters, ``children`` the three sample stages) as
+    this meter's: the statistics' entries moved into ``children['statistics']``, a
+    statistics stage's snapshot at the meter's block count.  Others are returned as they
+    are."""
+    ch, arrays = sd.get("children"), sd.get("arrays")
+    name = meter.gated.name
+    if not isinstance(ch, dict) or not isinstance(arrays, dict) or name in ch \
+            or set(arrays) <= set(_SCALARS):
+        return sd
+    child = meter.gated.state_dict()             # a snapshot's header of the stage
+    child.update(block=sd.get("block", 0),
+                 arrays={k: v for k, v in arrays.items() if k not in _SCALARS})
+    return dict(sd, arrays={k: v for k, v in arrays.items() if k in _SCALARS},
+                children={**ch, name: child})

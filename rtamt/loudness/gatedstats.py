@@ -20,11 +20,13 @@ import math
 
 import numpy as np
 
+from ..engine import contract
 from ..engine.contract import RtamtInputError
+from ..engine.stage import Stage
 from . import gating as _G
 from .gating import LOUDNESS_OFFSET_DB, N_BINS, N_SHORT_TERM
 
-__all__ = ["StatisticsParams", "GatedStatistics", "MODES", "gated_i", "gated_lra"]
+__all__ = ["StatisticsParams", "GatedStatistics", "MODES", "gated_i", "gated_lra", "design"]
 
 MODES = ("histogram", "exact")
 #: the scalar entries of the state (NaN: not defined yet)
@@ -40,6 +42,12 @@ class StatisticsParams:
 
     mode: str = "histogram"
     lra_hop: int = 1
+
+
+def design(params: StatisticsParams, n_in=None) -> StatisticsParams:
+    """The statistics need no designed coefficients: their coeffs are the params (mode,
+    ``lra_hop``)."""
+    return params
 
 
 def gated_i(mode: str, arrays: dict) -> tuple[float, float]:
@@ -89,106 +97,152 @@ class Growing:
         return self._a[:self._n]
 
 
-class GatedStatistics:
-    """The gated statistics stage (see the module docstring).
+class GatedStatistics(Stage):
+    """The gated statistics stage (see the module docstring), the last stage of the
+    meter's chain (:class:`~rtamt.loudness.bs1770.LoudnessMeter`).
 
-    ``process(k, e_m, e_s, running=False)`` adds one block's steps (``(K,)`` float64
-    step numbers and momentary / short-term powers, NaN where a window is not full);
-    ``running``: returns the gated mean power after each step (NaN before the first
-    gating block).  ``integrated`` / ``loudness_range``: LUFS / LU (NaN: not defined);
-    ``derived``: the relative gate and the LRA's low, high and gate as powers (0.0: not
-    defined).  ``state_arrays()`` / ``check_arrays()`` / ``load_arrays()``: its part of
-    the meter's snapshot (see :class:`~rtamt.loudness.bs1770.LoudnessMeter`)."""
+    ``process_tm(coeffs, state, x, out=None, running=False)`` adds one block's steps:
+    ``x`` ``(1, K, 3)`` float64 host rows ``(k, e_M, e_S)`` (the step numbers and the
+    momentary / short-term powers, NaN where a window is not full; what
+    :class:`~rtamt.loudness.gating.GatingBlocks` emits for its ``count`` completed
+    steps).  It returns ``(1, K)`` float64, the gated mean power after each step (NaN
+    before the first gating block), when ``running``; else ``None`` (that pass costs a
+    histogram scan per step).  :meth:`add` is the same on the stage's own state, from
+    three ``(K,)`` arrays.
+
+    The state is one stream's (no batch axis; the meter measures one programme):
+    ``summary`` ``(6,)`` float64 -- the integrated loudness (LUFS) and loudness range (LU),
+    NaN while not defined, then the relative gate and the LRA's low, high and gate as
+    powers (0.0: not defined) -- and the statistics: histogram mode ``gate_n`` /
+    ``gate_e`` and ``lra_n`` / ``lra_e`` ``(10000,)`` int64 counts and float64 power sums;
+    exact mode ``gate_e`` and ``lra_e``, every value (growing lists).  It lives on the host
+    whatever the backend (a few values per 100 ms step: :meth:`to` moves nothing and binds
+    no kernel).  Its snapshot's ``arrays`` are ``integrated``, ``loudness_range`` and the
+    statistics (the schema the meter's own snapshot had before this was a stage)."""
 
     name = "statistics"
+    in_kind = "channels"
+    Params = StatisticsParams
+    design = staticmethod(design)
+    #: runs on the host on either backend (no kernel to bind; the state stays numpy)
+    triton_ready = True
+    batchable = False
 
-    def __init__(self, params: StatisticsParams | None = None, **kwargs):
-        self.params = StatisticsParams(**kwargs) if params is None else params
-        self.reset()
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.params!r})"
-
-    def reset(self) -> None:
-        """Forget every value."""
-        self.integrated = math.nan
-        self.loudness_range = math.nan
-        self.derived = [0.0, 0.0, 0.0, 0.0]   # relative gate, LRA lo, hi, gate (powers)
-        if self.params.mode == "histogram":
-            self._store = {"gate_n": np.zeros(N_BINS, np.int64), "gate_e": np.zeros(N_BINS),
-                           "lra_n": np.zeros(N_BINS, np.int64), "lra_e": np.zeros(N_BINS)}
+    @staticmethod
+    def init_state(coeffs, batch=1, n_in=3, dtype=np.float64) -> dict:
+        """The state of a stream that has no step yet (see the class docstring)."""
+        st = {"summary": np.array([math.nan, math.nan, 0.0, 0.0, 0.0, 0.0])}
+        if coeffs.mode == "histogram":
+            st.update(gate_n=np.zeros(N_BINS, np.int64), gate_e=np.zeros(N_BINS),
+                      lra_n=np.zeros(N_BINS, np.int64), lra_e=np.zeros(N_BINS))
         else:
-            self._store = {"gate_e": Growing(), "lra_e": Growing()}
+            st.update(gate_e=Growing(), lra_e=Growing())
+        return st
+
+    @staticmethod
+    def n_out(coeffs, n_in):
+        return 1
+
+    @staticmethod
+    def process_tm(coeffs, state, x, out=None, running: bool = False):
+        """Add the steps of ``x`` ``(1, K, 3)`` to ``state`` (class docstring); returns the
+        running gated power ``(1, K)`` when ``running``, else ``None``."""
+        run = _add(coeffs, state, x[0, :, 0], x[0, :, 1], x[0, :, 2], running)
+        return None if run is None else run[None]
+
+    # -- the stage's own state ------------------------------------------------------
+    def _own(self) -> dict:
+        if self._state is None:
+            self.prepare(np.zeros((1, 3, 1)))
+        return self._state
+
+    def add(self, k: np.ndarray, e_m: np.ndarray, e_s: np.ndarray,
+            running: bool = False) -> np.ndarray | None:
+        """Add a block's gating blocks and short-term values (``(K,)`` float64 step
+        numbers and momentary / short-term powers) to this stage's state and update the
+        integrated loudness, the loudness range and their gates; ``running``: returns the
+        gated mean power after each step (NaN before the first gating block)."""
+        return _add(self.coeffs, self._own(), k, e_m, e_s, running)
+
+    @property
+    def integrated(self) -> float:
+        """Integrated loudness so far (LUFS), NaN before the first gating block."""
+        return float(self._own()["summary"][0])
+
+    @property
+    def loudness_range(self) -> float:
+        """Loudness range so far (LU), NaN before the first short-term value."""
+        return float(self._own()["summary"][1])
+
+    @property
+    def derived(self) -> list:
+        """The relative gate and the LRA's low, high and gate as powers (0.0: not defined)."""
+        return self._own()["summary"][2:].tolist()
 
     @property
     def arrays(self) -> dict:
         """The statistics' arrays (views, not copies): the histograms, or the exact mode's
         values."""
-        if self.params.mode == "histogram":
-            return self._store
-        return {k: g.view() for k, g in self._store.items()}
-
-    # -- processing -----------------------------------------------------------------
-    def process(self, k: np.ndarray, e_m: np.ndarray, e_s: np.ndarray,
-                running: bool = False) -> np.ndarray | None:
-        """Add a block's gating blocks and short-term values and update the integrated
-        loudness, the loudness range and their gates (see the class docstring)."""
-        hop, mode, st = self.params.lra_hop, self.params.mode, self._store
-        ok_m = ~np.isnan(e_m)
-        lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
-        run = np.empty(e_m.size) if running else None
-        if mode == "histogram":
-            if running:
-                _G.hist_running(st["gate_n"], st["gate_e"], e_m, run)
-            else:
-                _G.hist_add_many(st["gate_n"], st["gate_e"], e_m[ok_m], True)
-            _G.hist_add_many(st["lra_n"], st["lra_e"], e_s[lra_pick], False)
-        else:
-            gate = st["gate_e"]
-            if running:
-                for i in range(e_m.size):
-                    if ok_m[i]:
-                        gate.extend(e_m[i:i + 1])
-                    run[i] = _G.exact_integrated(gate.view()) if gate.view().size else np.nan
-            else:
-                gate.extend(e_m[ok_m])
-            st["lra_e"].extend(e_s[lra_pick])
-        a = self.arrays
-        if ok_m.any():
-            ei, self.derived[0] = gated_i(mode, a)
-            self.integrated = _loudness(ei)
-        if (~np.isnan(e_s)).any():
-            lo, hi, g = gated_lra(mode, a)
-            self.derived[1:] = [lo, hi, g]
-            self.loudness_range = 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0
-        return run
+        return _arrays(self._own())
 
     def warm(self) -> None:
         """Load (or compile) the kernels this mode reaches only after the first gating
         block and short-term value: one block of power 1e-3 (-30 LUFS, inside every gate)
-        through a fresh stage of the same design (this one unchanged)."""
-        w = GatedStatistics(self.params)
+        through a fresh state of the same design (this stage's unchanged)."""
         e = np.full(1, 1e-3)
-        w.process(e, e.copy(), np.full(1, float(N_SHORT_TERM)))
-        w.process(e, e.copy(), np.full(1, float(N_SHORT_TERM)), running=True)
+        k = np.full(1, float(N_SHORT_TERM))
+        for running in (False, True):
+            _add(self.coeffs, self.init_state(self.coeffs), k, e, e.copy(), running)
 
-    # -- state ------------------------------------------------------------------------
+    def _state_on(self, st: dict, backend: str, device) -> dict:
+        return st                            # on the host on either backend
+
+    # -- snapshots ------------------------------------------------------------------
     def state_arrays(self) -> dict:
-        """A copy of the state: ``integrated``, ``loudness_range`` (NaN: not defined) and
-        the statistics' arrays (:attr:`arrays`)."""
-        out = {"integrated": self.integrated, "loudness_range": self.loudness_range}
-        out.update({k: v.copy() for k, v in self.arrays.items()})
+        """A copy of the state as a snapshot holds it: ``integrated``, ``loudness_range``
+        (NaN: not defined) and the statistics' arrays (:attr:`arrays`)."""
+        st = self._own()
+        out = {"integrated": float(st["summary"][0]), "loudness_range": float(st["summary"][1])}
+        out.update({k: v.copy() for k, v in _arrays(st).items()})
         return out
 
     def keys(self) -> set:
         """The keys of :meth:`state_arrays` in this mode."""
-        return set(SCALARS) | set(self._store)
+        return set(SCALARS) | ({"gate_n", "gate_e", "lra_n", "lra_e"}
+                               if self.params.mode == "histogram" else {"gate_e", "lra_e"})
+
+    def state_dict(self) -> dict:
+        """Deep copy of the state in the contract's schema; ``arrays``: :meth:`state_arrays`."""
+        self._own()
+        return contract.header(self, self._block, self._stream_meta(),
+                               arrays=self.state_arrays())
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a snapshot from :meth:`state_dict` (checked before anything changes:
+        identity, keys, histogram shapes and dtypes, finite values)."""
+        contract.check_state_header(self.name, sd)
+        contract.check_identity(self.name, sd, self)
+        st = sd.get("arrays")
+        if not isinstance(st, dict) or set(st) != self.keys():
+            raise RtamtInputError(
+                f"{self.name}: state keys {sorted(st) if isinstance(st, dict) else st} != "
+                f"{sorted(self.keys())} (mode {self.params.mode!r})")
+        self.check_arrays(st, self.name)
+        try:
+            block = int(sd["block"])
+        except (KeyError, TypeError, ValueError):
+            raise RtamtInputError(f"{self.name}: malformed block count") from None
+        self._state = _from_arrays(self.coeffs, st)
+        self._meta = ((1, 3), 3, np.dtype(np.float64))
+        self._block = block
 
     def check_arrays(self, st: dict, who: str) -> None:
         """Raise :class:`RtamtInputError` (naming ``who``) unless ``st`` holds this
         stage's arrays: histograms of the right shape and dtype, finite values."""
         if self.params.mode == "histogram":
-            for k, v in self._store.items():
+            for k, v in self.init_state(self.coeffs).items():
+                if k == "summary":
+                    continue
                 a = np.asarray(st[k])
                 if a.shape != v.shape or a.dtype != v.dtype:
                     raise RtamtInputError(f"{who}: state array {k!r} has shape {a.shape} "
@@ -198,24 +252,72 @@ class GatedStatistics:
                 raise RtamtInputError(f"{who}: state array {k!r} holds a non-finite value; "
                                       "refused")
 
-    def load_arrays(self, st: dict) -> None:
-        """Take the state ``st`` (checked by :meth:`check_arrays`; copied) and derive the
-        gates and percentiles from it."""
-        self.integrated = float(st["integrated"])
-        self.loudness_range = float(st["loudness_range"])
-        if self.params.mode == "histogram":
-            self._store = {k: np.array(st[k], dtype=v.dtype) for k, v in self._store.items()}
-        else:
-            self._store = {k: Growing(np.asarray(st[k], dtype=np.float64))
-                           for k in ("gate_e", "lra_e")}
-        a, mode = self.arrays, self.params.mode
-        gi = gated_i(mode, a)[1] if not math.isnan(self.integrated) else 0.0
-        lra = gated_lra(mode, a) if not math.isnan(self.loudness_range) else (0.0, 0.0, 0.0)
-        self.derived = [gi, *lra]
-
     def add_gating_blocks(self, e: np.ndarray) -> None:
         """Add gating-block powers ``e`` (a former snapshot's; no loudness range)."""
+        st = self._own()
         if self.params.mode == "histogram":
-            _G.hist_add_many(self._store["gate_n"], self._store["gate_e"], e, True)
+            _G.hist_add_many(st["gate_n"], st["gate_e"], e, True)
         else:
-            self._store["gate_e"].extend(e)
+            st["gate_e"].extend(e)
+
+
+def _arrays(st: dict) -> dict:
+    """The statistics' arrays of a state (views): histograms, or the exact values."""
+    return {k: (v.view() if isinstance(v, Growing) else v)
+            for k, v in st.items() if k != "summary"}
+
+
+def _from_arrays(coeffs, arrays: dict) -> dict:
+    """A state from a snapshot's arrays (checked; copied), its gates and percentiles
+    derived from the statistics."""
+    st = GatedStatistics.init_state(coeffs)
+    for k, v in st.items():
+        if k == "summary":
+            continue
+        if coeffs.mode == "histogram":
+            v[...] = np.asarray(arrays[k], dtype=v.dtype)
+        else:
+            st[k] = Growing(np.asarray(arrays[k], dtype=np.float64))
+    s = st["summary"]
+    s[0], s[1] = float(arrays["integrated"]), float(arrays["loudness_range"])
+    a = _arrays(st)
+    if not math.isnan(s[0]):
+        s[2] = gated_i(coeffs.mode, a)[1]
+    if not math.isnan(s[1]):
+        s[3:] = gated_lra(coeffs.mode, a)
+    return st
+
+
+def _add(coeffs, st: dict, k, e_m, e_s, running: bool):
+    """Add steps ``k`` with powers ``e_m`` / ``e_s`` (``(K,)`` float64) to state ``st`` and
+    update its summary (the integrated loudness, BS.1770-4 eqs. (3)-(7); the loudness
+    range, Tech 3342); ``running``: returns the gated power after each step."""
+    hop, mode = coeffs.lra_hop, coeffs.mode
+    ok_m = ~np.isnan(e_m)
+    lra_pick = ~np.isnan(e_s) & ((k.astype(np.int64) - N_SHORT_TERM) % hop == 0)
+    run = np.empty(e_m.size) if running else None
+    if mode == "histogram":
+        if running:
+            _G.hist_running(st["gate_n"], st["gate_e"], e_m, run)
+        else:
+            _G.hist_add_many(st["gate_n"], st["gate_e"], e_m[ok_m], True)
+        _G.hist_add_many(st["lra_n"], st["lra_e"], e_s[lra_pick], False)
+    else:
+        gate = st["gate_e"]
+        if running:
+            for i in range(e_m.size):
+                if ok_m[i]:
+                    gate.extend(e_m[i:i + 1])
+                run[i] = _G.exact_integrated(gate.view()) if gate.view().size else np.nan
+        else:
+            gate.extend(e_m[ok_m])
+        st["lra_e"].extend(e_s[lra_pick])
+    a, s = _arrays(st), st["summary"]
+    if ok_m.any():
+        ei, s[2] = gated_i(mode, a)
+        s[0] = _loudness(ei)
+    if (~np.isnan(e_s)).any():
+        lo, hi, g = gated_lra(mode, a)
+        s[3], s[4], s[5] = lo, hi, g
+        s[1] = 10.0 * math.log10(hi / lo) if lo > 0.0 else 0.0
+    return run

@@ -77,7 +77,7 @@ def _satisfies_the_protocol(o):
     sd = o.state_dict()
     assert sd["schema"] == contract.SCHEMA and sd["version"] == contract.STATE_VERSION
     # the scheduler's R128 stream snapshots its meter: the meter's kind and design
-    own = o.meter if isinstance(o, R128Stream) else o
+    own = LoudnessMeter(o.params) if isinstance(o, R128Stream) else o
     assert sd["kind"] == type(own).__name__ and sd["design"] == own.design_identity()
 
 

@@ -478,5 +478,63 @@ def test_the_meter_reaches_its_stages_only_through_their_public_interface():
                 bad.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert bad == []
     m = bs1770.LoudnessMeter(fs=48000, channels=2)
-    assert [type(s).__name__ for s in (*m.stages, m.gated)] == [
-        "KWeighting", "GatingBlocks", "TruePeak", "GatedStatistics"]
+    assert [type(s).__name__ for s in m.stages] == [
+        "KWeighting", "GatingBlocks", "GatedStatistics", "TruePeak"]
+    assert m.gated is m["statistics"]
+
+
+def test_the_meter_is_a_stage_group_whose_stages_count_its_blocks():
+    """Issue 40: the meter (and its scheduler front end) is a StageGroup that defines no
+    ``to()`` of its own; every stage's own block counter advances with the meter's, and
+    the snapshot's children carry those counts; ``to()`` rebinds (all stages)."""
+    import ast
+    import inspect
+
+    from rtamt.engine.stage import StageGroup
+    from rtamt.loudness import bs1770, r128stream
+
+    assert issubclass(LoudnessMeter, StageGroup)
+    assert issubclass(r128stream.R128Stream, LoudnessMeter)
+    for cls in (LoudnessMeter, r128stream.R128Stream):
+        assert "to" not in vars(cls), cls
+    # no array-type test on the meter's block path (the conversions are bound in to())
+    src = ast.parse(inspect.getsource(bs1770.LoudnessMeter))
+    calls = [ast.unparse(n) for n in ast.walk(src) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id in ("isinstance", "type")]
+    assert not [c for c in calls if "ndarray" in c or "Tensor" in c or "torch" in c], calls
+    assert not [n for n in ast.walk(src) if isinstance(n, ast.Compare)
+                and "backend" in ast.unparse(n)]
+    x = invariance_signal(48000, 1.0, seed=11)
+    m = LoudnessMeter(fs=48000, channels=2)
+    for a, b in ((0, 100), (100, 4900), (4900, 4901), (4901, 48000)):
+        m(x[:, a:b])
+    assert m.blocks_processed == 4
+    assert [s.blocks_processed for s in m.stages] == [4, 4, 4, 4]
+    sd = m.state_dict()
+    assert {k: c["block"] for k, c in sd["children"].items()} == {
+        "kweighting": 4, "gating": 4, "statistics": 4, "truepeak": 4}
+    assert m.to(backend="numba") is m and m.backend == "numba"
+    twin = LoudnessMeter(fs=48000, channels=2)
+    twin.load_state_dict(sd)
+    assert [s.blocks_processed for s in twin.stages] == [4, 4, 4, 4]
+    m.reset()
+    assert [s.blocks_processed for s in m.stages] == [0, 0, 0, 0]
+
+
+def test_a_refused_stage_state_rolls_every_stage_back():
+    """A snapshot whose statistics are refused (a non-finite power) changes nothing: the
+    sample stages loaded before it are rolled back (all stages or none)."""
+    x = invariance_signal(48000, 1.0, seed=12)
+    a, b = LoudnessMeter(fs=48000), LoudnessMeter(fs=48000)
+    a(x[:, :30000])
+    b(x[:, :10000])
+    before = b.state_dict()
+    bad = a.state_dict()
+    bad["children"]["statistics"]["arrays"]["gate_e"][7] = np.nan
+    with pytest.raises(LoudnessInputError, match="statistics.*non-finite"):
+        b.load_state_dict(bad)
+    assert_same_state(b.state_dict(), before)
+    del bad["children"]["statistics"]
+    with pytest.raises(LoudnessInputError, match="stages"):
+        b.load_state_dict(bad)
+    assert_same_state(b.state_dict(), before)

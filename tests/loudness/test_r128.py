@@ -31,8 +31,10 @@ import pytest
 from scipy import signal as sps
 
 from rtamt import split_state, stack_states
+from rtamt.engine.contract import RtamtInputError
 from rtamt.loudness import gating
 from rtamt.loudness.bs1770 import LoudnessInputError, LoudnessMeter, Params
+from rtamt.loudness.gatedstats import GatedStatistics
 from rtamt.loudness.gating import GatingBlocks, GatingParams
 from rtamt.loudness.kweighting import KWeighting
 from rtamt.loudness.truepeak import (
@@ -451,7 +453,7 @@ def _fast_forward(meter, hours, rng):
     e_s = 10 ** (rng.uniform(-8, -1, n))
     for i in range(0, n, 36000):
         k = np.arange(i, min(i + 36000, n), dtype=np.float64) + 30
-        meter.gated.process(k, e_m[i:i + 36000], e_s[i:i + 36000])
+        meter.gated.add(k, e_m[i:i + 36000], e_s[i:i + 36000])
 
 
 @pytest.mark.parametrize("mode", ["histogram", "exact"])
@@ -485,7 +487,7 @@ def test_state_size_after_24h_stream_equals_1min():
         m(noise * np.float32(10 ** (rng.uniform(-30, 0) / 20)))
     assert m.samples_processed == int(24 * 3600 * fs)
     assert _state_bytes(m.state_dict()) == one_min
-    assert int(m.state_dict()["arrays"]["gate_n"].sum()) > 800_000
+    assert int(m.state_dict()["children"]["statistics"]["arrays"]["gate_n"].sum()) > 800_000
     assert -60 < m.integrated < -10 and m.loudness_range > 5
 
 
@@ -533,6 +535,40 @@ def test_gating_stage_steps():
     np.testing.assert_array_equal(done, np.arange(1, 41))
     assert np.isnan(y[1][:3]).all() and np.allclose(y[1][3:40], 1.0)
     assert np.isnan(y[2][:29]).all() and np.allclose(y[2][29:40], 1.0)
+
+
+@pytest.mark.parametrize("mode", ["histogram", "exact"])
+def test_statistics_stage_pure_form_snapshot_and_refusal(mode):
+    """The gated statistics as a stage of their own: its pure ``process_tm`` on a state of
+    ``init_state`` equals the object's ``add`` (with the running values), a snapshot taken
+    mid-stream continues exactly, and a snapshot of the other mode is refused unchanged."""
+    rng = np.random.default_rng(13)
+    n, cut = 400, 150
+    k = np.arange(n, dtype=np.float64) + 1
+    e_m, e_s = 10 ** rng.uniform(-8, -1, n), 10 ** rng.uniform(-8, -1, n)
+    e_m[:3], e_s[:29] = np.nan, np.nan                    # windows not yet full
+    rows = np.stack([k, e_m, e_s], axis=1)[None]          # (1, K, 3)
+    a = GatedStatistics(mode=mode)
+    a.add(k[:cut], e_m[:cut], e_s[:cut])
+    b = GatedStatistics(mode=mode)
+    b.load_state_dict(a.state_dict())
+    st = GatedStatistics.init_state(a.coeffs)
+    assert GatedStatistics.process_tm(a.coeffs, st, rows[:, :cut]) is None
+    run = GatedStatistics.process_tm(a.coeffs, st, rows[:, cut:], None, True)
+    ra = a.add(k[cut:], e_m[cut:], e_s[cut:], running=True)
+    rb = b.add(k[cut:], e_m[cut:], e_s[cut:], running=True)
+    np.testing.assert_array_equal(run[0], ra)
+    np.testing.assert_array_equal(ra, rb)
+    assert a.integrated == b.integrated == float(st["summary"][0]) and a.integrated > -80
+    assert a.loudness_range == b.loudness_range > 0 and a.derived == b.derived
+    for key, v in a.state_arrays().items():
+        np.testing.assert_array_equal(b.state_arrays()[key], v)
+    other = GatedStatistics(mode="exact" if mode == "histogram" else "histogram")
+    before = other.state_dict()
+    with pytest.raises(RtamtInputError):
+        other.load_state_dict(a.state_dict())
+    assert other.state_arrays().keys() == before["arrays"].keys()
+    assert other.blocks_processed == 0 and math.isnan(other.integrated)
 
 
 # ---------------------------------------------------------------- snapshots
