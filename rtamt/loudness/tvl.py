@@ -330,15 +330,15 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
         if self._meta is None:
             self._start(rows.shape[0], lead, mode, arr.dtype)
 
-    def _state_leaves(self):
+    def state_leaves(self):
         if self._meta is None:
             return []
         if not self._mode_batches(self._meta[1]):
             return None
-        return super()._state_leaves()
+        return super().state_leaves()
 
-    def _bump(self, k: int = 1) -> None:
-        super()._bump(k)
+    def advance_blocks(self, k: int = 1) -> None:
+        super().advance_blocks(k)
         self._block += k
 
     def __call__(self, x) -> dict:
@@ -359,13 +359,13 @@ class TimeVaryingLoudness(CalibratedModel, StageGroup):
 
             r64 = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64))
             out = self.process(self.coeffs, state, r64.to(self.device), lead, mode)
-            self._bump()
+            self.advance_blocks()
             tdt = torch.float32 if dt == np.float32 else torch.float64
             return {k: (v.to(tdt) if k != "frame_time" else
                         torch.from_numpy(v).to(self.device)) for k, v in out.items()}
         out = self.process(self.coeffs, state, rows.astype(np.float64, copy=False), lead,
                            mode)
-        self._bump()
+        self.advance_blocks()
         return {k: back(v.astype(dt) if k != "frame_time" else v) for k, v in out.items()}
 
     def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:

@@ -21,7 +21,7 @@ import numpy as np
 from ..engine import contract as streaming
 from ..engine.contract import RtamtInputError
 from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
-from .outputs import OutputPool, takes_out
+from .outputs import OutputPool, pools_outputs
 
 if TYPE_CHECKING:
     from .costs import CostModel
@@ -36,7 +36,7 @@ def make_runner(proto, n: int):
     r = copy.deepcopy(proto)
     sd = proto.state_dict()
     r.load_state_dict(streaming.stack_states([sd] * n))
-    leaves = r._state_leaves()
+    leaves = r.state_leaves()
     return r, leaves, [h[k] for h, k, _ in leaves]
 
 
@@ -74,10 +74,11 @@ class Group:
         self.runners: dict[int, list] = {}
         #: batched copies built per batch size (in the pool or in a call)
         self.built: dict[int, int] = {}
-        #: the processor writes its output into a given array (``proc(x, out=...)``):
-        #: every batched call's output goes to memory from the pool of its batch size
+        #: the processor writes its output into a given numpy array (``proc(x, out=...)``,
+        #: :func:`~rtamt.scheduler.outputs.pools_outputs`, decided here once): every
+        #: batched call's output goes to memory from the pool of its batch size
         #: (:meth:`take_out`, under the scheduler's lock)
-        self.writes_out = proto is not None and takes_out(proto)
+        self.writes_out = proto is not None and pools_outputs(proto)
         self.out_pools: dict[int, OutputPool] = {}
         #: the most results a member keeps (its ``history``; set by :meth:`add`)
         self.history = 1
@@ -93,7 +94,7 @@ class Group:
         if batchable:
             sd = proto.state_dict()["stream"]
             self.stream_batch = sd.get("batch")
-            leaves = proto._state_leaves()
+            leaves = proto.state_leaves()
             # (axis, shape, a leaf to copy dtype / library / device from: numpy arrays on
             # the numba backend, tensors on a device on the Triton backend)
             self.spec = [(axis, tuple(h[k].shape), h[k]) for h, k, axis in leaves]
@@ -120,7 +121,7 @@ class Group:
         """Write the stream's state into its slot and point the processor at the slot."""
         if not self.batchable:
             return
-        leaves = s.proc._state_leaves()
+        leaves = s.proc.state_leaves()
         if leaves is None or len(leaves) != len(self.spec):
             raise RtamtInputError(f"{s.name}: the processor's state does not fit its group")
         for j, (h, k, _) in enumerate(leaves):
@@ -165,7 +166,7 @@ class Group:
         buffer (the slot is freed)."""
         s.flush_bumps()
         if self.batchable and s.slot >= 0:
-            leaves = s.proc._state_leaves() or []
+            leaves = s.proc.state_leaves() or []
             for h, k, _ in leaves:
                 h[k] = copy_leaf(h[k])
             if self.shares_input(s):
@@ -188,7 +189,7 @@ class Group:
             self._share_input(s)
         self.members.append(s)
         s.group = self
-        s.out_pool = OutputPool() if takes_out(s.proc) else None
+        s.out_pool = OutputPool() if pools_outputs(s.proc) else None
         self.history = max(self.history, int(s.options.history))
 
     def out_depth(self, n: int) -> int:

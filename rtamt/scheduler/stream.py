@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..engine.backend import host_samples
 from ..engine.contract import FLOATS, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.parallel import Parallel
-from ..engine.stage import as_numpy_block
 from .options import POLICIES, StreamOptions
 from .ring import InputRing
 
@@ -237,10 +237,11 @@ def as_chunk(block, label) -> np.ndarray:
     for integer PCM.  ``label()`` names the stream and the block (called only to refuse).
     The shape is the ring's to check (:meth:`~rtamt.scheduler.ring.InputRing.shaped`; a
     numpy scalar of a float type is refused there, as a chunk of shape ``()``).  Not the
-    hot path: a push calls it only for what has no float32 / float64 ``dtype``."""
+    hot path: a push calls it only for what has no float32 / float64 ``dtype``; what is
+    an array and what a tensor is :func:`rtamt.engine.backend.host_samples`'s to tell."""
     try:                          # an array, a tensor, or refused as the models refuse it
-        arr = as_numpy_block(block)[0]
-    except RtamtInputError as e:
+        arr = host_samples(block)
+    except ValueError as e:
         raise RtamtInputError(f"{label()}: {e}; nothing queued") from None
     if arr.dtype not in FLOATS:
         try:
@@ -743,7 +744,7 @@ class Stream:
         """Count the blocks that batched calls processed into the processor's own block
         counters (the ``block`` of its state; done between blocks, not per call)."""
         if self.bumps:
-            self.proc._bump(self.bumps)
+            self.proc.advance_blocks(self.bumps)
             self.bumps = 0
 
     def _count_status(self, st: int) -> None:
