@@ -1,10 +1,13 @@
 """One scheduled stream: the input side (ring, re-blocking, overload policy, source
 watchdog), the output side (latest / history / subscribers) and its accounting.
 
-A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns.  Its processing
-happens in the scheduler's worker threads; everything here runs either in the producer's
-thread (:meth:`Stream.push`, :meth:`Stream.callback`: no lock, one copy) or under the
-scheduler's lock (:meth:`Stream.intake`: move queued input into the next block).
+A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns; the scheduler's side
+of it (its group and row there, the block being assembled, whether a block is ready or in
+flight) is its :class:`~rtamt.scheduler.slot.StreamSlot` (``stream.slot``), which the
+groups batch.  Its processing happens in the scheduler's worker threads; everything here
+runs either in the producer's thread (:meth:`Stream.push`, :meth:`Stream.callback`: no
+lock, one copy) or under the scheduler's lock (:meth:`Stream.intake`: move queued input
+into the next block).
 
 A stream reaches its scheduler only through the
 :class:`~rtamt.scheduler.link.SchedulerLink` it was given (``stream.link``), and the

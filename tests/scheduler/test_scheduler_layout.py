@@ -206,3 +206,42 @@ def test_the_scheduler_tests_no_array_type_and_the_engine_leaves_do_it():
         cat = leaves.zeros_like_leaf((2, 9), st)
         leaves.concat_slots(st, idx, 1, cat)
         assert np.array_equal(np.asarray(cat), np.concatenate(list(store[idx]), axis=1))
+
+
+def test_a_stream_is_a_handle_and_a_slot_and_the_group_owns_the_states():
+    """Issue 40 item 5: ``open`` returns the user's handle; the scheduler's side is
+    ``stream.slot`` (a StreamSlot: group, row, block buffer, bookkeeping).  The group's
+    store owns the stacked states: each stream's processor holds views of its row (the
+    public ``state_leaves``), and batched calls count their blocks into the processor
+    through ``advance_blocks`` between blocks (the snapshot's block counter)."""
+    from rtamt.scheduler.slot import StreamSlot
+
+    with Scheduler(threads=1, realtime=None, max_batch=4) as s:
+        hs = [_open(s, admission="best-effort", name=f"s{i}") for i in range(3)]
+        g = hs[0].group
+        assert g.batchable and all(h.group is g for h in hs)
+        for i, h in enumerate(hs):
+            sl = h.slot
+            assert type(sl) is StreamSlot and sl.group is g and sl.proc is h.proc
+            assert g.slots[sl.index] is sl and sl.name == f"s{i}"
+            for j, (hold, key, _) in enumerate(h.proc.state_leaves()):
+                assert np.shares_memory(hold[key], g.store[j][sl.index])
+            assert np.shares_memory(sl.block_buf, g.inbuf[sl.index])
+        with pytest.raises(AttributeError):
+            hs[0].busy = True                   # the handle reads, the scheduler writes
+        assert len({h.slot.index for h in hs}) == 3
+        x = np.full(64 * 5, 0.01)
+        for h in hs:
+            h.push(x, wait=True)
+        for h in hs:
+            assert h.wait_idle(30)
+        assert max(h.stats().batch_mean for h in hs) > 1.0      # batched calls ran
+        snaps = [h.snapshot() for h in hs]
+        assert [sn["state"]["block"] for sn in snaps] == [5, 5, 5]
+        assert all(h.slot.bumps == 0 for h in hs)               # counted in by now
+        hs[1].close()
+        assert hs[1].slot.group is None and hs[1].slot.index == -1
+        assert hs[1].group is None and g.slots.count(None) >= 1
+        # the closed stream's processor owns its state again: a copy, not the store's row
+        for j, (hold, key, _) in enumerate(hs[1].proc.state_leaves()):
+            assert not np.shares_memory(hold[key], g.store[j])
