@@ -291,8 +291,8 @@ class Group:
             self.runners[n] = []
         return self._new_runner(n)
 
-    def run(self, streams: list, out=None) -> list:
-        """Process the ready block of every slot in ``streams`` (the streams'
+    def run(self, slots: list, out=None) -> list:
+        """Process the ready block of every slot in ``slots`` (the streams'
         :class:`~rtamt.scheduler.slot.StreamSlot` objects, sorted by index, same length,
         same shared state) in one call; returns each one's output.  ``out``:
         the array the batched output is written into (from :meth:`take_out`; None: the
@@ -303,14 +303,14 @@ class Group:
         for that stream: the outputs (tensors on the device) are complete when this
         returns."""
         if self.cuda_stream is None:
-            return self._call(streams, None, out)
+            return self._call(slots, None, out)
         import torch
         pool, cs = self.staging, self.cuda_stream
         # state written on the default stream (attach, move, restore) comes first
         cs.wait_stream(torch.cuda.default_stream(cs.device))
         try:
             with torch.cuda.stream(cs):
-                return self._call(streams, pool)
+                return self._call(slots, pool)
         finally:
             cs.synchronize()
 
@@ -361,10 +361,10 @@ class Group:
         if pool is not None:
             pool[(tuple(x.shape), x.numpy().dtype.str)].append(x)
 
-    def _call(self, streams: list, pool, out=None) -> list:
-        n = len(streams)
+    def _call(self, slots: list, pool, out=None) -> list:
+        n = len(slots)
         if not self.batchable or (n == 1 and pool is not None):
-            s = streams[0]
+            s = slots[0]
             if pool is None:
                 op = s.out_pool
                 if op is None:
@@ -381,7 +381,7 @@ class Group:
         obj, leaves, bufs, _ = runner
         x = None
         try:
-            idx = [s.index for s in streams]
+            idx = [s.index for s in slots]
             contiguous = idx[-1] - idx[0] == n - 1
             set_ = []
             for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
@@ -400,10 +400,10 @@ class Group:
                 h[k] = v
                 set_.append(v)
             if pool is None and all(s.fill == self.block and self.shares_input(s)
-                                    for s in streams):
+                                    for s in slots):
                 x = self._input_rows(idx, contiguous, runner)
             else:
-                x = self._input([s.block_input() for s in streams], pool, runner)
+                x = self._input([s.block_input() for s in slots], pool, runner)
             xb = self._rows(x, n)
             if not self.writes_out or pool is not None:
                 out = obj(xb)
@@ -432,7 +432,7 @@ class Group:
                         st[i][...] = buf[sl]
             b = self.stream_batch
             outs = []
-            for p, s in enumerate(streams):
+            for p, s in enumerate(slots):
                 s.bumps += 1          # counted into the processor between blocks
                 outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
             return outs
