@@ -47,14 +47,24 @@ def make_runner(proto, n: int):
     return r, leaves, [h[k] for h, k, _ in leaves]
 
 
-def _split(obj, out, sl):
-    """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
-    if isinstance(out, dict):
-        sub = getattr(obj, "children_map", None)
-        if sub is not None:
-            return {k: _split(sub[k], v, sl) for k, v in out.items()}
-        ub = getattr(obj, "unbatched_outputs", ())
-        return {k: (v if k in ub else v[sl]) for k, v in out.items()}
+def splitter(obj, out):
+    """How a batched call's output of ``obj`` is cut by stream, decided once per group
+    from its first output ``out`` (not per call): ``f(out, sl)`` is stream ``sl``'s part
+    (``sl`` an index or a slice of the batch axis).  One output: its rows; the outputs of
+    a :class:`~rtamt.engine.parallel.Parallel` (``children_map``): each child's part, cut
+    as that child's; any other dict of outputs: each one's rows, those the object names
+    in ``unbatched_outputs`` (shared by the streams of a call) whole."""
+    if not isinstance(out, dict):
+        return _rows
+    sub = getattr(obj, "children_map", None)
+    if sub is not None:
+        parts = {k: splitter(sub[k], v) for k, v in out.items()}
+        return lambda o, sl: {k: parts[k](v, sl) for k, v in o.items()}
+    ub = frozenset(getattr(obj, "unbatched_outputs", ()))
+    return lambda o, sl: {k: (v if k in ub else v[sl]) for k, v in o.items()}
+
+
+def _rows(out, sl):
     return out[sl]
 
 
@@ -64,6 +74,8 @@ class Group:
 
     #: the group's index in the scheduler's call trace (set when a call is picked)
     trace_index = 0
+    #: how a batched call's output is cut by stream (:func:`splitter`, made on the first)
+    split = None
 
     def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
                  batchable: bool, max_batch: int, device=None):
@@ -431,10 +443,13 @@ class Group:
                         sl = (slice(None),) * axis + (slice(p * r, (p + 1) * r),)
                         st[i][...] = buf[sl]
             b = self.stream_batch
+            split = self.split
+            if split is None:
+                split = self.split = splitter(obj, out)
             outs = []
             for p, s in enumerate(slots):
                 s.bumps += 1          # counted into the processor between blocks
-                outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
+                outs.append(split(out, p if b is None else slice(p * b, (p + 1) * b)))
             return outs
         finally:
             for (h, k, _), buf in zip(leaves, bufs):
