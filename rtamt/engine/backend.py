@@ -39,7 +39,7 @@ from .contract import RtamtInputError
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
            "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
            "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io", "require_numpy",
-           "block_movers"]
+           "block_movers", "host_samples", "triton_available"]
 
 BACKENDS = ("numba", "triton")
 
@@ -94,7 +94,24 @@ def _on_device(a: np.ndarray, device):
     return t if t.device == device else t.to(device)
 
 
-def _triton_available() -> str | None:
+def host_samples(x: Any) -> np.ndarray:
+    """Samples a producer hands over (a scheduled stream's ``push``), as a numpy array on
+    the host: a numpy array itself, a torch tensor of float32 / float64 as a view (CPU) or
+    a host copy (another device).  Raises :class:`ValueError` naming what was given for
+    anything else (a list, a scalar, a tensor of another dtype); the caller says which
+    stream and block.  The dtype of a numpy array is the caller's to check."""
+    if isinstance(x, np.ndarray):
+        return x
+    if is_tensor(x):
+        import torch
+        if x.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"torch dtype {x.dtype} is not supported; expected "
+                             "torch.float32 or torch.float64")
+        return x.detach().to("cpu").numpy()
+    raise ValueError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
+
+
+def triton_available() -> str | None:
     try:
         import triton  # noqa: F401
     except ImportError as e:
@@ -145,7 +162,7 @@ def resolve(backend: str | None, device: Any = None) -> tuple[str, Any]:
         return "numba", None
     if dev is not None and dev.type not in ("cpu", "cuda"):
         raise RtamtBackendError(f"device {str(dev)!r} is not supported (cpu or cuda)")
-    why = _triton_available()
+    why = triton_available()
     if dev is not None and dev.type == "cuda" and not torch.cuda.is_available():
         raise RtamtBackendError(_no_cuda(torch, dev) + (
             "" if why is None else

@@ -112,12 +112,12 @@ class Registered:
 
     * ``prepare(x)`` creates the state of a stream whose blocks look like ``x`` without
       processing anything (the state a first block would start from);
-    * ``_state_leaves()`` lists the live state arrays as ``(holder, key, axis)``:
+    * ``state_leaves()`` lists the live state arrays as ``(holder, key, axis)``:
       ``holder[key]`` is the array, ``axis`` its batch axis, or ``None`` for a value that
       all streams of one call share (a frame clock, a resampler phase); ``None`` instead
       of a list means the object does not expose its state (the scheduler then runs
       each of its streams alone);
-    * ``_bump(k)`` counts ``k`` processed blocks (the ``block`` of :meth:`state_dict`)
+    * ``advance_blocks(k)`` counts ``k`` processed blocks (the ``block`` of :meth:`state_dict`)
       that a batched copy of the object processed for it;
     * ``unbatched_outputs`` names outputs that have no batch axis (shared by the streams
       of one call, e.g. frame times).
@@ -129,10 +129,10 @@ class Registered:
         super().__init_subclass__(**kw)
         register_kind(cls)
 
-    def _state_leaves(self):
+    def state_leaves(self):
         return None
 
-    def _bump(self, k: int = 1) -> None:
+    def advance_blocks(self, k: int = 1) -> None:
         pass
 
 

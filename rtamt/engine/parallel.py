@@ -80,19 +80,19 @@ class Parallel(contract.Composite):
             if p is not None:
                 p(x)
 
-    def _state_leaves(self):
+    def state_leaves(self):
         out = []
         for c in self.children_map.values():
-            lv = c._state_leaves() if hasattr(c, "_state_leaves") else None
+            lv = c.state_leaves() if hasattr(c, "state_leaves") else None
             if lv is None:
                 return None
             out.extend(lv)
         return out
 
-    def _bump(self, k: int = 1) -> None:
+    def advance_blocks(self, k: int = 1) -> None:
         self._block += k
         for c in self.children_map.values():
-            c._bump(k)
+            c.advance_blocks(k)
 
     def reset(self) -> None:
         for c in self.children_map.values():

@@ -107,7 +107,7 @@ class Stateless(Registered):
     def prepare(self, x) -> None:
         """Nothing to create: a stateless processor has no state."""
 
-    def _state_leaves(self) -> list:
+    def state_leaves(self) -> list:
         return []
 
     def reset(self) -> None:
@@ -407,14 +407,14 @@ class Stage(Registered):
         xt, lead, n_in = self._check(arr, declare=True)
         self._ensure_state(lead, n_in, arr.dtype)
 
-    def _state_leaves(self) -> list:
+    def state_leaves(self) -> list:
         st = self._state
         if st is None:
             return []
         return [(st, k, None if k in self.shared_state else self.batch_axes.get(k, 0))
                 for k in st]
 
-    def _bump(self, k: int = 1) -> None:
+    def advance_blocks(self, k: int = 1) -> None:
         self._block += k
 
     def __call__(self, x, out=None):
@@ -634,10 +634,10 @@ class StageGroup(contract.Composite):
         contract.load_all_or_none(self.name, self.stages, ch)
         self._rebound()
 
-    def _state_leaves(self) -> list:
-        return [leaf for s in self.stages for leaf in s._state_leaves()]
+    def state_leaves(self) -> list:
+        return [leaf for s in self.stages for leaf in s.state_leaves()]
 
-    def _bump(self, k: int = 1) -> None:
+    def advance_blocks(self, k: int = 1) -> None:
         for s in self.stages:
             s._block += k
 

@@ -905,7 +905,7 @@ class LoudnessMeter(StageGroup):
             tp.process_tm(tp.coeffs, tp.state, xt)
         else:
             peak.result()
-        self._bump()                                    # every stage's block counter
+        self.advance_blocks()                   # every stage's block counter
         k, e_m, e_s = rows[0, :, 0], rows[0, :, 1], rows[0, :, 2]
         s["samples"] += xt.shape[1]
         if n:
@@ -1073,7 +1073,7 @@ def _from_v1(meter: LoudnessMeter, sd: dict) -> dict:
     fresh.gated.add_gating_blocks(np.asarray(a["gate_e"], np.float64).ravel())
     fresh._s.update(samples=int(a["samples"]), momentary=float(a["momentary"]),
                     short_term=float(a["short_term"]))
-    fresh._bump(int(a["block"]))                 # the meter's block count in every stage
+    fresh.advance_blocks(int(a["block"]))     # the meter's block count in every stage
     sd = fresh.state_dict()
     sd["children"][fresh.gated.name]["arrays"]["integrated"] = float(a["integrated"])
     return sd

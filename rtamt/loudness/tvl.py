@@ -350,15 +350,15 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
         if self._meta is None:
             self._start(rows.shape[0], lead, mode, arr.dtype)
 
-    def _state_leaves(self):
+    def state_leaves(self):
         if self._meta is None:
             return []
         if not self._mode_batches(self._meta[1]):
             return None
-        return super()._state_leaves()
+        return super().state_leaves()
 
-    def _bump(self, k: int = 1) -> None:
-        super()._bump(k)
+    def advance_blocks(self, k: int = 1) -> None:
+        super().advance_blocks(k)
         self._block += k
 
     def __call__(self, x) -> dict:
@@ -379,7 +379,7 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
             self._start(rows.shape[0], lead, mode, arr.dtype)
         state = {s.name: s._state for s in self.stages}
         out = self.process(self.coeffs, state, io.rows(rows), lead, mode)
-        self._bump()
+        self.advance_blocks()
         return io.hand_out(out, arr.dtype, back, self._host_outputs)
 
     def process(self, coeffs, state: dict, rows, lead=(), mode=None) -> dict:

@@ -399,7 +399,7 @@ class Scheduler:
         prep = getattr(proc, "prepare", None)
         if prep is not None:
             prep(example)
-        leaves = proc._state_leaves() if hasattr(proc, "_state_leaves") else None
+        leaves = proc.state_leaves() if hasattr(proc, "state_leaves") else None
         # stateless objects run alone: nothing to batch, and their batched output layout
         # is not known
         batchable = bool(getattr(proc, "batchable", False)) and bool(leaves)

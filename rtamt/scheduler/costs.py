@@ -116,7 +116,7 @@ def measure_overhead(proc, fs: float, example, max_batch: int, blocks: int = 200
     from .core import Scheduler  # the scheduler measures itself
     from .trace import CallTrace
 
-    batched = getattr(proc, "batchable", False) and proc._state_leaves() is not None
+    batched = getattr(proc, "batchable", False) and proc.state_leaves() is not None
     k = min(4, max_batch) if batched else 1
     x1 = np.zeros(example.shape[:-1] + (1,), example.dtype)
     per_n = {}
@@ -223,7 +223,7 @@ class CostTable(dict):
         every = getattr(proto, "process_all", None)
         every = nbytes(every(x1)) if every is not None else 0
         self.memory[dkey] = (nbytes(out) / T, max(every - nbytes(out), 0) / T)
-        leaves = proto._state_leaves() if getattr(proto, "batchable", False) else None
+        leaves = proto.state_leaves() if getattr(proto, "batchable", False) else None
         if leaves is not None:
             k = min(8, self.max_batch) if self.max_batch > 1 else 1
         else:
@@ -283,7 +283,7 @@ class CostTable(dict):
         t1 = _best(probe, x1, int(min(max(0.05 // max(guess, 1e-9), 1), 5)), np.median)[0]
         per = base.per_sample_s
         k = min(8, self.max_batch)
-        if block < self.T_REF and k > 1 and probe._state_leaves() is not None \
+        if block < self.T_REF and k > 1 and probe.state_leaves() is not None \
                 and getattr(probe, "batchable", False):
             tk = _best(make_runner(proc, k)[0], _stacked(proc, x1, k), 5, np.median)[0]
             per = max((tk - t1) / ((k - 1) * block), 0.0)

@@ -185,9 +185,9 @@ class Dispatcher:
         """Delivery thread: hand back stream ``s`` if it was held for its subscribers and
         their queue has room now (as a call's hand-back does)."""
         with self.cv:
-            if not s.held_by_subscribers or s.subscribers_full():
+            if not s.slot.held_by_subscribers or s.subscribers_full():
                 return
-            s.held_by_subscribers = False
+            s.slot.held_by_subscribers = False
             self._hand_back(s, _perf())
             self.cv.notify_all()
         self.ring()
@@ -195,7 +195,7 @@ class Dispatcher:
     def _hand_back(self, s, now: float) -> None:
         """Under the lock, after a call: the stream is free for its next block (or its
         close goes on)."""
-        s.busy = False
+        s.slot.busy = False
         if s.closing:
             self.progress_close(s, now)
         else:
@@ -221,14 +221,15 @@ class Dispatcher:
             ready, d, partial, expected = [], math.inf, False, 0
             recent, B = now - 2.0 * g.period, g.block
             for s in g.members:
-                if s.busy:
+                sl = s.slot
+                if sl.busy:
                     continue
-                if s.ready:
+                if sl.ready:
                     ready.append(s)
                     expected += 1
-                    if s.deadline < d:
-                        d = s.deadline
-                    if s.fill != B:
+                    if sl.deadline < d:
+                        d = sl.deadline
+                    if sl.fill != B:
                         partial = True
                 elif s.t_push > recent and not s.closed:
                     expected += 1
@@ -236,7 +237,7 @@ class Dispatcher:
                 continue
             if not partial and len(ready) < min(expected, g.max_batch):
                 n_exp = min(expected, g.max_batch)
-                t0 = min(s.t_ready for s in ready)
+                t0 = min(s.slot.t_ready for s in ready)
                 until = min(t0 + self.max_queue_delay, d - 2.0 * g.cost.cost(n_exp, g.block))
                 if now < until:
                     wake = min(wake, until)
@@ -245,22 +246,22 @@ class Dispatcher:
         if best is None:
             return None, wake
         g, ready = best
-        ready.sort(key=lambda s: s.deadline)
+        ready.sort(key=lambda s: s.slot.deadline)
         first = ready[0]
-        if first.fill != g.block:
+        if first.slot.fill != g.block:
             job = [first]
         else:
-            ready = [s for s in ready if s.fill == g.block]
+            ready = [s for s in ready if s.slot.fill == g.block]
             if g.has_shared:
-                k0 = g.shared_key(first)
-                ready = [s for s in ready if g.shared_key(s) == k0]
+                k0 = g.shared_key(first.slot)
+                ready = [s for s in ready if g.shared_key(s.slot) == k0]
             share = max(1, self._idle + 1)
             size = min(g.max_batch, max(1, math.ceil(len(ready) / share)))
             job = ready[:size]
-            job.sort(key=lambda s: s.slot)
+            job.sort(key=lambda s: s.slot.index)
         for s in job:
-            s.busy = True
-            s.ready = False
+            s.slot.busy = True
+            s.slot.ready = False
         g.inflight += 1
         if self.trace is not None:
             g.trace_index = self.trace.group_index(g.key, g.label)
@@ -334,17 +335,18 @@ class Dispatcher:
 
     def _more_work(self, now: float) -> bool:
         """Under the lock: is any stream's block ready and not taken?"""
-        return any(s.ready and not s.busy for g in self.groups.values() for s in g.members)
+        return any(s.slot.ready and not s.slot.busy
+                   for g in self.groups.values() for s in g.members)
 
     def _run(self, g, job: list, out=None, wid: int = 0) -> None:
         """Run one call (outside the lock), publish, then hand the streams back (and
         record the call in :attr:`trace`, if any)."""
         tr = self.trace
-        dl = min(s.deadline for s in job) if tr is not None else 0.0
+        dl = min(s.slot.deadline for s in job) if tr is not None else 0.0
         t0 = _perf()
         err = None
         try:
-            outs = g.run(job, out)
+            outs = g.run([s.slot for s in job], out)
         except RtamtInputError as e:      # a block slipped past intake's checks
             outs, err = None, e
         except Exception as e:  # noqa: BLE001 - reported on the streams, the worker lives
@@ -352,7 +354,7 @@ class Dispatcher:
         t1 = _perf()
         n = len(job)
         if outs is not None:
-            g.cost.observe(n, job[0].fill, t1 - t0)
+            g.cost.observe(n, job[0].slot.fill, t1 - t0)
             share = (t1 - t0) / n
             for s, o in zip(job, outs):
                 key = s.out_key
@@ -431,12 +433,13 @@ class Dispatcher:
         """Scheduler not running: process the stream's queue in the caller's thread."""
         while _perf() < end and not s.closed:
             s.intake(_perf())
-            if not s.ready:
-                if not s.fill:
+            sl = s.slot
+            if not sl.ready:
+                if not sl.fill:
                     return
-                s.ready, s.t_capture = True, None
-            g = s.group
-            s.busy, s.ready = True, False
+                sl.ready, sl.t_capture = True, None
+            g = sl.group
+            sl.busy, sl.ready = True, False
             g.inflight += 1
             self.cv.release()
             try:
@@ -455,14 +458,14 @@ class Dispatcher:
                     raise RuntimeError(f"stream {s.name!r}: no gap between blocks within "
                                        f"{timeout} s")
                 self.cv.wait(min(left, 0.05))
-            s.busy = True
-            s.ready = False
+            s.slot.busy = True
+            s.slot.ready = False
         try:
-            s.flush_bumps()
+            s.slot.flush_bumps()
             return fn()
         finally:
             with self.cv:
-                s.busy = False
+                s.slot.busy = False
                 if not s.closed and not s.closing:
                     s.intake(_perf())
                 self.cv.notify_all()
@@ -475,9 +478,9 @@ class Dispatcher:
         if prep is not None:
             prep(np.zeros((1,) if s.channels == 1 else (s.channels, 1), s.dtype))
         g = s.group
-        if g is not None and g.batchable and s.slot >= 0:
+        if g is not None and g.batchable and s.slot.index >= 0:
             with self.cv:
-                g.attach(s)
+                g.attach(s.slot)
 
     def quiesce(self, g, timeout: float = 5.0) -> None:
         """Under the lock: wait until no call of ``g`` is in flight (its store may move)."""

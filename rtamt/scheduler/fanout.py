@@ -93,7 +93,7 @@ class FanOut:
         missed the first blocks' deadlines).  Should it fail, the first push meets the
         failure and falls back to the per-stream intake, saying so (as it would anyway)."""
         for inbuf in {id(s.group.inbuf): s.group.inbuf for s in self.streams
-                      if s.group is not None and s.group.shares_input(s)}.values():
+                      if s.group is not None and s.group.shares_input(s.slot)}.values():
             try:
                 take_rows(self.bank.data, self._cols[:0], 0, self.block, inbuf,
                           self._slots[:0], self.streams[0].limit, self._ok)
@@ -201,7 +201,7 @@ class FanOut:
                 if m.group is g0:
                     fast[n] = m
                     cols[n] = c
-                    slots[n] = m.slot
+                    slots[n] = m.slot.index
                     n += 1
                     continue
             rest.append(m)

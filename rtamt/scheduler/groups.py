@@ -1,12 +1,19 @@
 """Groups: the streams of one design batched into one call per stage.
 
-A :class:`Group` keeps its members' states in one slot store (the stream's own processor
-holds views of its slot).  A batched call gathers the members' slots (a view when the
-slots are contiguous) into a batched copy of the processor (:func:`make_runner`), so
-every kernel runs each stream's lanes with exactly the arithmetic it runs alone; outputs
-are split back by stream.  States that all streams of a call must share (a loudness
-model's frame clock, a resampler's phase) partition the ready streams
-(:meth:`Group.shared_key`): only streams at the same value share a call.
+A :class:`Group` owns its members' states: one store per state leaf, a row per
+:class:`~rtamt.scheduler.slot.StreamSlot` (``slot.index``); the stream's own processor
+holds views of its row (between blocks it reads and writes them as ever: snapshot,
+restore, reset).  A batched call gathers the rows of its slots (a view when they are
+contiguous) into a batched copy of the processor (:func:`make_runner`), runs it and
+writes the rows back, so every kernel runs each stream's lanes with exactly the
+arithmetic it runs alone; outputs are split back by stream.  The group reaches a
+processor only through the public batching protocol of :mod:`rtamt.engine.contract`:
+``state_dict`` / ``load_state_dict`` / :func:`~rtamt.engine.contract.stack_states` to
+build a batched copy, ``state_leaves()`` for the arrays to point at the rows, and
+``advance_blocks(k)`` (:meth:`StreamSlot.flush_bumps`) for the block counter.  States
+that all streams of a call must share (a loudness model's frame clock, a resampler's
+phase) partition the ready streams (:meth:`Group.shared_key`): only streams at the same
+value share a call.
 
 Which streams a call takes, and when, is :mod:`rtamt.scheduler.dispatch`'s concern; a
 group only runs the call it is given.
@@ -21,7 +28,7 @@ import numpy as np
 from ..engine import contract as streaming
 from ..engine.contract import RtamtInputError
 from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
-from .outputs import OutputPool, takes_out
+from .outputs import OutputPool, pools_outputs
 
 if TYPE_CHECKING:
     from .costs import CostModel
@@ -36,18 +43,28 @@ def make_runner(proto, n: int):
     r = copy.deepcopy(proto)
     sd = proto.state_dict()
     r.load_state_dict(streaming.stack_states([sd] * n))
-    leaves = r._state_leaves()
+    leaves = r.state_leaves()
     return r, leaves, [h[k] for h, k, _ in leaves]
 
 
-def _split(obj, out, sl):
-    """Stream ``sl``'s part of a batched call's output ``out`` of ``obj``."""
-    if isinstance(out, dict):
-        sub = getattr(obj, "children_map", None)
-        if sub is not None:
-            return {k: _split(sub[k], v, sl) for k, v in out.items()}
-        ub = getattr(obj, "unbatched_outputs", ())
-        return {k: (v if k in ub else v[sl]) for k, v in out.items()}
+def splitter(obj, out):
+    """How a batched call's output of ``obj`` is cut by stream, decided once per group
+    from its first output ``out`` (not per call): ``f(out, sl)`` is stream ``sl``'s part
+    (``sl`` an index or a slice of the batch axis).  One output: its rows; the outputs of
+    a :class:`~rtamt.engine.parallel.Parallel` (``children_map``): each child's part, cut
+    as that child's; any other dict of outputs: each one's rows, those the object names
+    in ``unbatched_outputs`` (shared by the streams of a call) whole."""
+    if not isinstance(out, dict):
+        return _rows
+    sub = getattr(obj, "children_map", None)
+    if sub is not None:
+        parts = {k: splitter(sub[k], v) for k, v in out.items()}
+        return lambda o, sl: {k: parts[k](v, sl) for k, v in o.items()}
+    ub = frozenset(getattr(obj, "unbatched_outputs", ()))
+    return lambda o, sl: {k: (v if k in ub else v[sl]) for k, v in o.items()}
+
+
+def _rows(out, sl):
     return out[sl]
 
 
@@ -57,6 +74,8 @@ class Group:
 
     #: the group's index in the scheduler's call trace (set when a call is picked)
     trace_index = 0
+    #: how a batched call's output is cut by stream (:func:`splitter`, made on the first)
+    split = None
 
     def __init__(self, key, label: str, proto, block: int, fs: float, cost: CostModel,
                  batchable: bool, max_batch: int, device=None):
@@ -74,10 +93,11 @@ class Group:
         self.runners: dict[int, list] = {}
         #: batched copies built per batch size (in the pool or in a call)
         self.built: dict[int, int] = {}
-        #: the processor writes its output into a given array (``proc(x, out=...)``):
-        #: every batched call's output goes to memory from the pool of its batch size
+        #: the processor writes its output into a given numpy array (``proc(x, out=...)``,
+        #: :func:`~rtamt.scheduler.outputs.pools_outputs`, decided here once): every
+        #: batched call's output goes to memory from the pool of its batch size
         #: (:meth:`take_out`, under the scheduler's lock)
-        self.writes_out = proto is not None and takes_out(proto)
+        self.writes_out = proto is not None and pools_outputs(proto)
         self.out_pools: dict[int, OutputPool] = {}
         #: the most results a member keeps (its ``history``; set by :meth:`add`)
         self.history = 1
@@ -93,7 +113,7 @@ class Group:
         if batchable:
             sd = proto.state_dict()["stream"]
             self.stream_batch = sd.get("batch")
-            leaves = proto._state_leaves()
+            leaves = proto.state_leaves()
             # (axis, shape, a leaf to copy dtype / library / device from: numpy arrays on
             # the numba backend, tensors on a device on the Triton backend)
             self.spec = [(axis, tuple(h[k].shape), h[k]) for h, k, axis in leaves]
@@ -116,22 +136,23 @@ class Group:
         self.slots = slots + [None] * (S - len(slots))
 
     # -- state attachment (scheduler lock; the stream not in flight) -------------------
-    def attach(self, s) -> None:
-        """Write the stream's state into its slot and point the processor at the slot."""
+    def attach(self, sl) -> None:
+        """Write the state of slot ``sl``'s processor into its rows of the store and point
+        the processor's state arrays at them."""
         if not self.batchable:
             return
-        leaves = s.proc._state_leaves()
+        leaves = sl.proc.state_leaves()
         if leaves is None or len(leaves) != len(self.spec):
-            raise RtamtInputError(f"{s.name}: the processor's state does not fit its group")
+            raise RtamtInputError(f"{sl.name}: the processor's state does not fit its group")
         for j, (h, k, _) in enumerate(leaves):
-            v = self.store[j][s.slot]
+            v = self.store[j][sl.index]
             if h[k] is not v:
                 v[...] = h[k]
                 h[k] = v
 
     def _share_input(self, s) -> None:
-        """Make the stream's block buffer (``s.block_buf``, ``(block, channels)``) a view of its
-        slot's row of :attr:`inbuf` (``(channels, block)``, transposed), keeping what it
+        """Make slot ``s``'s block buffer (``s.block_buf``, ``(block, channels)``) a view of its
+        row of :attr:`inbuf` (``(channels, block)``, transposed), keeping what it
         holds: the blocks of streams in neighbouring slots then lie side by side, and a
         call of contiguous slots reads its input without stacking it.  CPU groups only
         (a CUDA group stages its input in pinned memory)."""
@@ -147,49 +168,53 @@ class Group:
             if old is not None:
                 buf[:old.shape[0]] = old
             self.inbuf = buf
-            for m in self.members:                  # move the others' rows along
-                if m is not s and m.slot >= 0 and old is not None and m.block_buf.base is old:
-                    m.block_buf = buf[m.slot].T
-        view = buf[s.slot].T
+            for m in self.slots:                    # move the others' rows along
+                if m is not None and m is not s and old is not None \
+                        and m.block_buf.base is old:
+                    m.block_buf = buf[m.index].T
+        view = buf[s.index].T
         if acc is not view:
             view[...] = acc
             s.block_buf = view
 
     def shares_input(self, s) -> bool:
-        """Does the stream's block buffer live in its slot's row of :attr:`inbuf`?"""
+        """Does slot ``s``'s block buffer live in its row of :attr:`inbuf`?"""
         buf = self.inbuf
-        return buf is not None and s.slot >= 0 and s.block_buf.base is buf
+        return buf is not None and s.index >= 0 and s.block_buf.base is buf
 
     def detach(self, s) -> None:
-        """Give the processor its own copy of the state, and the stream its own block
-        buffer (the slot is freed)."""
+        """Give slot ``s``'s processor its own copy of the state, and the slot its own
+        block buffer (its row is freed)."""
         s.flush_bumps()
-        if self.batchable and s.slot >= 0:
-            leaves = s.proc._state_leaves() or []
+        if self.batchable and s.index >= 0:
+            leaves = s.proc.state_leaves() or []
             for h, k, _ in leaves:
                 h[k] = copy_leaf(h[k])
             if self.shares_input(s):
                 s.block_buf = s.block_buf.copy()
-            self.slots[s.slot] = None
-        s.slot = -1
+            self.slots[s.index] = None
+        s.index = -1
 
-    def add(self, s) -> None:
+    def add(self, stream) -> None:
+        """Make ``stream`` (a handle) a member: its slot gets a row of the store (its
+        processor's state moves there) and of the input rows."""
+        s = stream.slot
         if self.batchable:
             free = [i for i, v in enumerate(self.slots) if v is None]
             if not free:
                 S = len(self.slots)
                 self._alloc(2 * S)
-                for m in self.members:
+                for m in self.slots[:S]:
                     self.attach(m)
                 free = [S]
-            s.slot = free[0]
-            self.slots[s.slot] = s
+            s.index = free[0]
+            self.slots[s.index] = s
             self.attach(s)
             self._share_input(s)
-        self.members.append(s)
+        self.members.append(stream)
         s.group = self
-        s.out_pool = OutputPool() if takes_out(s.proc) else None
-        self.history = max(self.history, int(s.options.history))
+        s.out_pool = OutputPool() if pools_outputs(s.proc) else None
+        self.history = max(self.history, int(stream.options.history))
 
     def out_depth(self, n: int) -> int:
         """Output arrays the group keeps for calls of ``n`` streams: the calls within the
@@ -211,16 +236,18 @@ class Group:
             return None
         return self._out_pool(n).take()
 
-    def remove(self, s) -> None:
-        self.detach(s)
-        if s in self.members:
-            self.members.remove(s)
-        s.group = None
+    def remove(self, stream) -> None:
+        """``stream`` (a handle) leaves the group (:meth:`detach`)."""
+        self.detach(stream.slot)
+        if stream in self.members:
+            self.members.remove(stream)
+        stream.slot.group = None
 
     def shared_key(self, s):
+        """The values of the shared state leaves in slot ``s``'s rows (None: none)."""
         if not self.has_shared:
             return None
-        return tuple(leaf_bytes(self.store[j][s.slot])
+        return tuple(leaf_bytes(self.store[j][s.index])
                      for j, (a, _, _) in enumerate(self.spec) if a is None)
 
     #: largest batch size whose copies :meth:`prebuild` makes (a GPU group's batches of
@@ -276,9 +303,10 @@ class Group:
             self.runners[n] = []
         return self._new_runner(n)
 
-    def run(self, streams: list, out=None) -> list:
-        """Process the ready block of every stream in ``streams`` (sorted by slot, same
-        length, same shared state) in one call; returns each stream's output.  ``out``:
+    def run(self, slots: list, out=None) -> list:
+        """Process the ready block of every slot in ``slots`` (the streams'
+        :class:`~rtamt.scheduler.slot.StreamSlot` objects, sorted by index, same length,
+        same shared state) in one call; returns each one's output.  ``out``:
         the array the batched output is written into (from :meth:`take_out`; None: the
         call makes one).
 
@@ -287,14 +315,14 @@ class Group:
         for that stream: the outputs (tensors on the device) are complete when this
         returns."""
         if self.cuda_stream is None:
-            return self._call(streams, None, out)
+            return self._call(slots, None, out)
         import torch
         pool, cs = self.staging, self.cuda_stream
         # state written on the default stream (attach, move, restore) comes first
         cs.wait_stream(torch.cuda.default_stream(cs.device))
         try:
             with torch.cuda.stream(cs):
-                return self._call(streams, pool)
+                return self._call(slots, pool)
         finally:
             cs.synchronize()
 
@@ -345,10 +373,10 @@ class Group:
         if pool is not None:
             pool[(tuple(x.shape), x.numpy().dtype.str)].append(x)
 
-    def _call(self, streams: list, pool, out=None) -> list:
-        n = len(streams)
+    def _call(self, slots: list, pool, out=None) -> list:
+        n = len(slots)
         if not self.batchable or (n == 1 and pool is not None):
-            s = streams[0]
+            s = slots[0]
             if pool is None:
                 op = s.out_pool
                 if op is None:
@@ -365,7 +393,7 @@ class Group:
         obj, leaves, bufs, _ = runner
         x = None
         try:
-            idx = [s.slot for s in streams]
+            idx = [s.index for s in slots]
             contiguous = idx[-1] - idx[0] == n - 1
             set_ = []
             for j, ((h, k, axis), buf) in enumerate(zip(leaves, bufs)):
@@ -384,10 +412,10 @@ class Group:
                 h[k] = v
                 set_.append(v)
             if pool is None and all(s.fill == self.block and self.shares_input(s)
-                                    for s in streams):
+                                    for s in slots):
                 x = self._input_rows(idx, contiguous, runner)
             else:
-                x = self._input([s.block_input() for s in streams], pool, runner)
+                x = self._input([s.block_input() for s in slots], pool, runner)
             xb = self._rows(x, n)
             if not self.writes_out or pool is not None:
                 out = obj(xb)
@@ -415,10 +443,13 @@ class Group:
                         sl = (slice(None),) * axis + (slice(p * r, (p + 1) * r),)
                         st[i][...] = buf[sl]
             b = self.stream_batch
+            split = self.split
+            if split is None:
+                split = self.split = splitter(obj, out)
             outs = []
-            for p, s in enumerate(streams):
+            for p, s in enumerate(slots):
                 s.bumps += 1          # counted into the processor between blocks
-                outs.append(_split(obj, out, p if b is None else slice(p * b, (p + 1) * b)))
+                outs.append(split(out, p if b is None else slice(p * b, (p + 1) * b)))
             return outs
         finally:
             for (h, k, _), buf in zip(leaves, bufs):

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["OutputPool", "output_owner", "takes_out"]
+__all__ = ["OutputPool", "output_owner", "pools_outputs", "takes_out"]
 
 
 def takes_out(proc) -> bool:
@@ -31,14 +31,20 @@ def takes_out(proc) -> bool:
         return False
 
 
-def output_owner(out):
+def pools_outputs(proc) -> bool:
+    """Do ``proc``'s calls get their output memory from an :class:`OutputPool`?  Decided
+    once, when a group or a stream is set up, not per call: a processor that writes into
+    a given array (:func:`takes_out`) on the numba backend, whose output is then one numpy
+    array (time-major memory, a view of it returned).  On the Triton backend the output
+    is a tensor on the processor's device, which the processor allocates."""
+    return takes_out(proc) and getattr(proc, "backend", "numba") == "numba"
+
+
+def output_owner(out) -> np.ndarray:
     """The array whose memory a processor's output ``out`` (a numpy view of the array it
-    wrote) lies in, the one to hand back as ``out=``; None for an output that is not a
-    numpy array (a dict of outputs, a tensor)."""
-    if not isinstance(out, np.ndarray):
-        return None
-    owner = out if out.base is None else out.base
-    return owner if isinstance(owner, np.ndarray) else None
+    wrote; a processor for which :func:`pools_outputs` holds) lies in, the one to hand
+    back as ``out=``."""
+    return out if out.base is None else out.base
 
 #: references to a pooled array while :meth:`OutputPool.take` tests it: the pool's
 #: list, the loop variable and ``sys.getrefcount``'s argument
@@ -72,9 +78,9 @@ class OutputPool:
     def keep(self, out, depth: int) -> None:
         """After a call: adopt the memory of its output ``out`` (a numpy view of the array
         the processor wrote) if it is new and the pool holds fewer than ``depth``."""
-        owner = output_owner(out)
-        if owner is None or len(self.arrays) >= depth:
+        if len(self.arrays) >= depth:
             return
+        owner = output_owner(out)
         for a in self.arrays:
             if a is owner:
                 return

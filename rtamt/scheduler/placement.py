@@ -133,7 +133,7 @@ def accelerator(name):
     Triton backend (raising if it cannot run here)."""
     if name is None:
         import torch
-        if not torch.cuda.is_available() or backends._triton_available() is not None:
+        if not torch.cuda.is_available() or backends.triton_available() is not None:
             return None
         name = "cuda"
     return backends.resolve("triton", name)

@@ -1,10 +1,13 @@
 """One scheduled stream: the input side (ring, re-blocking, overload policy, source
 watchdog), the output side (latest / history / subscribers) and its accounting.
 
-A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns.  Its processing
-happens in the scheduler's worker threads; everything here runs either in the producer's
-thread (:meth:`Stream.push`, :meth:`Stream.callback`: no lock, one copy) or under the
-scheduler's lock (:meth:`Stream.intake`: move queued input into the next block).
+A :class:`Stream` is the handle :meth:`rtamt.Scheduler.open` returns; the scheduler's side
+of it (its group and row there, the block being assembled, whether a block is ready or in
+flight) is its :class:`~rtamt.scheduler.slot.StreamSlot` (``stream.slot``), which the
+groups batch.  Its processing happens in the scheduler's worker threads; everything here
+runs either in the producer's thread (:meth:`Stream.push`, :meth:`Stream.callback`: no
+lock, one copy) or under the scheduler's lock (:meth:`Stream.intake`: move queued input
+into the next block).
 
 A stream reaches its scheduler only through the
 :class:`~rtamt.scheduler.link.SchedulerLink` it was given (``stream.link``), and the
@@ -30,11 +33,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..engine.backend import host_samples
 from ..engine.contract import FLOATS, RtamtInputError, check_float_dtype, reject_nonfinite
 from ..engine.parallel import Parallel
-from ..engine.stage import as_numpy_block
 from .options import POLICIES, StreamOptions
 from .ring import InputRing
+from .slot import StreamSlot
 
 __all__ = ["POLICIES", "STATUS_FLAGS", "Result", "Stream", "StreamStats", "as_chunk",
            "callback_latency", "mark_pushed", "push_waiting", "ring_frames"]
@@ -237,10 +241,11 @@ def as_chunk(block, label) -> np.ndarray:
     for integer PCM.  ``label()`` names the stream and the block (called only to refuse).
     The shape is the ring's to check (:meth:`~rtamt.scheduler.ring.InputRing.shaped`; a
     numpy scalar of a float type is refused there, as a chunk of shape ``()``).  Not the
-    hot path: a push calls it only for what has no float32 / float64 ``dtype``."""
+    hot path: a push calls it only for what has no float32 / float64 ``dtype``; what is
+    an array and what a tensor is :func:`rtamt.engine.backend.host_samples`'s to tell."""
     try:                          # an array, a tensor, or refused as the models refuse it
-        arr = as_numpy_block(block)[0]
-    except RtamtInputError as e:
+        arr = host_samples(block)
+    except ValueError as e:
         raise RtamtInputError(f"{label()}: {e}; nothing queued") from None
     if arr.dtype not in FLOATS:
         try:
@@ -268,9 +273,6 @@ class Stream:
     streams keep running).  :meth:`close` drains or discards what is queued and leaves.
     """
 
-    #: the output arrays of the stream's own (unbatched) calls, set by its group
-    #: (:class:`~rtamt.scheduler.outputs.OutputPool`; None: the processor allocates)
-    out_pool = None
     #: what admission predicted when the stream opened (:class:`~rtamt.scheduler.
     #: placement.Admission`): the workers' busy fraction, the worst latency of a block
     #: (s), one block's call over the block period, and the bytes the stream keeps
@@ -305,25 +307,16 @@ class Stream:
         self.ring = InputRing(self.channels, cap, o.max_chunks or max(64, cap // 16),
                               self.dtype if o.sample_dtype is None else o.sample_dtype,
                               owner=f"stream {name!r}")
+        #: the scheduler's side of the stream (:class:`~rtamt.scheduler.slot.StreamSlot`):
+        #: its group and row there, the block being assembled, the in-flight bookkeeping
+        self.slot = StreamSlot(name, proc, self.block, self.channels, self.dtype)
         # re-blocking (scheduler lock / the worker that owns the in-flight block)
-        #: the block being assembled, ``(block, channels)`` (a view of the group's input
-        #: rows while the stream is in a batchable CPU group)
-        self.block_buf = np.zeros((self.block, self.channels), self.dtype)
-        #: frames in the block buffer (written by this stream; the scheduler reads it)
-        self.fill = 0
         self._coff = 0                 # frames of the ring's head chunk already consumed
         self._blk_start = 0
         self._blk_gap = False
         self._next = 0                 # absolute index expected next from the ring
         self._seq = 0
         # scheduling (scheduler lock)
-        self.group = None
-        self.slot = -1
-        self.busy = False              # a block (or a command) of this stream is in flight
-        self.ready = False             # block_buf holds a full block waiting for a worker
-        self.deadline = 0.0
-        self.t_ready = 0.0
-        self.t_capture = None
         self.closing: str | None = None    # 'drain' / 'discard' once close() was called
         self.closed = False
         self.aged_out = False
@@ -332,8 +325,6 @@ class Stream:
         #: True from a push's doorbell until the scheduler takes the input in
         self.notified = False
         self.fan = None               # the FanOut that feeds this stream, if any
-        #: blocks that batched calls processed for ``proc`` (counted into it between blocks)
-        self.bumps = 0
         # results
         self._latest: Result | None = None
         self._keep = int(o.history) > 0          # 0: results go to subscribers only
@@ -347,8 +338,6 @@ class Stream:
         self._dq_w = self._dq_r = 0
         #: in the delivery thread's pending queue
         self.delivery_notified = False
-        #: not handed back after its last call: its subscribers' queue is full
-        self.held_by_subscribers = False
         self._sub_waits = 0
         # accounting (preallocated rolling windows)
         n = int(o.stats_window)
@@ -386,6 +375,29 @@ class Stream:
     def __repr__(self):
         return (f"<rtamt Stream {self.name!r} {self.fs:g} Hz block {self.block} budget "
                 f"{1e3 * self.budget_s:g} ms{' closed' if self.closed else ''}>")
+
+    # the scheduler's view of the stream, read-only on the handle (the scheduler writes
+    # them on :attr:`slot`)
+    @property
+    def group(self):
+        """The :class:`~rtamt.scheduler.groups.Group` the stream runs in (None before it
+        is added and after it closed)."""
+        return self.slot.group
+
+    @property
+    def busy(self) -> bool:
+        """A block (or a between-blocks command) of the stream is in flight."""
+        return self.slot.busy
+
+    @property
+    def ready(self) -> bool:
+        """A full block waits for a worker."""
+        return self.slot.ready
+
+    @property
+    def fill(self) -> int:
+        """Frames of the next block already taken in from the input."""
+        return self.slot.fill
 
     # ================================================================ producer side
     def push(self, block, status=0, in_latency: float | None = None, *, wait: bool = False,
@@ -529,7 +541,7 @@ class Stream:
         results are queued; ``stats()`` names it); copy what you keep: a result held
         keeps its output array from being reused."""
         self._subs.append(fn)
-        g = self.group
+        g = self.slot.group
         if g is not None:            # the output arrays a queued result may hold
             g.history = max(g.history, int(self.options.history) + len(self._dq))
 
@@ -543,7 +555,7 @@ class Stream:
         n = self._n_proc
         k = min(n, self._proc.shape[0])
         audio = float(self._audio[:k].sum()) if k else 0.0
-        queue = r.queued_frames() - self._coff + self.fill
+        queue = r.queued_frames() - self._coff + self.slot.fill
         return StreamStats(
             name=self.name, running=self.link.running and not self.closed, fs=self.fs,
             block=self.block, budget_us=1e6 * self.budget_s, blocks=self._seq,
@@ -570,7 +582,7 @@ class Stream:
             dropped_status=[k2 for k2, bit in STATUS_FLAGS.items() if r.dropped_status & bit],
             last_error=self._last_error, subscriber_errors=self._sub_errors,
             source_error=self._source_error, source_stalls=self._source_stalls,
-            group=self.group.label if self.group is not None else "", state=self.state,
+            group=self.slot.group.label if self.slot.group is not None else "", state=self.state,
             **self._subscriber_stats(),
         )
 
@@ -603,8 +615,8 @@ class Stream:
             return {
                 "version": 1, "fs": self.fs, "channels": self.channels, "block": self.block,
                 "dtype": str(self.dtype), "position": int(self._next), "seq": int(self._seq),
-                "pending": self.block_buf[:self.fill].copy(),
-                "pending_start": int(self._blk_start if self.fill else self._next),
+                "pending": self.slot.block_buf[:self.slot.fill].copy(),
+                "pending_start": int(self._blk_start if self.slot.fill else self._next),
                 "state": self.proc.state_dict(),
             }
         return self.link.between_blocks(self, _do)
@@ -636,8 +648,9 @@ class Stream:
         def _do():
             self.proc.load_state_dict(snap["state"])
             self.link.attach_state(self)
-            self.fill = pend.shape[0]
-            self.block_buf[:self.fill] = pend
+            sl = self.slot
+            sl.fill = pend.shape[0]
+            sl.block_buf[:sl.fill] = pend
             self._blk_start = int(snap["pending_start"])
             if not started:
                 self._seq = int(snap["seq"])
@@ -665,9 +678,9 @@ class Stream:
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until everything pushed so far has been processed (or skipped)."""
         end = _perf() + timeout
-        while self.ring.available() > 0 or self.ready or self.busy:
+        while self.ring.available() > 0 or self.slot.ready or self.slot.busy:
             if self.closed or not self.link.running or _perf() > end:
-                return self.ring.available() == 0 and not self.ready and \
+                return self.ring.available() == 0 and not self.slot.ready and \
                     self._delivered(end)
             time.sleep(0.0005)
         return self._delivered(end)
@@ -707,7 +720,7 @@ class Stream:
         (closing, its queue discarded)."""
         self._rejected += 1
         self._last_error = message
-        self.fill = 0
+        self.slot.fill = 0
         self._blk_gap = True
         if stop:
             self.error = err
@@ -722,29 +735,22 @@ class Stream:
     def discard_queue(self) -> None:
         """Throw away the queued input and the partial block (``discarded_frames``)."""
         ring = self.ring
-        self._discarded += ring.queued_frames() - self._coff + self.fill
+        self._discarded += ring.queued_frames() - self._coff + self.slot.fill
         while ring.available():
             ring.release(ring.chunk()[1])
-        self._coff = self.fill = 0
-        self.ready = False
+        self._coff = self.slot.fill = 0
+        self.slot.ready = False
 
     def ready_partial(self, now: float) -> bool:
         """Draining: mark a partial block (the last frames) ready, deadline ``now`` plus
         the budget; False when the buffer is empty."""
-        if not self.fill:
+        if not self.slot.fill:
             return False
-        self.ready = True
-        self.t_capture = None
-        self.deadline = now + self.budget_s
-        self.t_ready = now
+        self.slot.ready = True
+        self.slot.t_capture = None
+        self.slot.deadline = now + self.budget_s
+        self.slot.t_ready = now
         return True
-
-    def flush_bumps(self) -> None:
-        """Count the blocks that batched calls processed into the processor's own block
-        counters (the ``block`` of its state; done between blocks, not per call)."""
-        if self.bumps:
-            self.proc._bump(self.bumps)
-            self.bumps = 0
 
     def _count_status(self, st: int) -> None:
         if st:
@@ -756,12 +762,12 @@ class Stream:
         """Under the scheduler lock, with the stream not busy and not ready: apply the
         overload policy, then move queued frames into the block buffer until it is full
         (the block becomes ready, validated) or the ring is empty."""
-        ring = self.ring
+        ring, sl = self.ring, self.slot
         B = self.block
-        if self.fill == B and not self.ready:      # a full block restored by restore()
+        if sl.fill == B and not sl.ready:      # a full block restored by restore()
             self._make_ready(None, now)
-        while not self.ready and ring.available():
-            q = ring.queued_frames() - self._coff + self.fill
+        while not sl.ready and ring.available():
+            q = ring.queued_frames() - self._coff + sl.fill
             if q > self._queue_max:
                 self._queue_max = q
             if self.policy == "drop-oldest" and self.closing is None:
@@ -785,11 +791,11 @@ class Stream:
                     self._source_error = self._src_err_t = None
                     self._blk_gap = True
             off = self._coff
-            if self.fill == 0:
+            if sl.fill == 0:
                 self._blk_start = start + off
-            m = min(n - off, B - self.fill)
-            ring.copy_frames(pos, off, m, self.block_buf[self.fill:self.fill + m])
-            self.fill += m
+            m = min(n - off, B - sl.fill)
+            ring.copy_frames(pos, off, m, sl.block_buf[sl.fill:sl.fill + m])
+            sl.fill += m
             off += m
             if off == n:
                 self._next = start + n
@@ -797,7 +803,7 @@ class Stream:
                 self._coff = 0
             else:
                 self._coff = off
-            if self.fill == B:
+            if sl.fill == B:
                 # capture time of the block's last sample (frame off-1 of this chunk)
                 self._make_ready(tpush - inlat + (off - 1) / self.fs, now)
 
@@ -807,14 +813,15 @@ class Stream:
         (:meth:`~rtamt.scheduler.FanOut.take_in`)?  True when that chunk is the only one
         queued for it, nothing of a block is pending, the stream is idle and open with a
         healthy source, and its block buffer lies in its group's input rows."""
-        g = self.group
-        return (self.fill == 0 and not self.ready and not self.busy and self._coff == 0
+        sl = self.slot
+        g = sl.group
+        return (sl.fill == 0 and not sl.ready and not sl.busy and self._coff == 0
                 and self.closing is None and not self.closed and self._src_err_t is None
-                and self.ring.r_chunk == r_chunk and g is not None and g.shares_input(self))
+                and self.ring.r_chunk == r_chunk and g is not None and g.shares_input(sl))
 
     def took_block(self, ok: bool, t_capture: float, now: float) -> None:
         """Under the scheduler lock, after the compiled intake wrote the ring's head chunk
-        (one whole block, status 0) into :attr:`block_buf`: account for it as
+        (one whole block, status 0) into the slot's ``block_buf``: account for it as
         :meth:`intake` would, release the chunk and make the block ready; ``ok``: its
         values passed the check (else the block is checked here again and rejected with
         the message that names the sample); ``t_capture``: capture time of its last
@@ -826,7 +833,7 @@ class Stream:
             self._blk_gap = True
         self._blk_start = start
         self._next = start + B
-        self.fill = B
+        self.slot.fill = B
         ring.release(B)
         if B > self._queue_max:
             self._queue_max = B
@@ -837,15 +844,15 @@ class Stream:
         rejected here, alone) and mark it ready with its deadline."""
         if not checked and not self._block_ok():
             return
-        self.ready = True
-        self.t_capture = t_capture
-        self.t_ready = now
-        self.deadline = (now if t_capture is None else t_capture) + self.budget_s
+        self.slot.ready = True
+        self.slot.t_capture = t_capture
+        self.slot.t_ready = now
+        self.slot.deadline = (now if t_capture is None else t_capture) + self.budget_s
 
     def _block_ok(self) -> bool:
         """Check the block buffer (finite, within the input limit); a bad block is
         rejected (:meth:`reject_block`) and False returned."""
-        x = self.block_buf[:self.fill]
+        x = self.slot.block_buf[:self.slot.fill]
         ts, ch = 0, 1                   # the index of a sample, of a channel in x
         if not x.flags.c_contiguous:    # a view of the group's input rows: check (C, T)
             x, ts, ch = x.T, 1, 0
@@ -860,14 +867,9 @@ class Stream:
             return False
         return True
 
-    def block_input(self):
-        """The ready block in the processor's layout: ``(T,)`` or ``(channels, T)``."""
-        x = self.block_buf[:self.fill]
-        return x[:, 0] if self.channels == 1 else x.T
-
     def publish(self, outputs, t_start: float, t_done: float, share: float, batch: int) -> None:
         """Worker thread, after the call: publish the block's result and account for it."""
-        frames = self.fill
+        frames = self.slot.fill
         period = frames / self.fs
         if self._slow_until and t_start < self._slow_until:
             end = min(t_start + self._slow_factor * period, self._slow_until)
@@ -877,7 +879,7 @@ class Stream:
                     break
                 time.sleep(min(rest, 0.01))
             t_done = _perf()
-        tc = self.t_capture
+        tc = self.slot.t_capture
         lat = 0.0 if tc is None else max(t_done - tc, 0.0)
         r = Result(self._seq, self._blk_start, frames, outputs, t_done, lat, t_done - t_start,
                    self._blk_gap, batch)
@@ -891,7 +893,7 @@ class Stream:
             self._misses += 1
         self._seq += 1
         self._frames_done += frames
-        self.fill = 0
+        self.slot.fill = 0
         self._blk_gap = False
         if self._keep:
             self._latest = r
@@ -933,7 +935,7 @@ class Stream:
         busy, held for its subscribers, counted) when its subscribers' queue is full."""
         if not self.subscribers_full():
             return False
-        self.held_by_subscribers = True
+        self.slot.held_by_subscribers = True
         self._sub_waits += 1
         return True
 

@@ -390,7 +390,7 @@ def _cuda_error(monkeypatch, *, cuda_build, gpu, triton):
 
     monkeypatch.setattr(torch.version, "cuda", "12.4" if cuda_build else None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(B, "_triton_available",
+    monkeypatch.setattr(B, "triton_available",
                         lambda: None if triton else "No module named 'triton'")
     with pytest.raises(B.RtamtBackendError) as ei:
         rtamt.Dau1997(FS, device="cuda")

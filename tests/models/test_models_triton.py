@@ -122,7 +122,7 @@ def test_backend_errors_say_what_to_do(monkeypatch):
             rtamt.Dau1997(FS, device="cuda")
     with pytest.raises(B.RtamtBackendError, match="needs backend='triton'"):
         B.resolve("numba", "cuda")
-    monkeypatch.setattr(B, "_triton_available", lambda: "No module named 'triton'")
+    monkeypatch.setattr(B, "triton_available", lambda: "No module named 'triton'")
     with pytest.raises(B.RtamtBackendError, match=r"pip install 'rtamt\[gpu\]'"):
         rtamt.Dau1997(FS, device="cuda")
     monkeypatch.undo()

@@ -481,3 +481,35 @@ def test_cost_measurement_with_a_large_max_batch_runs_a_few_batch_sizes(monkeypa
     # issue 38: the scheduler's overhead (1 and 4 streams), the 64-sample block (8)
     assert 3000 in sizes and len(sizes) <= 17 + 3 and set(sizes) <= set(range(1, 18)) | {3000}
     assert set(range(2, 18)) <= set(sizes)
+
+
+def test_parallel_streams_are_batched_and_cut_by_child_exactly():
+    """Streams of a Parallel (two narrow Dau1997 designs): batched calls cut each call's
+    outputs by child and stream (the group's splitter, made once from the first call),
+    and every stream's outputs equal the offline Parallel's on its whole signal."""
+    from rtamt.engine.parallel import Parallel
+
+    def par():
+        return Parallel({"lo": MODELS["dau1997"](48000.0, flow=1000.0, fhigh=1300.0),
+                         "hi": MODELS["dau1997"](48000.0, flow=3000.0, fhigh=3400.0)})
+
+    rng = np.random.default_rng(3)
+    N = 5
+    s = Scheduler(threads=2, max_batch=4)
+    try:
+        sigs = [_signal(40 + i, 6000 + int(rng.integers(0, 300))) for i in range(N)]
+        hs = [s.open(par(), 48000.0, 256, **EXACT) for _ in range(N)]
+        g = hs[0].group
+        assert g.batchable and all(h.group is g for h in hs)
+        recs = [Recorder(h, k) for h in hs for k in ("lo", "hi")]
+        feed(hs, sigs, rng)
+        for h in hs:
+            h.close("drain", timeout=60)
+        for i, x in enumerate(sigs):
+            want = par()(x)
+            for j, k in enumerate(("lo", "hi")):
+                assert _equal(_cat(recs[2 * i + j].outs), want[k]), f"stream {i} {k}"
+        assert max(r.batch for rec in recs for r in rec.results) > 1
+        assert g.split is not None
+    finally:
+        s.close("discard", timeout=30)
