@@ -39,7 +39,8 @@ from .contract import RtamtInputError
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
            "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
            "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io", "require_numpy",
-           "block_movers", "host_samples", "triton_available"]
+           "block_movers", "host_samples", "triton_available", "time_last", "work_buffer",
+           "concat_slots", "copy_leaf", "leaf_bytes", "take_slots", "zeros_like_leaf"]
 
 BACKENDS = ("numba", "triton")
 
@@ -580,3 +581,62 @@ def rows_io(backend: str, device=None) -> HostRows | DeviceRows:
     """The block boundary (:class:`HostRows` or :class:`DeviceRows`) of a resolved
     ``(backend, device)``, chosen once by a processor's ``to()``."""
     return HostRows() if backend == "numba" else DeviceRows(device)
+
+
+# ------------------------------------------------ block and state-leaf helpers
+# (what a block path or a slot store needs of either backend's arrays: the one place,
+# with the functions above, that looks at an array's type)
+
+def work_buffer(out, shape, dtype, like=None):
+    """The output array of a ``process_tm`` call: ``out`` if it is a C-contiguous array of
+    exactly ``shape`` and ``dtype`` (a chain hands back a stage's previous output as its
+    work buffer for the next block of the same size), else a new uninitialised array.
+    With ``like`` a torch tensor the buffer is a tensor in ``like``'s dtype on its device.
+    A stage's ``process_tm`` gets the same from its bound kernels (``kern.buffer``)."""
+    shape = tuple(shape)
+    if like is not None and type(like) is not np.ndarray:
+        return device_buffer(out, shape, like)
+    return host_buffer(out, shape, dtype)
+
+
+def time_last(yt):
+    """(B, T, C) -> (B, C, T) view, numpy or torch."""
+    return yt.transpose(0, 2, 1) if type(yt) is np.ndarray else yt.permute(0, 2, 1)
+
+
+def zeros_like_leaf(shape, like):
+    """Zeros of ``shape`` in the dtype, library and device of ``like``."""
+    if type(like) is np.ndarray:
+        return np.zeros(shape, like.dtype)
+    import torch
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+def copy_leaf(a):
+    """An own copy of ``a`` (same library, dtype and device)."""
+    return np.array(a, copy=True) if type(a) is np.ndarray else a.clone()
+
+
+def leaf_bytes(a) -> bytes:
+    """The bytes of ``a`` (a numpy array directly, a tensor through a host copy)."""
+    return a.tobytes() if type(a) is np.ndarray else to_numpy(a).tobytes()
+
+
+def take_slots(store, idx: list, out) -> None:
+    """Write slots ``idx`` of ``store`` (``(S, *shape)``) into ``out``, a contiguous
+    array of ``len(idx) * prod(shape)`` elements (any shape): ``out`` viewed as
+    ``(len(idx), *shape)`` gets ``store[idx]``."""
+    shape = (len(idx),) + tuple(store.shape[1:])
+    if type(store) is np.ndarray:
+        np.take(store, idx, axis=0, out=out.reshape(shape))
+    else:
+        out.view(shape)[...] = store[idx]
+
+
+def concat_slots(store, idx: list, axis: int, out) -> None:
+    """``out`` = slots ``idx`` of ``store`` concatenated along ``axis`` of a slot."""
+    if type(store) is np.ndarray:
+        np.concatenate([store[i] for i in idx], axis=axis, out=out)
+    else:
+        import torch
+        torch.cat([store[i] for i in idx], dim=axis, out=out)

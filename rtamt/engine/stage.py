@@ -42,8 +42,7 @@ from .backend import (
     RtamtBackendError,
     TritonKernels,
     as_numpy_block,
-    device_buffer,
-    host_buffer,
+    time_last,
     to_numpy,
 )
 from .backend import resolve as resolve_backend
@@ -134,23 +133,6 @@ class Stateless(Registered):
     @classmethod
     def split_state_dict(cls, state, i):
         return contract.deep(state)
-
-
-def work_buffer(out, shape, dtype, like=None):
-    """The output array of a ``process_tm`` call: ``out`` if it is a C-contiguous array of
-    exactly ``shape`` and ``dtype`` (a chain hands back a stage's previous output as its
-    work buffer for the next block of the same size), else a new uninitialised array.
-    With ``like`` a torch tensor the buffer is a tensor in ``like``'s dtype on its device.
-    A stage's ``process_tm`` gets the same from its bound kernels (``kern.buffer``)."""
-    shape = tuple(shape)
-    if like is not None and type(like) is not np.ndarray:
-        return device_buffer(out, shape, like)
-    return host_buffer(out, shape, dtype)
-
-
-def _time_last(yt):
-    """(B, T, C) -> (B, C, T) view, numpy or torch."""
-    return yt.transpose(0, 2, 1) if type(yt) is np.ndarray else yt.permute(0, 2, 1)
 
 
 def _to_device(state: dict, device) -> dict:
@@ -444,7 +426,7 @@ class Stage(Registered):
         stages (docs/performance.md), and most consumers reduce over time or take a few
         rows; ``np.ascontiguousarray(y)`` gives contiguous rows to a caller that needs them.
         """
-        y = _time_last(yt)
+        y = time_last(yt)
         if self.in_kind == "signal":  # lead () or (batch,)
             return y if lead else y[0]
         shape = (lead[:-1] if len(lead) else ()) + y.shape[1:]

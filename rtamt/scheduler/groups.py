@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine import contract as streaming
+from ..engine.backend import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
 from ..engine.contract import RtamtInputError
-from ..engine.leaves import concat_slots, copy_leaf, leaf_bytes, take_slots, zeros_like_leaf
 from .outputs import OutputPool, pools_outputs
 
 if TYPE_CHECKING:

@@ -91,10 +91,10 @@ def _pending(path, table):
     return next((p for p in table if path.startswith(p)), None)
 
 
-def _scan(finder, table, outside_engine):
+def _scan(finder, table, outside_engine, skip=()):
     bad, used = [], set()
     for path, tree in _sources():
-        if outside_engine and path.startswith("rtamt/engine/"):
+        if (outside_engine and path.startswith("rtamt/engine/")) or path in skip:
             continue
         lines = finder(tree)
         if not lines:
@@ -107,13 +107,50 @@ def _scan(finder, table, outside_engine):
     return bad, used
 
 
-def test_no_array_type_dispatch_outside_the_engine():
-    """Outside rtamt/engine/ no code tests whether an array is numpy or torch to choose
-    what to run (the stages run the kernels their ``to()`` bound)."""
-    bad, used = _scan(_array_type_tests, ARRAY_TYPE_PENDING, outside_engine=True)
-    assert not bad, "array-type dispatch outside rtamt/engine/: " + ", ".join(bad)
+def test_no_array_type_dispatch_outside_the_backend_module():
+    """No code of rtamt but rtamt/engine/backend.py tests whether an array is numpy or torch
+    to choose what to run (issue 40 item 4): the stages run the kernels their ``to()``
+    bound, and the conversions at a block's boundary, the work buffers, the time-last views
+    and the scheduler's slot-store operations are backend.py's."""
+    bad, used = _scan(_array_type_tests, ARRAY_TYPE_PENDING, outside_engine=False,
+                      skip=("rtamt/engine/backend.py",))
+    assert not bad, "array-type dispatch outside rtamt/engine/backend.py: " + ", ".join(bad)
     assert used == set(ARRAY_TYPE_PENDING), \
         f"pending entries without such code any more: {set(ARRAY_TYPE_PENDING) - used}"
+
+
+def _defines(tree, name: str) -> list:
+    """``(class, line)`` of every method ``name`` defined in a class body of ``tree``."""
+    return [(c.name, f.lineno) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+            for f in c.body if isinstance(f, ast.FunctionDef) and f.name == name]
+
+
+def test_one_stage_base_and_one_composite_bind_the_processors():
+    """One Stage and one Chain (issue 40, Structure): the processors' ``to()`` is defined
+    in ``Stage`` and in ``StageGroup`` (the base of ``Chain``, the loudness models and the
+    R128 meter) and nowhere else; every class of rtamt with a ``process_tm`` is a
+    ``Stage``, and every processor made of stages is a ``StageGroup``."""
+    from rtamt.engine.stage import Stage, StageGroup
+
+    found = {(path, c) for path, tree in _sources() for c, _ in _defines(tree, "to")
+             if not path.startswith("rtamt/nn/")}     # torch modules' own .to()
+    assert found == {("rtamt/engine/stage.py", "Stage"),
+                     ("rtamt/engine/stage.py", "StageGroup")}, found
+    classes = rtamt_stage_classes()
+    assert classes and all(issubclass(c, Stage) for c in classes)
+    import rtamt.loudness.bs1770 as bs
+    import rtamt.loudness.r128stream as r128
+    for cls in [*rtamt.MODELS.values(), bs.LoudnessMeter, r128.R128Stream]:
+        assert issubclass(cls, StageGroup), cls
+    for cls in rtamt.MODELS.values():
+        assert issubclass(cls, Chain), cls
+    # every class of a module of rtamt that defines process_tm derives from Stage
+    for path, tree in _sources():
+        for c, _ in _defines(tree, "process_tm"):
+            mod = path[:-3].replace("/", ".")
+            obj = getattr(__import__(mod, fromlist=[c]), c, None)
+            if isinstance(obj, type):
+                assert issubclass(obj, Stage), f"{path}: {c}"
 
 
 def test_no_kernel_module_is_imported_by_name():

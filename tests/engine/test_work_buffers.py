@@ -94,7 +94,7 @@ def test_work_buffer_reuses_only_an_exact_c_contiguous_match():
     """Every stage's ``process_tm`` takes its output array from ``work_buffer``: the chain's
     buffer is reused only when shape, dtype and C-contiguity all match (the compiled
     kernels write some outputs flat), otherwise a new array is made."""
-    from rtamt.engine.stage import work_buffer
+    from rtamt.engine.backend import work_buffer
 
     buf = np.zeros((1, 8, 3))
     assert work_buffer(buf, (1, 8, 3), np.float64) is buf

@@ -172,9 +172,9 @@ def test_stream_options_check_their_values_when_made(bad, match):
 def test_the_scheduler_tests_no_array_type_and_the_engine_leaves_do_it():
     """No module of rtamt.scheduler chooses by an array's type (issue 30: array-type
     dispatch only in rtamt.engine); the slot-store operations of either backend live in
-    rtamt.engine.leaves and give the same values on numpy arrays and torch tensors."""
+    rtamt.engine.backend and give the same values on numpy arrays and torch tensors."""
     torch = pytest.importorskip("torch")
-    from rtamt.engine import leaves
+    from rtamt.engine import backend as leaves
 
     for path in PKG.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
