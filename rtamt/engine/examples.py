@@ -22,7 +22,10 @@ the example's ``fs`` says otherwise; ``T`` samples):
   frequencies ``fc`` a parameter may take, see :attr:`Example.per_channel`);
 * ``"frames"``: the frames a frame stage of the loudness models reads (the stage is
   built and its streaming contract checked; the sample sweeps run only the stages whose
-  flow is samples in and out).
+  flow is samples in and out);
+* ``"steps"``: the rows ``(k, e_M, e_S)`` of the 100 ms steps the R128 meter's gating
+  blocks emit, what its gated-statistics stage adds up (built and its streaming contract
+  checked, like a frame stage; ``tests/loudness`` runs it).
 """
 from __future__ import annotations
 
@@ -30,10 +33,12 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Example", "INPUTS"]
+__all__ = ["Example", "INPUTS", "SAMPLE_INPUTS"]
 
 #: the inputs an example may name (see the module docstring)
-INPUTS = ("signal", "pair", "bands", "envelopes", "adapted", "frames")
+INPUTS = ("signal", "pair", "bands", "envelopes", "adapted", "frames", "steps")
+#: the inputs that are sample blocks (what the sample sweeps run)
+SAMPLE_INPUTS = INPUTS[:5]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

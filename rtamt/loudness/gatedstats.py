@@ -260,6 +260,13 @@ class GatedStatistics(Stage):
         else:
             st["gate_e"].extend(e)
 
+    @classmethod
+    def examples(cls):
+        from ..engine.examples import Example
+
+        return (Example("statistics-histogram", dict(mode="histogram"), input="steps"),
+                Example("statistics-exact", dict(mode="exact", lra_hop=10), input="steps"))
+
 
 def _arrays(st: dict) -> dict:
     """The statistics' arrays of a state (views): histograms, or the exact values."""

@@ -71,10 +71,12 @@ def examples(where=lambda cls, ex: True) -> list:
 
 
 def on_samples(cls, ex) -> bool:
-    """A stage whose flow is samples in and out (what the sample sweeps run)."""
+    """A stage whose flow is samples in and out and whose example takes sample blocks
+    (what the sample sweeps run; the meter's statistics take step rows, ``"steps"``)."""
+    from rtamt.engine.examples import SAMPLE_INPUTS
     from rtamt.engine.stage import SAMPLES
 
-    return cls.flow_in == SAMPLES and cls.flow_out == SAMPLES
+    return cls.flow_in == SAMPLES and cls.flow_out == SAMPLES and ex.input in SAMPLE_INPUTS
 
 
 def cases(where=on_samples) -> list:
