@@ -12,12 +12,26 @@ outer/middle ear (ANSI S3.4-2007 tables, ``middle_ear="2007"``) -> excitation
 (150 roex filters, 0.25 Cam) -> instantaneous specific loudness (ANSI S3.4-2007 eqs.
 17-19 with C = 0.06084, see "Calibration") ->
 short-term specific loudness by an asymmetric one-pole per channel (attack
-alpha = 0.045, release 0.033 per 1 ms; the "AGC") -> binaural inhibition: each ear's
+alpha = 0.045, release 0.033 per 1 ms by default; the "AGC") -> binaural inhibition: each ear's
 short-term pattern is smoothed over frequency with a Gaussian ``exp(-(0.08 g)^2)``
 (g in Cam, |g| <= 18) and the factors ``I_L = 2/(1 + sech(S_R/S_L)^1.5978)`` (and
 mirror) divide the patterns -> short-term loudness per ear ``0.25 * sum N'/I`` ->
 long-term loudness per ear by an asymmetric one-pole (attack 0.01, release 0.00133
-per 1 ms) -> STL and LTL = left + right.
+per 1 ms by default) -> STL and LTL = left + right.
+
+Time constants (``constants=``, per-millisecond AGC coefficients, attack / release;
+``tau = -1 ms / ln(1 - alpha)``):
+
+* ``'2018'`` (default): short-term 0.045 / 0.033 (tau 21.7 / 29.8 ms), long-term
+  0.01 / 0.00133 (99.5 / 751 ms), from Moore B C J, Jervis M, Harries L, Schlittenlacher J
+  (2018). "Testing and refining a loudness model for time-varying sounds incorporating
+  binaural inhibition", J. Acoust. Soc. Am. 143, 1504-1513 (the values of the Cambridge
+  group's loudness program);
+* ``'2016'``: short-term 0.045 / 0.02 (21.7 / 49.5 ms), long-term 0.01 / 0.0005
+  (99.5 / 2000 ms), from Moore et al. (2016) above.
+
+The raw coefficients ``alpha_st`` / ``alpha_lt`` (attack, release per ms) may be given
+instead of a name, not together with one.
 
 Input: ``(T,)`` (diotic: the same signal at both ears), ``(2, T)`` (left, right) or
 ``(batch, 2, T)``.  Outputs (time-last, F frames per block): ``stl``, ``ltl``,
@@ -47,7 +61,8 @@ Deviations from the seed (torch_amt ``Moore2016``), each following the papers:
   for identical patterns and the measured 1.39 sone for a 40 dB 1 kHz tone; rtamt uses
   the hyperbolic secant of the ratio as in Moore & Glasberg (2007, eq. 1);
 * the seed's AGC constants are given per frame of a 62.5 Hz hop; rtamt applies the
-  published per-millisecond values at the published 1 ms hop (rescaled as
+  per-millisecond values of Moore et al. (2018) (or of 2016, ``constants='2016'``) at the
+  published 1 ms hop (rescaled as
   ``1 - (1 - alpha)^(hop/1 ms)`` at rates where the hop is not exactly 1 ms);
 * the long-term AGC runs per ear on the inhibited short-term loudness (per-ear LTL is
   reported), the seed's runs once on the summed loudness; for a steady sound both
@@ -63,6 +78,13 @@ from ..loudness.binaural import P_INHIBIT, BinauralInhibition
 from ..loudness.tvl import TimeVaryingLoudness
 
 CONFIGS = {"paper": {}}
+
+#: the AGCs' per-millisecond coefficients by paper: ``{name: ((attack, release) short-term,
+#: (attack, release) long-term)}`` (see the module docstring)
+CONSTANTS = {
+    "2018": ((0.045, 0.033), (0.01, 0.00133)),   # Moore, Jervis, Harries & Schlittenlacher 2018
+    "2016": ((0.045, 0.02), (0.01, 0.0005)),     # Moore, Glasberg, Varathanathan & S. 2016
+}
 
 
 def sech_pow_equal(p: float = P_INHIBIT) -> float:
@@ -92,12 +114,12 @@ class Moore2016(TimeVaryingLoudness):
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
                  field: str = "free", comp_cam: float = 0.1, middle_ear: str = "2007",
-                 C: float = 0.06084,
-                 alpha_st=(0.045, 0.033),
-                 alpha_lt=(0.01, 0.00133), sigma: float = 0.08, width_cam: float = 18.0,
+                 C: float = 0.06084, constants: str | None = None,
+                 alpha_st=None, alpha_lt=None, sigma: float = 0.08, width_cam: float = 18.0,
                  p: float = 1.5978, backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
+        alpha_st, alpha_lt = self._time_constants(constants, alpha_st, alpha_lt)
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
                          middle_ear=middle_ear, C=C, who="Moore2016")
         r = self.hop / self.fs / 1e-3
@@ -111,6 +133,27 @@ class Moore2016(TimeVaryingLoudness):
         self._set_stages([SpecificLoudnessAGC(attack=self.alpha_st[0],
                                               release=self.alpha_st[1], channels=K),
                           self.binaural], backend, device)
+
+    def _time_constants(self, constants, alpha_st, alpha_lt) -> tuple:
+        """The per-ms AGC coefficients ``(alpha_st, alpha_lt)`` from a name of
+        :data:`CONSTANTS` or the raw values (not both); sets :attr:`constants` (the name,
+        or ``None`` for raw values)."""
+        raw = alpha_st is not None or alpha_lt is not None
+        if constants is not None and raw:
+            raise ValueError(
+                f"Moore2016: give the time constants by name (constants={constants!r}) or as "
+                "raw per-ms coefficients (alpha_st, alpha_lt), not both")
+        if raw:
+            self.constants = None
+            st, lt = CONSTANTS["2018"]
+            return (st if alpha_st is None else tuple(alpha_st),
+                    lt if alpha_lt is None else tuple(alpha_lt))
+        name = "2018" if constants is None else str(constants)
+        if name not in CONSTANTS:
+            raise ValueError(f"Moore2016: unknown constants {constants!r}; choose from "
+                             f"{sorted(CONSTANTS)} (Moore et al. 2018 / 2016)")
+        self.constants = name
+        return CONSTANTS[name]
 
     @property
     def smooth(self) -> np.ndarray:
