@@ -33,6 +33,28 @@ Time constants (``constants=``, per-millisecond AGC coefficients, attack / relea
 The raw coefficients ``alpha_st`` / ``alpha_lt`` (attack, release per ms) may be given
 instead of a name, not together with one.
 
+Configurations (``config=``):
+
+* ``'paper'`` (default): rtamt's, as described above and below (exact window
+  calibration, C = 0.06084, the ear as ANSI S3.4-2007 gains on the spectral components,
+  0.1-Cam component groups above ~1.2 kHz).
+* ``'tvl2018'``: the choices of the Cambridge group's loudness program (its numpy port,
+  MalcolmSlaney/LoudnessModel ``tvl2018.py``), which it reproduces frame by frame (within
+  2 % of its STL and LTL on the stored reference signals, ``tests/data/moore2016_ref``):
+  the outer/middle ear as a 4097-tap linear-phase FIR on the waveform
+  (:class:`rtamt.loudness.tvl2018.EarFIR`: ANSI S3.4-2007 tables interpolated linearly
+  in Hz, designed at any fs >= 32 kHz), whose delay (2048 samples) is added to
+  :attr:`latency_s` and taken out of ``frame_time``, and no ear gain in the spectrum;
+  ``numpy.hanning`` windows corrected by a fixed 3.32 dB scaled by the length ratio
+  (``2 10^0.332 / (n nfft)``: the 64 ms window would need 4.26 dB, so every component is
+  analysed 0.94-1.01 dB below its level); bins at exactly 500 and 1250 Hz
+  in the longer window's band; every FFT bin (``comp_cam = 0``); components not above
+  ``max(M, 30 dB SPL) - 60 dB`` dropped, ``M`` the frame's largest over both ears
+  (:class:`rtamt.loudness.tvl2018.ComponentFloor`); threshold excitation 3.63 dB from
+  500 Hz up (ANSI: 3.73); C = 0.0631.  Its settled 1 kHz loudness is -7.9 to +0.2 % of
+  ANSI S3.4-2007 Table 7 from 30 to 100 dB (32-48 kHz; the default: -4.9 to +4.9 %), so
+  the default stays rtamt's: use ``'tvl2018'`` to compare with the program's numbers.
+
 Input: ``(T,)`` (diotic: the same signal at both ears), ``(2, T)`` (left, right) or
 ``(batch, 2, T)``.  Outputs (time-last, F frames per block): ``stl``, ``ltl``,
 ``stl_left``, ``stl_right``, ``ltl_left``, ``ltl_right`` ``(..., F)`` sone;
@@ -75,9 +97,16 @@ import numpy as np
 from ..engine.stage import RtamtInputError
 from ..loudness.agc import SpecificLoudnessAGC
 from ..loudness.binaural import P_INHIBIT, BinauralInhibition
+from ..loudness.specific_loudness import ReferenceSpecificLoudnessParams
+from ..loudness.spectrum import ReferenceSpectrumParams
 from ..loudness.tvl import TimeVaryingLoudness
+from ..loudness.tvl2018 import ComponentFloor, EarFIR
 
-CONFIGS = {"paper": {}}
+#: the configurations (``config=``): ``'paper'`` rtamt's (default), ``'tvl2018'`` the
+#: Cambridge loudness program's choices (see the module docstring); each entry holds the
+#: defaults of ``C`` and ``comp_cam``
+CONFIGS = {"paper": {"C": 0.06084, "comp_cam": 0.1},
+           "tvl2018": {"C": 0.0631, "comp_cam": 0.0}}
 
 #: the AGCs' per-millisecond coefficients by paper: ``{name: ((attack, release) short-term,
 #: (attack, release) long-term)}`` (see the module docstring)
@@ -113,15 +142,27 @@ class Moore2016(TimeVaryingLoudness):
         "C", "alpha_st", "alpha_lt", "p", "smooth", "smooth_rng")
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
-                 field: str = "free", comp_cam: float = 0.1, middle_ear: str = "2007",
-                 C: float = 0.06084, constants: str | None = None,
+                 field: str = "free", comp_cam: float | None = None,
+                 middle_ear: str = "2007", C: float | None = None,
+                 constants: str | None = None,
                  alpha_st=None, alpha_lt=None, sigma: float = 0.08, width_cam: float = 18.0,
                  p: float = 1.5978, backend: str | None = None, device=None):
         if config not in CONFIGS:
             raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
         alpha_st, alpha_lt = self._time_constants(constants, alpha_st, alpha_lt)
+        self.config = config
+        cfg = CONFIGS[config]
+        C = cfg["C"] if C is None else C
+        comp_cam = cfg["comp_cam"] if comp_cam is None else comp_cam
+        ref = {}
+        if config == "tvl2018":
+            ref = dict(spectrum_params=ReferenceSpectrumParams(
+                           fs=float(fs), field=field, middle_ear=middle_ear, comp_cam=comp_cam),
+                       ear_fir=EarFIR(fs=float(fs), field=field, middle_ear=middle_ear),
+                       floor=ComponentFloor(),
+                       specific_params=ReferenceSpecificLoudnessParams())
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear, C=C, who="Moore2016")
+                         middle_ear=middle_ear, C=C, who="Moore2016", **ref)
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)

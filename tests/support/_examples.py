@@ -71,10 +71,12 @@ def examples(where=lambda cls, ex: True) -> list:
 
 
 def on_samples(cls, ex) -> bool:
-    """A stage whose flow is samples in and out (what the sample sweeps run)."""
+    """A stage whose flow is samples in and out (what the sample sweeps run); a frame
+    stage on the loudness models' sample rows (``input='frames'``, e.g. the linear-phase
+    ear FIR of Moore2016 ``config='tvl2018'``) takes frame dicts, not arrays, and is not."""
     from rtamt.engine.stage import SAMPLES
 
-    return cls.flow_in == SAMPLES and cls.flow_out == SAMPLES
+    return cls.flow_in == SAMPLES and cls.flow_out == SAMPLES and ex.input != "frames"
 
 
 def cases(where=on_samples) -> list:
