@@ -104,9 +104,18 @@ from ..loudness.tvl2018 import ComponentFloor, EarFIR
 
 #: the configurations (``config=``): ``'paper'`` rtamt's (default), ``'tvl2018'`` the
 #: Cambridge loudness program's choices (see the module docstring); each entry holds the
-#: defaults of ``C`` and ``comp_cam``
-CONFIGS = {"paper": {"C": 0.06084, "comp_cam": 0.1},
-           "tvl2018": {"C": 0.0631, "comp_cam": 0.0}}
+#: defaults of ``C`` and ``comp_cam`` and which of the program's choices it makes
+#: (:data:`PARTS`)
+CONFIGS = {"paper": {"C": 0.06084, "comp_cam": 0.1, "parts": ()},
+           "tvl2018": {"C": 0.0631, "comp_cam": 0.0,
+                       "parts": ("calibration", "edges", "fir", "floor", "threshold")}}
+
+#: the Cambridge program's choices, each one switch: ``calibration`` (``numpy.hanning``
+#: windows with the fixed 3.32 dB correction; the configuration's ``C`` goes with it),
+#: ``edges`` (bins at an edge in the longer window's band), ``fir`` (the ear as a
+#: linear-phase FIR on the waveform, no ear gain in the spectrum), ``floor`` (the component
+#: floor), ``threshold`` (3.63 dB from 500 Hz up); ``comp_cam`` is a parameter of its own
+PARTS = ("calibration", "edges", "fir", "floor", "threshold")
 
 #: the AGCs' per-millisecond coefficients by paper: ``{name: ((attack, release) short-term,
 #: (attack, release) long-term)}`` (see the module docstring)
@@ -114,6 +123,30 @@ CONSTANTS = {
     "2018": ((0.045, 0.033), (0.01, 0.00133)),   # Moore, Jervis, Harries & Schlittenlacher 2018
     "2016": ((0.045, 0.02), (0.01, 0.0005)),     # Moore, Glasberg, Varathanathan & S. 2016
 }
+
+
+def _program_stages(parts, fs, field, middle_ear, comp_cam) -> dict:
+    """The keyword arguments of :class:`~rtamt.loudness.tvl.TimeVaryingLoudness` that make
+    the Cambridge program's choices ``parts`` (:data:`PARTS`); ``{}`` for none (rtamt's
+    stages, designs and fingerprints unchanged)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
+    if not parts:
+        return {}
+    cal = "calibration" in parts
+    out = {"spectrum_params": ReferenceSpectrumParams(
+        fs=fs, field=field, middle_ear=middle_ear, comp_cam=comp_cam,
+        window="hanning" if cal else "hann", correction_db=3.32 if cal else None,
+        edges_closed="right" if "edges" in parts else "left",
+        ear_gain="fir" not in parts)}
+    if "fir" in parts:
+        out["ear_fir"] = EarFIR(fs=fs, field=field, middle_ear=middle_ear)
+    if "floor" in parts:
+        out["floor"] = ComponentFloor()
+    if "threshold" in parts:
+        out["specific_params"] = ReferenceSpecificLoudnessParams()
+    return out
 
 
 def sech_pow_equal(p: float = P_INHIBIT) -> float:
@@ -135,6 +168,8 @@ class Moore2016(TimeVaryingLoudness):
     """
 
     name = "moore2016"
+    #: the configurations this class offers (:data:`CONFIGS`)
+    configs = CONFIGS
     outputs = ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right",
                "specific_loudness", "excitation", "frame_time")
     C = 0.06084
@@ -147,22 +182,18 @@ class Moore2016(TimeVaryingLoudness):
                  constants: str | None = None,
                  alpha_st=None, alpha_lt=None, sigma: float = 0.08, width_cam: float = 18.0,
                  p: float = 1.5978, backend: str | None = None, device=None):
-        if config not in CONFIGS:
-            raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
+        if config not in self.configs:
+            raise ValueError(f"unknown moore2016 config {config!r}; choose from "
+                             f"{sorted(self.configs)}")
         alpha_st, alpha_lt = self._time_constants(constants, alpha_st, alpha_lt)
         self.config = config
-        cfg = CONFIGS[config]
+        cfg = self.configs[config]
         C = cfg["C"] if C is None else C
         comp_cam = cfg["comp_cam"] if comp_cam is None else comp_cam
-        ref = {}
-        if config == "tvl2018":
-            ref = dict(spectrum_params=ReferenceSpectrumParams(
-                           fs=float(fs), field=field, middle_ear=middle_ear, comp_cam=comp_cam),
-                       ear_fir=EarFIR(fs=float(fs), field=field, middle_ear=middle_ear),
-                       floor=ComponentFloor(),
-                       specific_params=ReferenceSpecificLoudnessParams())
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear, C=C, who="Moore2016", **ref)
+                         middle_ear=middle_ear, C=C, who="Moore2016",
+                         **_program_stages(cfg["parts"], float(fs), field, middle_ear,
+                                           comp_cam))
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)
