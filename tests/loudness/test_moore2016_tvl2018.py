@@ -248,3 +248,34 @@ def test_each_cause_of_the_default_configurations_difference(ref, cause):
         e = np.abs(out["stl"][:want.size][on] / want[on] - 1.0)
         err[config] = float(e.mean() if how == "mean" else e.max())
     assert err["off"] > 1.2 * err["tvl2018"], err
+
+
+def test_snapshots_continue_and_stack():
+    """A tvl2018 stream's snapshot (the ear FIR's history included) continues exactly; two
+    stereo streams stack into a batch and split back."""
+    import rtamt
+
+    rng = np.random.default_rng(9)
+    x = 0.1 * rng.standard_normal((2, 2, 5200))
+    whole = [Moore2016(FS, config="tvl2018")(x[b]) for b in range(2)]
+    a = Moore2016(FS, config="tvl2018")
+    a(x[0, :, :3001])
+    assert set(a.state) >= {"ear_fir", "component_floor"}
+    assert a.state["ear_fir"]["hist"].shape == (2, 4096)
+    b = Moore2016(FS, config="tvl2018")
+    b.load_state_dict(a.state_dict())
+    rest = b(x[0, :, 3001:])
+    n = rest["stl"].size
+    assert n > 0 and np.array_equal(rest["stl"], whole[0]["stl"][-n:])
+    # two streams as one batch
+    s0 = Moore2016(FS, config="tvl2018")
+    s1 = Moore2016(FS, config="tvl2018")
+    s0(x[0, :, :3001])
+    s1(x[1, :, :3001])
+    batch = Moore2016(FS, config="tvl2018")
+    batch.load_state_dict(rtamt.stack_states([s0.state_dict(), s1.state_dict()]))
+    out = batch(x[:, :, 3001:])
+    for i in range(2):
+        assert np.array_equal(out["ltl"][i], whole[i]["ltl"][-n:])
+    with pytest.raises(Exception, match="fingerprint|design|config"):
+        Moore2016(FS).load_state_dict(a.state_dict())
