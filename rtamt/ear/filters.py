@@ -20,11 +20,15 @@ OuterMiddleEarFilter   ANSI S3.4-2007 / Glasberg & Moore outer      Glasberg2002
                        ``tfOuterMiddle1997`` / ``2007``             Paulick2024
 =====================  ==========================================  =====================
 
-Only ``phase='minimum'`` exists: the zero-phase (forward-backward, ``filtfilt``)
+``phase='minimum'`` (all three): the zero-phase (forward-backward, ``filtfilt``)
 variant of the seed needs the future of the signal, so it cannot stream and is not
 offered; neither is the seed's "delay compensation" (dropping the first samples =
 a look-ahead).  The minimum-phase group delay is frequency dependent and short (90 %
 of the impulse-response energy within a few tens of taps, tested).
+:class:`OuterMiddleEarFilter` also streams its linear-phase design (``phase='linear'``):
+the zero-phase response delayed by ``order / 2`` samples (:attr:`OuterMiddleEarFilter.delay`;
+2048 at order 4096), as the Cambridge loudness program filters its input (Moore2016's
+``config='tvl2018'``).
 
 Shapes: ``(T,)`` or ``(batch, T)`` in, the same shape out.  In a
 :class:`~rtamt.engine.stage.Chain` an ear filter may be first and be followed by
@@ -43,7 +47,14 @@ from .data import (
     LOPEZPOVEDA2001_FIG2B_EXTRAP,
     PRALONG1996_FIG1E,
 )
-from .fir import FIRSignalStage, check_phase, fir_from_table, make_coeffs
+from .fir import (
+    FIRSignalStage,
+    check_phase,
+    fir_delay,
+    fir_from_table,
+    make_coeffs,
+    streaming_taps,
+)
 
 __all__ = ["HeadphoneFilter", "HeadphoneParams", "MiddleEarFilter", "MiddleEarParams",
            "OuterMiddleEarFilter", "OuterMiddleEarParams", "MIDDLE_EAR_PRESETS",
@@ -98,7 +109,7 @@ def design_headphone(p: HeadphoneParams, n_in=None):
     """Pralong & Carlile (1996) Fig. 1e through ``firwin2`` with 0 gain at DC and at
     fs/2 (AMT ``headphonefilter``); points at/above fs/2 dropped; no scaling."""
     _check_fs_order(p.fs, p.order)
-    check_phase(p.phase)
+    check_phase(p.phase, ("minimum",))
     t = _below_nyquist(PRALONG1996_FIG1E, p.fs, "headphone")
     freq = np.r_[0.0, t[:, 0], p.fs / 2]
     gain = np.r_[0.0, t[:, 1], 0.0]
@@ -163,7 +174,7 @@ class MiddleEarParams:
 
 def design_middle_ear(p: MiddleEarParams, n_in=None):
     _check_fs_order(p.fs, p.order)
-    check_phase(p.phase)
+    check_phase(p.phase, ("minimum",))
     if p.preset not in MIDDLE_EAR_PRESETS:
         raise ValueError(f"unknown middle-ear preset {p.preset!r}; choose from "
                          f"{MIDDLE_EAR_PRESETS}")
@@ -242,7 +253,8 @@ class OuterMiddleEarParams:
     Paulick2024) or 'tfOuterMiddle2007' (Moore2016); field: 'free' (default), 'diffuse'
     or 'eardrum'; order: FIR order (even; seed default 4096, Moore2016 uses 1024);
     flow, fhigh: the transfer function is evaluated on [flow, fhigh] (Hz) and held
-    constant outside (fhigh None = fs/2); phase: 'minimum'."""
+    constant outside (fhigh None = fs/2); phase: 'minimum' (the minimum-phase equivalent)
+    or 'linear' (the linear-phase design, delay ``order / 2`` samples)."""
 
     fs: float
     compensation: str = "tfOuterMiddle1997"
@@ -272,7 +284,8 @@ def design_outer_middle_ear(p: OuterMiddleEarParams, n_in=None):
     ft = fm[(fm >= p.flow) & (fm <= fhigh) & (fm < nyq)]
     table = np.c_[ft, 10.0 ** (outer_middle_ear_db(ft, p.compensation, p.field) / 20.0)]
     h_min, h_lin = fir_from_table(p.fs, freq, gain, int(p.order))
-    return make_coeffs(p.fs, h_min, h_lin, freq, gain, table, 1.0)
+    return make_coeffs(p.fs, streaming_taps(p.phase, h_min, h_lin), h_lin, freq, gain,
+                       table, 1.0)
 
 
 class OuterMiddleEarFilter(FIRSignalStage):
@@ -283,6 +296,11 @@ class OuterMiddleEarFilter(FIRSignalStage):
     name = "outerear"
     Params = OuterMiddleEarParams
     design = staticmethod(design_outer_middle_ear)
+
+    @property
+    def delay(self) -> float:
+        """Constant group delay (samples): ``order / 2`` with ``phase='linear'``, else 0."""
+        return fir_delay(self.params.phase, self.coeffs.ntaps)
 
     @classmethod
     def examples(cls):

@@ -41,7 +41,7 @@ from ..engine.jit import JIT as _JIT
 from ..engine.stage import RtamtInputError, Stage
 
 __all__ = ["FIRCoeffs", "FIRSignalStage", "fir_from_table", "minimum_phase", "fir_tm",
-           "magnitude_response"]
+           "magnitude_response", "PHASES", "fir_delay"]
 
 
 # ------------------------------------------------------------------------------ design
@@ -169,9 +169,10 @@ def fir_tm(h, hist, x, y):
 # ------------------------------------------------------------------------------ stage
 @dataclass(frozen=True)
 class FIRCoeffs:
-    """Designed FIR: ``h`` (N,) float64 minimum-phase taps (``h32`` its float32 copy),
-    ``h_linear`` the linear-phase frequency-sampling design it was derived from (same
-    magnitude), ``freq``/``gain`` the design points (Hz, linear amplitude) handed to
+    """Designed FIR: ``h`` (N,) float64 streamed taps (``h32`` its float32 copy): the
+    minimum-phase taps, or with ``phase='linear'`` (:class:`~rtamt.ear.OuterMiddleEarFilter`)
+    the linear-phase design itself; ``h_linear`` the linear-phase frequency-sampling design
+    (same magnitude), ``freq``/``gain`` the design points (Hz, linear amplitude) handed to
     ``firwin2``, ``table`` the data points ``(f, value)`` the filter follows, in the
     units of ``gain`` (after Nyquist clipping; for ``lopezpoveda2001`` above 10 kHz
     including AMT's extension points towards fs/2), ``scale`` the factor applied after
@@ -194,7 +195,7 @@ class FIRCoeffs:
         return self.h32 if np.dtype(dtype) == np.float32 else self.h
 
     def response(self, f) -> np.ndarray:
-        """``|H(f)|`` of the streaming (minimum-phase) filter at ``f`` Hz."""
+        """``|H(f)|`` of the streamed filter at ``f`` Hz."""
         return magnitude_response(self.h, self.fs, f)
 
 
@@ -205,12 +206,32 @@ def make_coeffs(fs, h_min, h_lin, freq, gain, table, scale) -> FIRCoeffs:
                      np.asarray(table, dtype=np.float64), float(scale))
 
 
-def check_phase(phase: str) -> None:
-    if phase != "minimum":
+#: the FIR phases a stage can stream: ``'minimum'`` (the minimum-phase equivalent of the
+#: design, no look-ahead) and ``'linear'`` (the linear-phase design itself, a constant delay
+#: of ``(ntaps - 1) / 2`` samples)
+PHASES = ("minimum", "linear")
+
+
+def check_phase(phase: str, allowed: tuple = PHASES) -> None:
+    if phase not in allowed:
         raise ValueError(
-            f"phase={phase!r} is not available: only 'minimum' (causal minimum-phase FIR) "
-            "can stream. Zero-phase (forward-backward, filtfilt) filtering needs the "
-            "future of the signal and is not offered by rtamt's streaming stages.")
+            f"phase={phase!r} is not available: choose from {allowed} (causal FIRs that "
+            "stream). Zero-phase (forward-backward, filtfilt) filtering needs the "
+            "future of the signal and is not offered by rtamt's streaming stages; "
+            "'linear' is the zero-phase response delayed by half the filter length.")
+
+
+def streaming_taps(phase: str, h_min: np.ndarray, h_lin: np.ndarray) -> np.ndarray:
+    """The taps a stage of ``phase`` streams: for ``'linear'`` ``h_lin`` made exactly
+    symmetric (``(h + h[::-1]) / 2``; the design is symmetric up to rounding), else
+    ``h_min``."""
+    return 0.5 * (h_lin + h_lin[::-1]) if phase == "linear" else h_min
+
+
+def fir_delay(phase: str, ntaps: int) -> float:
+    """Group delay (samples) of a stage's FIR: ``(ntaps - 1) / 2`` for ``'linear'`` (exact,
+    every frequency), 0 for ``'minimum'`` (frequency dependent and short; not a constant)."""
+    return (ntaps - 1) / 2.0 if phase == "linear" else 0.0
 
 
 def _triton():

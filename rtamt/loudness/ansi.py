@@ -47,26 +47,29 @@ def cam_to_hz(c):
     return (10.0 ** (np.asarray(c, dtype=np.float64) / 21.366) - 1.0) / 4.368e-3
 
 
-def threshold_excitation_db(f):
+def threshold_excitation_db(f, at_500: float = THRQ_500_DB):
     """Excitation at absolute threshold E_THRQ (dB) at ``f`` Hz (ANSI Table 3); constant
-    3.73 dB from 500 Hz up, table held below 50 Hz."""
+    ``at_500`` (3.73 dB, the table's) from 500 Hz up, table held below 50 Hz.  Another
+    ``at_500`` (the Cambridge program's 3.63 dB) replaces the table's 500 Hz point."""
     f = np.asarray(f, dtype=np.float64)
-    return np.where(f >= 500.0, THRQ_500_DB,
-                    tables.interp_logf(tables.F_THRQ, tables.THRQ, np.minimum(f, 500.0)))
+    thrq = tables.THRQ if at_500 == THRQ_500_DB else np.r_[tables.THRQ[:-1], at_500]
+    return np.where(f >= 500.0, at_500,
+                    tables.interp_logf(tables.F_THRQ, thrq, np.minimum(f, 500.0)))
 
 
 class SpecificLoudnessCoeffs:
     """Per-channel constants of the specific-loudness function (ANSI S3.4-2007 §3.6).
 
-    ``G = E_THRQ(500 Hz) / E_THRQ(f)`` (low-level gain, linear), ``alpha(G)``, ``A(G)``
+    ``G = E_THRQ(500 Hz) / E_THRQ(f)`` (low-level gain, linear; ``thrq_500_db`` the
+    threshold from 500 Hz up, see :func:`threshold_excitation_db`), ``alpha(G)``, ``A(G)``
     (Table 4), ``ethrq`` linear threshold excitation; ``C`` the scaling constant.
     """
 
-    def __init__(self, fc, C: float):
+    def __init__(self, fc, C: float, thrq_500_db: float = THRQ_500_DB):
         fc = np.asarray(fc, dtype=np.float64)
         self.fc = fc
-        et_db = threshold_excitation_db(fc)
-        g_db = np.minimum(THRQ_500_DB - et_db, 0.0)
+        et_db = threshold_excitation_db(fc, thrq_500_db)
+        g_db = np.minimum(thrq_500_db - et_db, 0.0)
         self.ethrq = 10.0 ** (et_db / 10.0)
         self.G = 10.0 ** (g_db / 10.0)
         alpha_of_g = PchipInterpolator(tables.G_ALPHA, tables.ALPHA)

@@ -25,6 +25,7 @@ from .ansi import SpecificLoudnessCoeffs
 from .frames import FrameStage
 
 __all__ = ["specific_loudness", "SpecificLoudnessParams", "SpecificLoudness",
+           "ReferenceSpecificLoudnessParams",
            "InstantaneousLoudnessParams", "InstantaneousLoudness"]
 
 
@@ -64,6 +65,14 @@ class SpecificLoudnessParams:
     C: float = 0.046871
 
 
+@dataclasses.dataclass(frozen=True)
+class ReferenceSpecificLoudnessParams(SpecificLoudnessParams):
+    """:class:`SpecificLoudnessParams` with the threshold excitation from 500 Hz up
+    (``thrq_500_db``; the Cambridge loudness program's 3.63 dB, ANSI S3.4-2007: 3.73 dB)."""
+
+    thrq_500_db: float = 3.63
+
+
 class SpecificLoudness(FrameStage):
     """Specific loudness (ANSI S3.4-2007 eqs. 17-19) as a frame stage: ``fr['E']`` (R F, K)
     linear excitation -> ``fr['N']`` (R F, K) sone/Cam."""
@@ -76,7 +85,9 @@ class SpecificLoudness(FrameStage):
 
     @staticmethod
     def design(params: SpecificLoudnessParams) -> SpecificLoudnessCoeffs:
-        return SpecificLoudnessCoeffs(np.asarray(params.fc, dtype=np.float64), params.C)
+        extra = {} if not hasattr(params, "thrq_500_db") else {"thrq_500_db": params.thrq_500_db}
+        return SpecificLoudnessCoeffs(np.asarray(params.fc, dtype=np.float64), params.C,
+                                      **extra)
 
     def process_tm(self, fr: dict, state: dict) -> None:
         E = fr["E"]

@@ -117,6 +117,26 @@ class SpectrumParams:
     method: str = "auto"
 
 
+@dataclasses.dataclass(frozen=True)
+class ReferenceSpectrumParams(SpectrumParams):
+    """:class:`SpectrumParams` plus the choices of the Cambridge loudness program
+    (Moore2016 ``config='tvl2018'``; the defaults are that program's):
+
+    window: ``'hanning'`` (``numpy.hanning(n)``, zero at both ends) or ``'hann'`` (rtamt's,
+    symmetric about n/2); correction_db: each window's powers ``|X_k|^2`` are scaled by
+    ``2 10^(correction_db/10) / (n nfft)`` (``n`` its length) instead of the exact
+    ``2 / (nfft sum w^2)``, ``None`` = exact; edges_closed: ``'right'`` puts a bin at
+    exactly an edge frequency into the lower band (the longer window), ``'left'`` into the
+    upper one (rtamt's); ear_gain: apply the outer/middle-ear gain to the components
+    (``False`` when the ear is a filter on the waveform)."""
+
+    comp_cam: float = 0.0
+    window: str = "hanning"
+    correction_db: float | None = 3.32
+    edges_closed: str = "right"
+    ear_gain: bool = False
+
+
 @dataclasses.dataclass
 class WindowPlan:
     """How one window's components are computed (see the module docstring).
@@ -189,18 +209,34 @@ def design_spectrum(p: SpectrumParams, level_db: float = INTERNAL_SPL_REF) -> Sp
     lengths = [int(round(fs * w / 1000.0)) for w in p.windows_ms]
     nmax = max(lengths)
     nfft = 1 << int(np.ceil(np.log2(nmax)))
+    wkind = getattr(p, "window", "hann")
+    corr = getattr(p, "correction_db", None)
+    right = getattr(p, "edges_closed", "left") == "right"
+    if wkind not in WINDOWS or getattr(p, "edges_closed", "left") not in ("left", "right"):
+        raise ValueError(f"window must be one of {WINDOWS} and edges_closed 'left' or "
+                         f"'right', got {wkind!r}, {getattr(p, 'edges_closed', 'left')!r}")
     ks, gains, freqs = [], [], []
     for w, n in enumerate(lengths):
         lo, hi = p.edges_hz[w], p.edges_hz[w + 1]
         k = np.arange(int(np.ceil(lo * nfft / fs)), int(np.floor(hi * nfft / fs)) + 1)
-        k = k[(k * fs / nfft >= lo) & (k * fs / nfft < hi)] if w < len(lengths) - 1 else \
-            k[(k * fs / nfft >= lo) & (k * fs / nfft <= hi)]
-        win = _hann(n)
+        f = k * fs / nfft
+        if right:          # (lo, hi]: a bin exactly at an edge goes to the longer window
+            k = k[(f > lo) & (f <= hi)]
+        else:
+            k = k[(f >= lo) & (f < hi)] if w < len(lengths) - 1 else k[(f >= lo) & (f <= hi)]
+        win = _window(wkind, n)
         ks.append(k)
-        gains.append(np.full(k.size, 2.0 / (nfft * np.sum(win ** 2))))
+        if corr is None:
+            gains.append(np.full(k.size, 2.0 / (nfft * np.sum(win ** 2))))
+        else:
+            # the Cambridge program: |X/N|^2 x 2 (one-sided) x 2 (power of a sine's
+            # amplitude) / 2 x 10^(c/10) x N/n at N = nfft = nmax (32 kHz), i.e.
+            # 2 10^(c/10) / (n nfft); c = 3.32 dB (the 64 ms Hann window needs 4.26 dB)
+            gains.append(np.full(k.size, 2.0 * 10.0 ** (corr / 10.0) / (n * nfft)))
         freqs.append(k * fs / nfft)
     bin_hz = np.concatenate(freqs)
-    ear_db = ear_gain_db(bin_hz, p.field, p.middle_ear)
+    ear_db = (ear_gain_db(bin_hz, p.field, p.middle_ear) if getattr(p, "ear_gain", True)
+              else np.zeros_like(bin_hz))
     g = np.concatenate(gains) * 10.0 ** (level_db / 10.0) * 10.0 ** (ear_db / 10.0)
     # spectral compression into groups <= comp_cam wide
     cams = hz_to_cam(bin_hz)
@@ -223,7 +259,8 @@ def design_spectrum(p: SpectrumParams, level_db: float = INTERNAL_SPL_REF) -> Sp
         b0 += k.size
         start = -nmax + (nmax - n) // 2
         tail = -(start + n)                      # samples between window end and frame end
-        chunk_ok = n % hop == 0 and tail % hop == 0
+        # the hopping DFT applies rtamt's Hann window in the frequency domain
+        chunk_ok = n % hop == 0 and tail % hop == 0 and wkind == "hann"
         gw, grw = g[bins], grp[bins]
         Jw = np.unique(grw).size
         # chunk frequencies k/nfft and k/nfft -+ 1/n (as integers over nfft*n): one
@@ -245,7 +282,7 @@ def design_spectrum(p: SpectrumParams, level_db: float = INTERNAL_SPL_REF) -> Sp
             method = "direct"
         plans.append(WindowPlan(n, start, method, bins,
                                 _plan_arrays(method, n, k, nfft, hop, tail, gw, grw,
-                                             num, offs)))
+                                             num, offs, wkind)))
     return SpectrumCoeffs(fs, hop, nmax, nfft, plans, g, bin_hz, grp, comp_hz)
 
 
@@ -254,15 +291,24 @@ def _hann(n):
     return 0.5 - 0.5 * np.cos(2 * np.pi * (np.arange(n) + 0.5) / n)
 
 
-def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs):
+#: the analysis windows: rtamt's Hann (``hann``, symmetric about n/2, nonzero ends) and
+#: ``numpy.hanning`` (``hanning``, zero at both ends; the Cambridge program's)
+WINDOWS = ("hann", "hanning")
+
+
+def _window(kind, n):
+    return _hann(n) if kind == "hann" else np.hanning(n)
+
+
+def _plan_arrays(method, n, k, nfft, hop, tail, gw, grw, num, offs, wkind="hann"):
     if method == "direct":
-        win = _hann(n)
+        win = _window(wkind, n)
         ph = 2 * np.pi * np.outer(np.arange(n), k) / nfft
         mat = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)], axis=1)
         mat = np.ascontiguousarray(mat)
         return {"mat": mat, "mat_rng": band_ranges(mat), "gain": gw, "grp": grw}
     if method == "autocorr":
-        win = _hann(n)
+        win = _window(wkind, n)
         gids = np.unique(grw)
         d = np.arange(n)
         cg = np.zeros((n, gids.size))

@@ -95,24 +95,40 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
 
     def __init__(self, fs: float, *, spl_ref: float = 100.0, field: str = "free",
                  comp_cam: float = 0.1, middle_ear: str = "2007", C: float | None = None,
-                 level_db: bool = False, who: str = "model"):
+                 level_db: bool = False, who: str = "model", spectrum_params=None,
+                 ear_fir=None, floor=None, specific_params=None):
+        """``spectrum_params`` (a :class:`SpectrumParams`, e.g. a
+        :class:`~rtamt.loudness.spectrum.ReferenceSpectrumParams`) replaces the one made from
+        ``field``, ``middle_ear``, ``comp_cam``; ``ear_fir`` (a sample stage,
+        :class:`rtamt.loudness.tvl2018.EarFIR`) runs between the calibration and the
+        spectrum, ``floor`` (a frame stage on ``'P'``) after the spectrum;
+        ``specific_params`` replaces the specific loudness stage's params."""
         self.fs = float(fs)
         cal = InputCalibration(spl_ref, who=who)
         self.field = field
         self.middle_ear = middle_ear
         if C is not None:
             self.C = float(C)
-        self.spectrum = Spectrum(SpectrumParams(fs=self.fs, field=field,
-                                                middle_ear=middle_ear, comp_cam=comp_cam))
+        if spectrum_params is None:
+            spectrum_params = SpectrumParams(fs=self.fs, field=field, middle_ear=middle_ear,
+                                             comp_cam=comp_cam)
+        self.spectrum = Spectrum(spectrum_params)
         sp = self.spectrum.coeffs
         self.excitation = Excitation(comp_hz=tuple(sp.comp_hz), level_db=level_db)
         ex = self.excitation.coeffs
-        self.specific = SpecificLoudness(fc=tuple(ex.fc), C=self.C)
+        self.specific = (SpecificLoudness(fc=tuple(ex.fc), C=self.C) if specific_params is None
+                         else SpecificLoudness(dataclasses.replace(
+                             specific_params, fc=tuple(ex.fc), C=self.C)))
         self.coeffs = TVLCoeffs(sp, ex, self.specific.coeffs)
         self.hop = self.spectrum.hop
         self.frame_rate = self.fs / self.hop
+        self.ear_fir = ear_fir
+        #: the delay (s) of the waveform stages before the spectrum (the linear-phase ear)
+        self.pre_delay_s = 0.0 if ear_fir is None else ear_fir.delay / self.fs
         # the head of the chain; the subclass completes it (_set_stages)
-        self.stages = [cal, self.spectrum, self.excitation, self.specific]
+        self.stages = [cal, *([] if ear_fir is None else [ear_fir]), self.spectrum,
+                       *([] if floor is None else [floor]), self.excitation, self.specific]
+        self._n_head = len(self.stages)
         self._meta = None
         self._block = 0
         self._phon_table = None
@@ -122,7 +138,7 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
         (:class:`~rtamt.engine.stage.Chain`: the calibration first, flows checked: samples
         into the spectrum, then the frames each stage reads written before it, names
         unique); then ``to(device, backend)`` if either is given."""
-        Chain.__init__(self, [*self.stages[:4], *stages])
+        Chain.__init__(self, [*self.stages[:self._n_head], *stages])
         if backend is not None or device is not None:
             self.to(device, backend=backend)
 
@@ -140,8 +156,9 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
 
     @property
     def latency_s(self) -> float:
-        """Delay of a frame's centre behind its newest input sample (s)."""
-        return self.spectrum.latency_s
+        """Delay of a frame's centre behind its newest input sample (s): the spectrum's
+        (half the longest window) plus that of a linear-phase ear filter."""
+        return self.spectrum.latency_s + self.pre_delay_s
 
     # ------------------------------------------------------------------ input
     def _layout(self, x: np.ndarray, where: str):  # pragma: no cover - abstract
@@ -396,7 +413,8 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
         for s in frames:
             s.process_tm(fr, state[s.name])
         out = self._pack(fr, lead, mode)
-        out["frame_time"] = self.spectrum.frame_time(fr["ends"])
+        ft = self.spectrum.frame_time(fr["ends"])
+        out["frame_time"] = ft - self.pre_delay_s if self.pre_delay_s else ft
         return out
 
     def _pack(self, fr: dict, lead, mode) -> dict:  # pragma: no cover - abstract
@@ -415,6 +433,8 @@ class TimeVaryingLoudness(CalibratedModel, Chain):
         x = np.sqrt(2.0) * np.sin(2 * np.pi * freq * t)[None, :]  # RMS 1 = 100 dB SPL
         ends = sp.nmax + sp.hop * np.arange(1, 17)
         P1 = frame_powers(sp, x, ends).mean(axis=0)
+        if self.ear_fir is not None:        # the ear is a filter on the waveform
+            P1 = P1 * self.ear_fir.coeffs.response(freq) ** 2
         P = P1[None, :] * 10.0 ** ((lv[:, None] - INTERNAL_SPL_REF) / 10.0)
         E = excitation(self.coeffs.exc, P)
         N = np.empty_like(E)

@@ -12,12 +12,48 @@ outer/middle ear (ANSI S3.4-2007 tables, ``middle_ear="2007"``) -> excitation
 (150 roex filters, 0.25 Cam) -> instantaneous specific loudness (ANSI S3.4-2007 eqs.
 17-19 with C = 0.06084, see "Calibration") ->
 short-term specific loudness by an asymmetric one-pole per channel (attack
-alpha = 0.045, release 0.033 per 1 ms; the "AGC") -> binaural inhibition: each ear's
+alpha = 0.045, release 0.033 per 1 ms by default; the "AGC") -> binaural inhibition: each ear's
 short-term pattern is smoothed over frequency with a Gaussian ``exp(-(0.08 g)^2)``
 (g in Cam, |g| <= 18) and the factors ``I_L = 2/(1 + sech(S_R/S_L)^1.5978)`` (and
 mirror) divide the patterns -> short-term loudness per ear ``0.25 * sum N'/I`` ->
 long-term loudness per ear by an asymmetric one-pole (attack 0.01, release 0.00133
-per 1 ms) -> STL and LTL = left + right.
+per 1 ms by default) -> STL and LTL = left + right.
+
+Time constants (``constants=``, per-millisecond AGC coefficients, attack / release;
+``tau = -1 ms / ln(1 - alpha)``):
+
+* ``'2018'`` (default): short-term 0.045 / 0.033 (tau 21.7 / 29.8 ms), long-term
+  0.01 / 0.00133 (99.5 / 751 ms), from Moore B C J, Jervis M, Harries L, Schlittenlacher J
+  (2018). "Testing and refining a loudness model for time-varying sounds incorporating
+  binaural inhibition", J. Acoust. Soc. Am. 143, 1504-1513 (the values of the Cambridge
+  group's loudness program);
+* ``'2016'``: short-term 0.045 / 0.02 (21.7 / 49.5 ms), long-term 0.01 / 0.0005
+  (99.5 / 2000 ms), from Moore et al. (2016) above.
+
+The raw coefficients ``alpha_st`` / ``alpha_lt`` (attack, release per ms) may be given
+instead of a name, not together with one.
+
+Configurations (``config=``):
+
+* ``'paper'`` (default): rtamt's, as described above and below (exact window
+  calibration, C = 0.06084, the ear as ANSI S3.4-2007 gains on the spectral components,
+  0.1-Cam component groups above ~1.2 kHz).
+* ``'tvl2018'``: the choices of the Cambridge group's loudness program (its numpy port,
+  MalcolmSlaney/LoudnessModel ``tvl2018.py``), which it reproduces frame by frame (within
+  2 % of its STL and LTL on the stored reference signals, ``tests/data/moore2016_ref``):
+  the outer/middle ear as a 4097-tap linear-phase FIR on the waveform
+  (:class:`rtamt.loudness.tvl2018.EarFIR`: ANSI S3.4-2007 tables interpolated linearly
+  in Hz, designed at any fs >= 32 kHz), whose delay (2048 samples) is added to
+  :attr:`latency_s` and taken out of ``frame_time``, and no ear gain in the spectrum;
+  ``numpy.hanning`` windows corrected by a fixed 3.32 dB scaled by the length ratio
+  (``2 10^0.332 / (n nfft)``: the 64 ms window would need 4.26 dB, so every component is
+  analysed 0.94-1.01 dB below its level); bins at exactly 500 and 1250 Hz
+  in the longer window's band; every FFT bin (``comp_cam = 0``); components not above
+  ``max(M, 30 dB SPL) - 60 dB`` dropped, ``M`` the frame's largest over both ears
+  (:class:`rtamt.loudness.tvl2018.ComponentFloor`); threshold excitation 3.63 dB from
+  500 Hz up (ANSI: 3.73); C = 0.0631.  Its settled 1 kHz loudness is -7.9 to +0.2 % of
+  ANSI S3.4-2007 Table 7 from 30 to 100 dB (32-48 kHz; the default: -4.9 to +4.9 %), so
+  the default stays rtamt's: use ``'tvl2018'`` to compare with the program's numbers.
 
 Input: ``(T,)`` (diotic: the same signal at both ears), ``(2, T)`` (left, right) or
 ``(batch, 2, T)``.  Outputs (time-last, F frames per block): ``stl``, ``ltl``,
@@ -47,7 +83,8 @@ Deviations from the seed (torch_amt ``Moore2016``), each following the papers:
   for identical patterns and the measured 1.39 sone for a 40 dB 1 kHz tone; rtamt uses
   the hyperbolic secant of the ratio as in Moore & Glasberg (2007, eq. 1);
 * the seed's AGC constants are given per frame of a 62.5 Hz hop; rtamt applies the
-  published per-millisecond values at the published 1 ms hop (rescaled as
+  per-millisecond values of Moore et al. (2018) (or of 2016, ``constants='2016'``) at the
+  published 1 ms hop (rescaled as
   ``1 - (1 - alpha)^(hop/1 ms)`` at rates where the hop is not exactly 1 ms);
 * the long-term AGC runs per ear on the inhibited short-term loudness (per-ear LTL is
   reported), the seed's runs once on the summed loudness; for a steady sound both
@@ -60,9 +97,56 @@ import numpy as np
 from ..engine.stage import RtamtInputError
 from ..loudness.agc import SpecificLoudnessAGC
 from ..loudness.binaural import P_INHIBIT, BinauralInhibition
+from ..loudness.specific_loudness import ReferenceSpecificLoudnessParams
+from ..loudness.spectrum import ReferenceSpectrumParams
 from ..loudness.tvl import TimeVaryingLoudness
+from ..loudness.tvl2018 import ComponentFloor, EarFIR
 
-CONFIGS = {"paper": {}}
+#: the configurations (``config=``): ``'paper'`` rtamt's (default), ``'tvl2018'`` the
+#: Cambridge loudness program's choices (see the module docstring); each entry holds the
+#: defaults of ``C`` and ``comp_cam`` and which of the program's choices it makes
+#: (:data:`PARTS`)
+CONFIGS = {"paper": {"C": 0.06084, "comp_cam": 0.1, "parts": ()},
+           "tvl2018": {"C": 0.0631, "comp_cam": 0.0,
+                       "parts": ("calibration", "edges", "fir", "floor", "threshold")}}
+
+#: the Cambridge program's choices, each one switch: ``calibration`` (``numpy.hanning``
+#: windows with the fixed 3.32 dB correction; the configuration's ``C`` goes with it),
+#: ``edges`` (bins at an edge in the longer window's band), ``fir`` (the ear as a
+#: linear-phase FIR on the waveform, no ear gain in the spectrum), ``floor`` (the component
+#: floor), ``threshold`` (3.63 dB from 500 Hz up); ``comp_cam`` is a parameter of its own
+PARTS = ("calibration", "edges", "fir", "floor", "threshold")
+
+#: the AGCs' per-millisecond coefficients by paper: ``{name: ((attack, release) short-term,
+#: (attack, release) long-term)}`` (see the module docstring)
+CONSTANTS = {
+    "2018": ((0.045, 0.033), (0.01, 0.00133)),   # Moore, Jervis, Harries & Schlittenlacher 2018
+    "2016": ((0.045, 0.02), (0.01, 0.0005)),     # Moore, Glasberg, Varathanathan & S. 2016
+}
+
+
+def _program_stages(parts, fs, field, middle_ear, comp_cam) -> dict:
+    """The keyword arguments of :class:`~rtamt.loudness.tvl.TimeVaryingLoudness` that make
+    the Cambridge program's choices ``parts`` (:data:`PARTS`); ``{}`` for none (rtamt's
+    stages, designs and fingerprints unchanged)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
+    if not parts:
+        return {}
+    cal = "calibration" in parts
+    out = {"spectrum_params": ReferenceSpectrumParams(
+        fs=fs, field=field, middle_ear=middle_ear, comp_cam=comp_cam,
+        window="hanning" if cal else "hann", correction_db=3.32 if cal else None,
+        edges_closed="right" if "edges" in parts else "left",
+        ear_gain="fir" not in parts)}
+    if "fir" in parts:
+        out["ear_fir"] = EarFIR(fs=fs, field=field, middle_ear=middle_ear)
+    if "floor" in parts:
+        out["floor"] = ComponentFloor()
+    if "threshold" in parts:
+        out["specific_params"] = ReferenceSpecificLoudnessParams()
+    return out
 
 
 def sech_pow_equal(p: float = P_INHIBIT) -> float:
@@ -84,6 +168,8 @@ class Moore2016(TimeVaryingLoudness):
     """
 
     name = "moore2016"
+    #: the configurations this class offers (:data:`CONFIGS`)
+    configs = CONFIGS
     outputs = ("stl", "ltl", "stl_left", "stl_right", "ltl_left", "ltl_right",
                "specific_loudness", "excitation", "frame_time")
     C = 0.06084
@@ -91,15 +177,23 @@ class Moore2016(TimeVaryingLoudness):
         "C", "alpha_st", "alpha_lt", "p", "smooth", "smooth_rng")
 
     def __init__(self, fs: float, config: str = "paper", *, spl_ref: float = 100.0,
-                 field: str = "free", comp_cam: float = 0.1, middle_ear: str = "2007",
-                 C: float = 0.06084,
-                 alpha_st=(0.045, 0.033),
-                 alpha_lt=(0.01, 0.00133), sigma: float = 0.08, width_cam: float = 18.0,
+                 field: str = "free", comp_cam: float | None = None,
+                 middle_ear: str = "2007", C: float | None = None,
+                 constants: str | None = None,
+                 alpha_st=None, alpha_lt=None, sigma: float = 0.08, width_cam: float = 18.0,
                  p: float = 1.5978, backend: str | None = None, device=None):
-        if config not in CONFIGS:
-            raise ValueError(f"unknown moore2016 config {config!r}; choose from {sorted(CONFIGS)}")
+        if config not in self.configs:
+            raise ValueError(f"unknown moore2016 config {config!r}; choose from "
+                             f"{sorted(self.configs)}")
+        alpha_st, alpha_lt = self._time_constants(constants, alpha_st, alpha_lt)
+        self.config = config
+        cfg = self.configs[config]
+        C = cfg["C"] if C is None else C
+        comp_cam = cfg["comp_cam"] if comp_cam is None else comp_cam
         super().__init__(fs, spl_ref=spl_ref, field=field, comp_cam=comp_cam,
-                         middle_ear=middle_ear, C=C, who="Moore2016")
+                         middle_ear=middle_ear, C=C, who="Moore2016",
+                         **_program_stages(cfg["parts"], float(fs), field, middle_ear,
+                                           comp_cam))
         r = self.hop / self.fs / 1e-3
         self.alpha_st = tuple(1.0 - (1.0 - a) ** r for a in alpha_st)
         self.alpha_lt = tuple(1.0 - (1.0 - a) ** r for a in alpha_lt)
@@ -111,6 +205,27 @@ class Moore2016(TimeVaryingLoudness):
         self._set_stages([SpecificLoudnessAGC(attack=self.alpha_st[0],
                                               release=self.alpha_st[1], channels=K),
                           self.binaural], backend, device)
+
+    def _time_constants(self, constants, alpha_st, alpha_lt) -> tuple:
+        """The per-ms AGC coefficients ``(alpha_st, alpha_lt)`` from a name of
+        :data:`CONSTANTS` or the raw values (not both); sets :attr:`constants` (the name,
+        or ``None`` for raw values)."""
+        raw = alpha_st is not None or alpha_lt is not None
+        if constants is not None and raw:
+            raise ValueError(
+                f"Moore2016: give the time constants by name (constants={constants!r}) or as "
+                "raw per-ms coefficients (alpha_st, alpha_lt), not both")
+        if raw:
+            self.constants = None
+            st, lt = CONSTANTS["2018"]
+            return (st if alpha_st is None else tuple(alpha_st),
+                    lt if alpha_lt is None else tuple(alpha_lt))
+        name = "2018" if constants is None else str(constants)
+        if name not in CONSTANTS:
+            raise ValueError(f"Moore2016: unknown constants {constants!r}; choose from "
+                             f"{sorted(CONSTANTS)} (Moore et al. 2018 / 2016)")
+        self.constants = name
+        return CONSTANTS[name]
 
     @property
     def smooth(self) -> np.ndarray:

@@ -50,6 +50,9 @@ CASES = {
     "glasberg_batch": (lambda **k: rtamt.Glasberg2002(FS, **k), (2,)),
     "moore_diotic": (lambda **k: rtamt.Moore2016(FS, **k), ()),
     "moore_stereo_batch": (lambda **k: rtamt.Moore2016(FS, **k), (2, 2)),
+    # the Cambridge program's configuration (issue 41): the linear-phase ear FIR on the
+    # waveform (the ear filters' fir_tm twin) and the component floor (its torch twin)
+    "moore_tvl2018_stereo": (lambda **k: rtamt.Moore2016(FS, config="tvl2018", **k), (2,)),
 }
 
 

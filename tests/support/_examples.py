@@ -72,7 +72,9 @@ def examples(where=lambda cls, ex: True) -> list:
 
 def on_samples(cls, ex) -> bool:
     """A stage whose flow is samples in and out and whose example takes sample blocks
-    (what the sample sweeps run; the meter's statistics take step rows, ``"steps"``)."""
+    (what the sample sweeps run): not the meter's statistics (step rows, ``"steps"``) nor
+    a frame stage on the loudness models' sample rows (``"frames"``, e.g. the linear-phase
+    ear FIR of Moore2016 ``config='tvl2018'``), which take frame dicts, not arrays."""
     from rtamt.engine.examples import SAMPLE_INPUTS
     from rtamt.engine.stage import SAMPLES
 

@@ -13,7 +13,7 @@ The reference's ``tvl2018.compute_loudness(sound, db_max, filter, rate)`` is run
 free-field filter ``transfer_functions.ff_32000`` under two constant sets of the AGCs
 (per-millisecond coefficients, attack/release):
 
-* ``2018``: short-term 0.045/0.033, long-term 0.01/0.00133 (Moore, Glasberg, Jennings &
+* ``2018``: short-term 0.045/0.033, long-term 0.01/0.00133 (Moore, Jervis, Harries &
   Schlittenlacher 2018, J. Acoust. Soc. Am. 143, 1504-1513; the reference's own values);
 * ``2016``: short-term 0.045/0.02, long-term 0.01/0.0005 (Moore, Glasberg, Varathanathan &
   Schlittenlacher 2016, Trends in Hearing 20, 1-16).
