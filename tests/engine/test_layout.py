@@ -194,11 +194,13 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
     same name."""
     pytest.importorskip("triton")
     frame_stages = frame_stage_classes()
-    assert {c.__name__ for c in frame_stages} == FRAME_STAGES
+    assert FRAME_STAGES <= {c.__name__ for c in frame_stages}    # found, not listed: a
+    # new frame stage (Moore2016 tvl2018's EarFIR, ComponentFloor) is checked below too
     for cls in frame_stages:           # every frame stage runs on Triton, with kernels or none
         assert cls.triton_ready and (cls.kernels is None) == (cls.__name__ in KERNEL_FREE), cls
     # the frame stages are Stage subclasses; those without kernels were checked above
-    stages = [c for c in rtamt_stage_classes() if c.triton_ready and c.kernels is not None]
+    every = rtamt_stage_classes()
+    stages = [c for c in every if c.triton_ready and c.kernels is not None]
     names = {c.__name__ for c in stages}
     assert {"Gammatone", "IHCEnvelope", "AdaptHighpass", "AdaptLoop", "ModFilterbank",
             "KingModFilterbank", "HeadphoneFilter", "MiddleEarFilter", "OuterMiddleEarFilter",
@@ -211,11 +213,14 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
         for part in cls.kernels.parts:
             if not part.numba:
                 continue
-            home = owner.__module__ if part is owner.kernels else None
+            # a stage's own set lives in its module, or in the module of a stage whose set
+            # it reuses (Moore2016 tvl2018's EarFIR runs the ear filters' FIR set); a part
+            # shared by several sets lives in rtamt.engine
+            homes = {k.__module__ for k in every if vars(k).get("kernels") is owner.kernels}
             for name, fn in part.numba.items():
                 mod = _module_of(fn)
-                assert mod == (home or mod) and (home or mod.startswith("rtamt.engine.")), \
-                    (cls, name, mod)
+                assert (mod in homes) if part is owner.kernels else \
+                    mod.startswith("rtamt.engine."), (cls, name, mod)
                 assert part.triton.__module__ == mod, (cls, part.triton.__module__, mod)
             got = {f.__name__: f.__module__ for f in part.triton()}
             assert set(got) == set(part.numba), (cls, got, part.numba)
