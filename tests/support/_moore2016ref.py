@@ -37,3 +37,20 @@ def signal(ref: dict, case: str) -> np.ndarray:
     rec = next(r for r in ref["meta"]["recipes"] if r["name"] == name)
     carrier = ref.get(f"{name}__carrier")
     return ref["mk"].ears(ref["mk"].base_signal(rec, carrier=carrier), version)
+
+
+def run_like_the_program(m, x: np.ndarray, fs: float = 32000.0, hop: int = 32) -> dict:
+    """``m``'s outputs (a Moore2016) on ``x`` (2, T), followed by zeros as the program pads
+    its input, with the program's start: it has no frame before t = 0, so its AGCs start
+    from zero at frame 0 (t = 0 ms).  ``m``'s frames before t = 0 (windows reaching into
+    the signal) are computed, then the two AGC states are set to zero, as the program's."""
+    x = np.concatenate([x, np.zeros((2, 4096 + 2 * hop))], axis=1)
+    e0 = int(round(m.latency_s * fs)) - hop      # the frame at t = -1 ms ends at this sample
+    first = m(x[:, :e0])
+    assert abs(first["frame_time"][-1] + 1e-3) < 1e-9, first["frame_time"][-1]
+    for name in ("specific_loudness_agc", "binaural_inhibition"):
+        for v in m[name].state.values():
+            v[...] = 0.0
+    out = m(x[:, e0:])
+    assert abs(out["frame_time"][0]) < 1e-9, out["frame_time"][0]
+    return out
