@@ -97,19 +97,12 @@ def _on_device(a: np.ndarray, device):
 
 def host_samples(x: Any) -> np.ndarray:
     """Samples a producer hands over (a scheduled stream's ``push``), as a numpy array on
-    the host: a numpy array itself, a torch tensor of float32 / float64 as a view (CPU) or
-    a host copy (another device).  Raises :class:`ValueError` naming what was given for
-    anything else (a list, a scalar, a tensor of another dtype); the caller says which
-    stream and block.  The dtype of a numpy array is the caller's to check."""
-    if isinstance(x, np.ndarray):
-        return x
-    if is_tensor(x):
-        import torch
-        if x.dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"torch dtype {x.dtype} is not supported; expected "
-                             "torch.float32 or torch.float64")
-        return x.detach().to("cpu").numpy()
-    raise ValueError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
+    the host: :func:`as_numpy_block`'s array (a numpy array itself, a float32 / float64
+    tensor as a view on the CPU or a host copy from another device).  Raises
+    :class:`~rtamt.engine.contract.RtamtInputError` (a ``ValueError``) naming what was given
+    for anything else; the caller says which stream and block.  The dtype of a numpy array
+    is the caller's to check."""
+    return as_numpy_block(x)[0]
 
 
 def triton_available() -> str | None:
