@@ -311,9 +311,11 @@ class King2019(_ModelLayer):
 
 
 class Paulick2024(_ModelLayer):
-    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL, IHC and resampler have no
-    gradient rule: gradients reach only the modulation filterbank (``learnable=['modfb']``
-    or its incoming state); otherwise run it under ``torch.no_grad()``."""
+    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL and IHC have no gradient
+    rule: gradients run from the adaptation loops on (their time constants and the
+    modulation filterbank's parameters with ``learnable=True``, the incoming state of the
+    loops, the resampler and the bank); an input gradient is refused, run it under
+    ``torch.no_grad()``."""
 
     model_cls = streaming_models.Paulick2024
 

@@ -129,8 +129,9 @@ def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
 def test_the_gradient_path_starts_where_a_gradient_is_requested():
     """The stages a gradient is requested through run from the first one it enters on: an
     incoming state entry of a loudness integrator that requires a gradient is refused
-    naming that integrator (not the spectrum before it); Paulick2024's modulation bank
-    (after its last stage without a rule) gets gradients for its incoming state."""
+    naming that integrator (not the spectrum before it); Paulick2024's modulation bank and
+    adaptation loops (after its last stage without a rule) get gradients for their incoming
+    state, through the resampler; its IHC's is refused naming the IHC."""
     gl = rn.Glasberg2002(32000)
     st = gl.initial_state(1, dtype=torch.float64)
     st["ltl_integrator.ltl"] = st["ltl_integrator.ltl"].clone().requires_grad_(True)
@@ -148,28 +149,37 @@ def test_the_gradient_path_starts_where_a_gradient_is_requested():
     assert any(torch.count_nonzero(st[k].grad) for k in mod)
     st = {k: v.detach() for k, v in st.items()}
     st["adaptloop.s"] = st["adaptloop.s"].clone().requires_grad_(True)
-    with pytest.raises(RtamtInputError, match=r"stage 'resample' \(Resampler\)"):
+    y, _ = layer(noise((1, 100), 2, scale=0.1), st)          # through the resampler
+    y.sum().backward()
+    assert torch.count_nonzero(st["adaptloop.s"].grad) > 0
+    st = {k: v.detach() for k, v in st.items()}
+    st["ihc.v"] = st["ihc.v"].clone().requires_grad_(True)
+    with pytest.raises(RtamtInputError, match=r"stage 'ihc' \(IHCPaulick2024\)"):
         layer(noise((1, 100), 2, scale=0.1), st)
 
 
 def test_paulick2024_learns_only_what_a_gradient_reaches():
-    """``learnable=True`` would make the adaptation loops' time constants parameters that
-    no gradient reaches (the resampler after them has no rule): refused when the layer is
-    made, naming the resampler and the stages that can be learnt.  ``learnable=['modfb']``
-    learns the modulation bank; its parameter gets a gradient."""
+    """``rn.Paulick2024(learnable=True)`` learns the adaptation loops' time constants and
+    the modulation bank (after its last stage without a rule, the IHC; the resampler
+    between them has a rule): a backward pass reaches both parameters.  A learnable stage
+    before a stage without a rule is refused when the layer is made, naming that stage and
+    the stages that can be learnt (a gammatone before Paulick2024's IHC)."""
+    from rtamt.filterbank import Gammatone, GammatoneParams
+    from rtamt.ihc.paulick2024 import IHCPaulick2024, IHCPaulick2024Params
+
     kw = dict(n_channels=2, fhigh=4000.0)
-    for learnable in (True, ["adaptloop"]):
-        with pytest.raises(RtamtInputError, match=r"^paulick2024: stage 'resample' "
-                           r"\(Resampler\) has no gradient rule \(forward-only in "
-                           r"rtamt.nn\); no gradient would reach the learnable parameters "
-                           r"of 'adaptloop' before it: learn only stages after it "
-                           r"\(learnable=\['modfb'\]\)"):
-            rn.Paulick2024(16000, **kw, learnable=learnable)
-    layer = rn.Paulick2024(16000, **kw, learnable=["modfb"])
-    assert list(layer.theta) == ["modfb"]
+    layer = rn.Paulick2024(16000, **kw, learnable=True)
+    assert sorted(layer.theta) == ["adaptloop", "modfb"]
     y, _ = layer(noise((1, 400), scale=0.1))
     y.sum().backward()
-    assert torch.count_nonzero(layer.theta["modfb"].grad) > 0
+    assert all(torch.count_nonzero(p.grad) > 0 for p in layer.theta.values())
+    stages = [Gammatone(GammatoneParams(fs=16000, fc=(1000.0, 2000.0))),
+              IHCPaulick2024(IHCPaulick2024Params(fs=16000))]
+    with pytest.raises(RtamtInputError, match=r"^chain: stage 'ihc' \(IHCPaulick2024\) has no "
+                       r"gradient rule \(forward-only in rtamt.nn\); no gradient would reach "
+                       r"the learnable parameters of 'gammatone' before it: learn only stages "
+                       r"after it \(learnable=\[\]\)"):
+        rn.ChainLayer(stages, learnable=["gammatone"])
 
 
 def test_king2019_gradcheck():
@@ -205,7 +215,8 @@ def _has_rule(cls, ex):
 def test_stage_gradcheck(cls, ex):
     """Every stage with a gradient rule (found, with the examples it declares:
     tests/support/_examples.py), as a layer: gradcheck (fast mode) w.r.t. the block input,
-    every entry of the incoming state and, where the rule has parameters, ``theta``
+    every floating-point entry of the incoming state (an integer one, the resampler's
+    phase, is carried as it is) and, where the rule has parameters, ``theta``
     (away from 0, so that the learned design is not the stage's own)."""
     import numpy as np
 
@@ -216,7 +227,7 @@ def test_stage_gradcheck(cls, ex):
     rule = cls.grad_rule()
     layer = rn.StageLayer(stage, n_in=n_in, learnable=rule.n_params > 0)
     _, st = layer(torch.from_numpy(np.ascontiguousarray(lead[..., :40])))
-    keys = [k for k in st if k != rn.DESIGN_KEY]
+    keys = [k for k in st if k != rn.DESIGN_KEY and st[k].is_floating_point()]
     key = f"theta.{stage.name}"
     theta = [] if rule.n_params == 0 else [torch.full((rule.n_params,), 0.05, dtype=torch.float64,
                                                       requires_grad=True)]
