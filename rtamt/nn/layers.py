@@ -311,9 +311,9 @@ class King2019(_ModelLayer):
 
 
 class Paulick2024(_ModelLayer):
-    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL and IHC have no gradient
-    rule: gradients run from the adaptation loops on (their time constants and the
-    modulation filterbank's parameters with ``learnable=True``, the incoming state of the
+    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL has no gradient rule:
+    gradients run from the IHC on (the adaptation time constants and the modulation
+    filterbank's parameters with ``learnable=True``, the incoming state of the IHC, the
     loops, the resampler and the bank); an input gradient is refused, run it under
     ``torch.no_grad()``."""
 

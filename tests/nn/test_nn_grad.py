@@ -129,9 +129,9 @@ def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
 def test_the_gradient_path_starts_where_a_gradient_is_requested():
     """The stages a gradient is requested through run from the first one it enters on: an
     incoming state entry of a loudness integrator that requires a gradient is refused
-    naming that integrator (not the spectrum before it); Paulick2024's modulation bank and
-    adaptation loops (after its last stage without a rule) get gradients for their incoming
-    state, through the resampler; its IHC's is refused naming the IHC."""
+    naming that integrator (not the spectrum before it); Paulick2024's modulation bank,
+    adaptation loops and IHC (after its last stage without a rule) get gradients for their
+    incoming state, through the resampler; its DRNL's is refused naming the DRNL."""
     gl = rn.Glasberg2002(32000)
     st = gl.initial_state(1, dtype=torch.float64)
     st["ltl_integrator.ltl"] = st["ltl_integrator.ltl"].clone().requires_grad_(True)
@@ -154,32 +154,46 @@ def test_the_gradient_path_starts_where_a_gradient_is_requested():
     assert torch.count_nonzero(st["adaptloop.s"].grad) > 0
     st = {k: v.detach() for k, v in st.items()}
     st["ihc.v"] = st["ihc.v"].clone().requires_grad_(True)
-    with pytest.raises(RtamtInputError, match=r"stage 'ihc' \(IHCPaulick2024\)"):
+    y, _ = layer(noise((1, 100), 2, scale=0.1), st)          # from the IHC on
+    y.sum().backward()
+    assert torch.count_nonzero(st["ihc.v"].grad) > 0
+    st = {k: v.detach() for k, v in st.items()}
+    st["drnl.lin_s1"] = st["drnl.lin_s1"].clone().requires_grad_(True)
+    with pytest.raises(RtamtInputError, match=r"stage 'drnl' \(DRNL\)"):
         layer(noise((1, 100), 2, scale=0.1), st)
 
 
 def test_paulick2024_learns_only_what_a_gradient_reaches():
     """``rn.Paulick2024(learnable=True)`` learns the adaptation loops' time constants and
-    the modulation bank (after its last stage without a rule, the IHC; the resampler
-    between them has a rule): a backward pass reaches both parameters.  A learnable stage
-    before a stage without a rule is refused when the layer is made, naming that stage and
-    the stages that can be learnt (a gammatone before Paulick2024's IHC)."""
-    from rtamt.filterbank import Gammatone, GammatoneParams
-    from rtamt.ihc.paulick2024 import IHCPaulick2024, IHCPaulick2024Params
-
+    the modulation bank (after its last stage without a rule, the DRNL): a backward pass
+    reaches both parameters."""
     kw = dict(n_channels=2, fhigh=4000.0)
     layer = rn.Paulick2024(16000, **kw, learnable=True)
     assert sorted(layer.theta) == ["adaptloop", "modfb"]
     y, _ = layer(noise((1, 400), scale=0.1))
     y.sum().backward()
     assert all(torch.count_nonzero(p.grad) > 0 for p in layer.theta.values())
-    stages = [Gammatone(GammatoneParams(fs=16000, fc=(1000.0, 2000.0))),
-              IHCPaulick2024(IHCPaulick2024Params(fs=16000))]
-    with pytest.raises(RtamtInputError, match=r"^chain: stage 'ihc' \(IHCPaulick2024\) has no "
+
+
+def test_a_learnable_stage_before_a_stage_without_a_rule_is_refused():
+    """A learnable stage before a stage without a rule is refused when the layer is made,
+    naming that stage and the stages that can be learnt (the toy one-pole, learnable,
+    before a copy of it that declares no rule)."""
+    from toy.onepole import OnePole, OnePoleParams
+
+    class NoRule(OnePole):
+        name = "norule"
+
+        @classmethod
+        def grad_rule(cls):
+            return None
+
+    stages = [OnePole(OnePoleParams(fs=FS)), NoRule(OnePoleParams(fs=FS))]
+    with pytest.raises(RtamtInputError, match=r"^chain: stage 'norule' \(NoRule\) has no "
                        r"gradient rule \(forward-only in rtamt.nn\); no gradient would reach "
-                       r"the learnable parameters of 'gammatone' before it: learn only stages "
+                       r"the learnable parameters of 'onepole' before it: learn only stages "
                        r"after it \(learnable=\[\]\)"):
-        rn.ChainLayer(stages, learnable=["gammatone"])
+        rn.ChainLayer(stages, n_in=2, learnable=["onepole"])
 
 
 def test_king2019_gradcheck():
