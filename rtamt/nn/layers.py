@@ -311,11 +311,10 @@ class King2019(_ModelLayer):
 
 
 class Paulick2024(_ModelLayer):
-    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL has no gradient rule:
-    gradients run from the IHC on (the adaptation time constants and the modulation
-    filterbank's parameters with ``learnable=True``, the incoming state of the IHC, the
-    loops, the resampler and the bank); an input gradient is refused, run it under
-    ``torch.no_grad()``."""
+    """:class:`rtamt.models.Paulick2024` as a layer: gradients through every stage (ear
+    FIRs, DRNL, IHC, adaptation loops, resampler, modulation bank) w.r.t. the input, the
+    carried state and, with ``learnable=True``, the adaptation time constants and the
+    modulation filterbank's parameters."""
 
     model_cls = streaming_models.Paulick2024
 
