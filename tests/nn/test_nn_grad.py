@@ -189,23 +189,23 @@ def test_paulick2024_learns_what_it_has():
 
 def test_a_learnable_stage_before_a_stage_without_a_rule_is_refused():
     """A learnable stage before a stage without a rule is refused when the layer is made,
-    naming that stage and the stages that can be learnt (the toy one-pole, learnable,
-    before a copy of it that declares no rule)."""
-    from toy.onepole import OnePole, OnePoleParams
+    naming that stage and the stages that can be learnt (adaptation loops, learnable,
+    before a copy of them that declares no rule)."""
+    from rtamt.adaptation import AdaptLoop, AdaptLoopParams
 
-    class NoRule(OnePole):
+    class NoRule(AdaptLoop):
         name = "norule"
 
         @classmethod
         def grad_rule(cls):
             return None
 
-    stages = [OnePole(OnePoleParams(fs=FS)), NoRule(OnePoleParams(fs=FS))]
+    stages = [AdaptLoop(AdaptLoopParams(fs=FS)), NoRule(AdaptLoopParams(fs=FS))]
     with pytest.raises(RtamtInputError, match=r"^chain: stage 'norule' \(NoRule\) has no "
                        r"gradient rule \(forward-only in rtamt.nn\); no gradient would reach "
-                       r"the learnable parameters of 'onepole' before it: learn only stages "
+                       r"the learnable parameters of 'adaptloop' before it: learn only stages "
                        r"after it \(learnable=\[\]\)"):
-        rn.ChainLayer(stages, n_in=2, learnable=["onepole"])
+        rn.ChainLayer(stages, n_in=2, learnable=["adaptloop"])
 
 
 def test_king2019_gradcheck():
