@@ -615,6 +615,11 @@ class DRNL(Stage):
     def fc(self) -> np.ndarray:
         return self.coeffs.fc
 
+    @classmethod
+    def grad_rule(cls):
+        from .drnl_grad import DRNLGrad
+        return DRNLGrad
+
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         C = coeffs.fc.size

@@ -350,6 +350,11 @@ class IHCPaulick2024(Stage):
     design = staticmethod(design)
     kernels = Kernels(numba=(ihc_paulick2024_kernel,), triton=_triton)
 
+    @classmethod
+    def grad_rule(cls):
+        from .paulick2024_grad import IHCPaulick2024Grad
+        return IHCPaulick2024Grad
+
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         # float64 whatever the stream dtype: the ODE is integrated in float64

@@ -10,11 +10,12 @@ Forward passes run rtamt's compiled streaming kernels: outputs equal the streami
 models' bit for bit, and any block partition equals one call.  Gradients (to the input,
 to the incoming state and to learnable parameters) run adjoint recursions in compiled
 kernels (each beside its stage, e.g. :mod:`rtamt.filterbank.gammatone_grad`) for the
-stages of Dau1997, Osses2021 and King2019:
+stages of Dau1997, Osses2021, King2019 and Paulick2024:
 gammatone, IHC envelope, adaptation loops with the overshoot limiter, adaptation
 high-pass, compressions, ear FIRs, the ``efilt``, Butterworth and King2019 modulation
-filterbanks.  One layer class, :class:`ChainLayer`, wraps any chain (the model and stage
-layers are ChainLayers that construct theirs); a gradient requested through a stage
+filterbanks, the DRNL, Paulick2024's physiological IHC and the polyphase resampler.
+One layer class, :class:`ChainLayer`, wraps any chain (the model and stage layers are
+ChainLayers that construct theirs); a gradient requested through a stage
 without a gradient rule is refused, naming the stage (docs/nn.md lists which).
 """
 from ._base import DESIGN_KEY, StreamLayer, detach_state

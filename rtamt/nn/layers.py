@@ -311,9 +311,10 @@ class King2019(_ModelLayer):
 
 
 class Paulick2024(_ModelLayer):
-    """:class:`rtamt.models.Paulick2024` as a layer.  Its DRNL, IHC and resampler have no
-    gradient rule: gradients reach only the modulation filterbank (``learnable=['modfb']``
-    or its incoming state); otherwise run it under ``torch.no_grad()``."""
+    """:class:`rtamt.models.Paulick2024` as a layer: gradients through every stage (ear
+    FIRs, DRNL, IHC, adaptation loops, resampler, modulation bank) w.r.t. the input, the
+    carried state and, with ``learnable=True``, the adaptation time constants and the
+    modulation filterbank's parameters."""
 
     model_cls = streaming_models.Paulick2024
 

@@ -324,6 +324,11 @@ class Resampler(Stage):
     design = staticmethod(design)
     kernels = Kernels(numba=(polyphase_resample,), triton=_triton)
 
+    @classmethod
+    def grad_rule(cls):
+        from .polyphase_grad import ResamplerGrad
+        return ResamplerGrad
+
     @staticmethod
     def init_state(coeffs, batch, n_in, dtype):
         return {"hist": np.zeros((batch, coeffs.taps_per_phase - 1, n_in), dtype),

@@ -37,22 +37,29 @@ def test_osses2021_gradcheck():
                      eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
 
 
-@pytest.mark.parametrize("model,learned", [
-    (rn.Dau1997, {"gammatone", "adaptloop", "modfb"}),
-    (rn.Osses2021, {"gammatone", "adaptloop", "modfb"}),
-    (rn.King2019, {"gammatone", "compression", "modfb"})])
-def test_gradient_over_blocks_equals_one_call(model, learned):
+_FC = dict(fc=(1000.0, 2000.0))
+
+
+@pytest.mark.parametrize("model,fs,kw,learned", [
+    (rn.Dau1997, FS, _FC, {"gammatone", "adaptloop", "modfb"}),
+    (rn.Osses2021, FS, _FC, {"gammatone", "adaptloop", "modfb"}),
+    (rn.King2019, FS, dict(_FC, lp150=True), {"gammatone", "compression", "modfb"}),
+    (rn.Paulick2024, 16000, dict(n_channels=2, fhigh=4000.0), {"adaptloop", "modfb"})],
+    ids=["dau1997", "osses2021", "king2019", "paulick2024"])
+def test_gradient_over_blocks_equals_one_call(model, fs, kw, learned):
     """Two blocks with carried (not detached) state give the gradient of one call on the
     concatenated input, w.r.t. the input, the first block's state and every learnable
     parameter (gammatone centre frequencies and bandwidth, adaptation time constants,
     modulation centre frequencies and Q (efilt and King2019 banks), compression knee and
     exponent; <= 1e-10 relative), across a 20 dB onset; the second block starts past a
     recomputation checkpoint (rtamt.engine.grad.SEGMENT).  King2019 runs through its compression,
-    adaptation high-pass and modulation bank (with the 150 Hz pre-filter)."""
-    kw = {"lp150": True} if model is rn.King2019 else {}
-    layer = model(FS, fc=(1000.0, 2000.0), learnable=True, **kw)
+    adaptation high-pass and modulation bank (with the 150 Hz pre-filter); Paulick2024
+    through its DRNL, IHC, adaptation loops, resampler by 2 (the first block, of 601
+    samples, ends inside a decimation phase: the loss weights follow the outputs) and
+    modulation bank."""
+    layer = model(fs, learnable=True, **kw)
     assert set(layer.theta) == learned
-    T, cut = 1300, 600
+    T, cut = 1300, 601
     x = noise((2, T), 4, scale=0.5)
     with torch.no_grad():
         _, s0 = layer(noise((2, 100), 5, scale=0.05))
@@ -63,11 +70,12 @@ def test_gradient_over_blocks_equals_one_call(model, learned):
         st = {k: (v.clone().requires_grad_(True) if v.is_floating_point() else v)
               for k, v in s0.items()}
         layer.zero_grad(set_to_none=True)
-        loss, s, a = 0.0, st, 0
+        loss, s, a, k = 0.0, st, 0, 0
         for b in blocks:
             y, s = layer(xs[:, a:b], s)
-            loss = loss + _loss(y, w[..., a:b])
-            a = b
+            n = y.shape[-1]
+            loss = loss + _loss(y, w[..., k:k + n])
+            a, k = b, k + n
         loss.backward()
         return [xs.grad] + [p.grad.clone() for _, p in sorted(layer.theta.items())] + [
             st[k].grad for k in sorted(st) if st[k].requires_grad]
@@ -76,6 +84,16 @@ def test_gradient_over_blocks_equals_one_call(model, learned):
     for g1, g2 in zip(one, two):
         assert torch.linalg.norm(g1 - g2) <= 1e-10 * torch.linalg.norm(g1)
     assert all(torch.linalg.norm(g) > 0 for g in one[:len(learned) + 2])
+
+
+def test_paulick2024_gradcheck():
+    """Paulick2024 end to end (ear FIRs, DRNL, IHC, adaptation loops, resampler,
+    modulation bank) w.r.t. the input, from a warmed-up state (gradcheck's fast mode); the
+    block of 13 samples ends inside a decimation phase."""
+    layer = rn.Paulick2024(16000, n_channels=2, fhigh=4000.0)
+    _, st = layer(noise((1, 301), 1, scale=0.3))
+    assert gradcheck(lambda xb: layer(xb, st)[0], (noise((1, 13), scale=0.3).requires_grad_(),),
+                     eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
 
 
 def test_detach_state_truncates():
@@ -100,7 +118,6 @@ def test_detach_state_truncates():
 NO_RULE = {
     "glasberg2002": (32000, {}, (1, 300), ("spectrum", "Spectrum")),
     "moore2016": (32000, {}, (1, 2, 300), ("spectrum", "Spectrum")),
-    "paulick2024": (16000, dict(n_channels=2, fhigh=4000.0), (1, 100), ("drnl", "DRNL")),
 }
 
 
@@ -129,8 +146,9 @@ def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
 def test_the_gradient_path_starts_where_a_gradient_is_requested():
     """The stages a gradient is requested through run from the first one it enters on: an
     incoming state entry of a loudness integrator that requires a gradient is refused
-    naming that integrator (not the spectrum before it); Paulick2024's modulation bank
-    (after its last stage without a rule) gets gradients for its incoming state."""
+    naming that integrator (not the spectrum before it); Paulick2024's modulation bank,
+    adaptation loops and IHC get gradients for their incoming state, through the
+    resampler, with nothing before them requiring one."""
     gl = rn.Glasberg2002(32000)
     st = gl.initial_state(1, dtype=torch.float64)
     st["ltl_integrator.ltl"] = st["ltl_integrator.ltl"].clone().requires_grad_(True)
@@ -148,28 +166,46 @@ def test_the_gradient_path_starts_where_a_gradient_is_requested():
     assert any(torch.count_nonzero(st[k].grad) for k in mod)
     st = {k: v.detach() for k, v in st.items()}
     st["adaptloop.s"] = st["adaptloop.s"].clone().requires_grad_(True)
-    with pytest.raises(RtamtInputError, match=r"stage 'resample' \(Resampler\)"):
-        layer(noise((1, 100), 2, scale=0.1), st)
+    y, _ = layer(noise((1, 100), 2, scale=0.1), st)          # through the resampler
+    y.sum().backward()
+    assert torch.count_nonzero(st["adaptloop.s"].grad) > 0
+    st = {k: v.detach() for k, v in st.items()}
+    st["ihc.v"] = st["ihc.v"].clone().requires_grad_(True)
+    y, _ = layer(noise((1, 100), 2, scale=0.1), st)          # from the IHC on
+    y.sum().backward()
+    assert torch.count_nonzero(st["ihc.v"].grad) > 0
 
 
-def test_paulick2024_learns_only_what_a_gradient_reaches():
-    """``learnable=True`` would make the adaptation loops' time constants parameters that
-    no gradient reaches (the resampler after them has no rule): refused when the layer is
-    made, naming the resampler and the stages that can be learnt.  ``learnable=['modfb']``
-    learns the modulation bank; its parameter gets a gradient."""
+def test_paulick2024_learns_what_it_has():
+    """``rn.Paulick2024(learnable=True)`` learns the adaptation loops' time constants and
+    the modulation bank: a backward pass reaches both parameters."""
     kw = dict(n_channels=2, fhigh=4000.0)
-    for learnable in (True, ["adaptloop"]):
-        with pytest.raises(RtamtInputError, match=r"^paulick2024: stage 'resample' "
-                           r"\(Resampler\) has no gradient rule \(forward-only in "
-                           r"rtamt.nn\); no gradient would reach the learnable parameters "
-                           r"of 'adaptloop' before it: learn only stages after it "
-                           r"\(learnable=\['modfb'\]\)"):
-            rn.Paulick2024(16000, **kw, learnable=learnable)
-    layer = rn.Paulick2024(16000, **kw, learnable=["modfb"])
-    assert list(layer.theta) == ["modfb"]
+    layer = rn.Paulick2024(16000, **kw, learnable=True)
+    assert sorted(layer.theta) == ["adaptloop", "modfb"]
     y, _ = layer(noise((1, 400), scale=0.1))
     y.sum().backward()
-    assert torch.count_nonzero(layer.theta["modfb"].grad) > 0
+    assert all(torch.count_nonzero(p.grad) > 0 for p in layer.theta.values())
+
+
+def test_a_learnable_stage_before_a_stage_without_a_rule_is_refused():
+    """A learnable stage before a stage without a rule is refused when the layer is made,
+    naming that stage and the stages that can be learnt (adaptation loops, learnable,
+    before a copy of them that declares no rule)."""
+    from rtamt.adaptation import AdaptLoop, AdaptLoopParams
+
+    class NoRule(AdaptLoop):
+        name = "norule"
+
+        @classmethod
+        def grad_rule(cls):
+            return None
+
+    stages = [AdaptLoop(AdaptLoopParams(fs=FS)), NoRule(AdaptLoopParams(fs=FS))]
+    with pytest.raises(RtamtInputError, match=r"^chain: stage 'norule' \(NoRule\) has no "
+                       r"gradient rule \(forward-only in rtamt.nn\); no gradient would reach "
+                       r"the learnable parameters of 'adaptloop' before it: learn only stages "
+                       r"after it \(learnable=\[\]\)"):
+        rn.ChainLayer(stages, n_in=2, learnable=["adaptloop"])
 
 
 def test_king2019_gradcheck():
@@ -205,7 +241,8 @@ def _has_rule(cls, ex):
 def test_stage_gradcheck(cls, ex):
     """Every stage with a gradient rule (found, with the examples it declares:
     tests/support/_examples.py), as a layer: gradcheck (fast mode) w.r.t. the block input,
-    every entry of the incoming state and, where the rule has parameters, ``theta``
+    every floating-point entry of the incoming state (an integer one, the resampler's
+    phase, is carried as it is) and, where the rule has parameters, ``theta``
     (away from 0, so that the learned design is not the stage's own)."""
     import numpy as np
 
@@ -216,7 +253,7 @@ def test_stage_gradcheck(cls, ex):
     rule = cls.grad_rule()
     layer = rn.StageLayer(stage, n_in=n_in, learnable=rule.n_params > 0)
     _, st = layer(torch.from_numpy(np.ascontiguousarray(lead[..., :40])))
-    keys = [k for k in st if k != rn.DESIGN_KEY]
+    keys = [k for k in st if k != rn.DESIGN_KEY and st[k].is_floating_point()]
     key = f"theta.{stage.name}"
     theta = [] if rule.n_params == 0 else [torch.full((rule.n_params,), 0.05, dtype=torch.float64,
                                                       requires_grad=True)]

@@ -17,14 +17,15 @@ def noise(shape, seed=0, scale=1.0, positive=False):
 
 
 def check_layer(layer, x, warm=None, eps=1e-6, atol=1e-6):
-    """gradcheck of ``layer`` w.r.t. the block input and every state entry (started from
-    the state after ``warm``, so that it is not trivially zero)."""
+    """gradcheck of ``layer`` w.r.t. the block input and every floating-point state entry
+    (started from the state after ``warm``, so that it is not trivially zero; integer
+    entries such as the resampler's phase are carried as they are)."""
     _, st = layer(x if warm is None else warm)
-    keys = [k for k in st if k != rn.DESIGN_KEY]
-    tag = st[rn.DESIGN_KEY]
+    keys = [k for k in st if k != rn.DESIGN_KEY and st[k].is_floating_point()]
+    fixed = {k: v for k, v in st.items() if k not in keys}   # the design tag, integer phases
 
     def f(xb, *vals):
-        y, new = layer(xb, dict(zip(keys, vals), **{rn.DESIGN_KEY: tag}))
+        y, new = layer(xb, dict(zip(keys, vals), **fixed))
         return (y,) + tuple(new[k] for k in keys)
 
     inputs = [x.clone().requires_grad_(True)] + [st[k].clone().requires_grad_(True)
