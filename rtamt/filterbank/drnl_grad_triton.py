@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .drnl_triton import _NUM_WARPS, BLOCK, _biquad, _coef5
+from .drnl_triton import _NUM_WARPS, BLOCK, _biquad, _coef5, _memories, _stick
 
 __all__ = ["BLOCK", "drnl_adjoint"]
 
@@ -58,28 +58,17 @@ def _drnl_adj_kernel(gain_ptr, gtl_ptr, lpl_ptr, gtn_ptr, lpn_ptr, bs_ptr, n1_pt
     s = tl.load(s_ptr)
     uo = b * T * C + c
     gyo = b * gys_b + c * gys_c
-    if DO_LIN:
+    if DO_LIN:         # the memories' gradients of the linear path, in (KL, BLOCK) tiles
+        rl, ml, ol, L1, L2 = _memories(ml1_ptr, ml2_ptr, b, c, m, C, SL, KL)
         g = tl.load(gain_ptr + c, mask=m, other=0.0)
         gl0, gl1, gl2, gl3, gl4 = _coef5(gtl_ptr, C, c, m)
         ll0, ll1, ll2, ll3, ll4 = _coef5(lpl_ptr, C, c, m)
-        rl = tl.arange(0, KL)[:, None]
-        ml = (rl < SL) & m[None, :]
-        ol = (b[None, :] * SL + rl) * C + c[None, :]
-        L1 = tl.load(ml1_ptr + ol, mask=ml, other=0.0)
-        L2 = tl.load(ml2_ptr + ol, mask=ml, other=0.0)
     if DO_NLIN:
+        # the stick's input u[t]: the first nonlinear cascade from the incoming memories
+        rn, mn, on, F1, F2 = _memories(n1_ptr, n2_ptr, b, c, m, C, SN, KN)
         gn0, gn1, gn2, gn3, gn4 = _coef5(gtn_ptr, C, c, m)
         ln0, ln1, ln2, ln3, ln4 = _coef5(lpn_ptr, C, c, m)
-        ba = tl.load(bs_ptr + c, mask=m, other=0.0)
-        bb = tl.load(bs_ptr + C + c, mask=m, other=0.0)
-        bc = tl.load(bs_ptr + 2 * C + c, mask=m, other=0.0)
-        bk = tl.load(bs_ptr + 3 * C + c, mask=m, other=0.0)
-        rn = tl.arange(0, KN)[:, None]
-        mn = (rn < SN) & m[None, :]
-        on = (b[None, :] * SN + rn) * C + c[None, :]
-        # the stick's input u[t]: the first nonlinear cascade from the incoming memories
-        F1 = tl.load(n1_ptr + on, mask=mn, other=0.0)
-        F2 = tl.load(n2_ptr + on, mask=mn, other=0.0)
+        ba, bb, bc, bk = _stick(bs_ptr, C, c, m)
         for t in range(T):
             w = tl.load(x_ptr + b * T + t, mask=m, other=0.0) * s
             for k in tl.static_range(N_GB):
