@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .paulick2024_triton import BLOCK, _constants
+from .paulick2024_triton import BLOCK, _constants, _model_constants
 
 __all__ = ["BLOCK", "ihc_paulick2024_adjoint"]
 
@@ -46,17 +46,7 @@ def _ihc_adj_kernel(cst_ptr, v0_ptr, x_ptr, gy_ptr, gys_b, gys_t, gys_c, mu_ptr,
     live = i < N
     b = i // C
     c = i - b * C
-    alpha = tl.load(cst_ptr)
-    gmet = tl.load(cst_ptr + 1)
-    x0 = tl.load(cst_ptr + 2)
-    inv_s0 = tl.load(cst_ptr + 3)
-    inv_s1 = tl.load(cst_ptr + 4)
-    ep = tl.load(cst_ptr + 5)
-    gkf = tl.load(cst_ptr + 6)
-    ekf = tl.load(cst_ptr + 7)
-    gks = tl.load(cst_ptr + 8)
-    eks = tl.load(cst_ptr + 9)
-    k = tl.load(cst_ptr + 10)
+    alpha, gmet, x0, inv_s0, inv_s1, ep, gkf, ekf, gks, eks, k = _model_constants(cst_ptr)
     xo = b * T * C + c
     gyo = b * gys_b + c * gys_c
     vm = tl.load(v0_ptr + i, mask=live, other=0.0)
