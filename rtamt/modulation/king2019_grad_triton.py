@@ -30,6 +30,13 @@ __all__ = ["king_bank_adjoint"]
 
 
 @triton.jit
+def _section(sos_ptr, j):
+    """``b0, b1, b2, a1, a2`` of filter ``j``'s section (row ``j`` of the (M, 1, 6) array)."""
+    return (tl.load(sos_ptr + j * 6), tl.load(sos_ptr + j * 6 + 1), tl.load(sos_ptr + j * 6 + 2),
+            tl.load(sos_ptr + j * 6 + 4), tl.load(sos_ptr + j * 6 + 5))
+
+
+@triton.jit
 def _king_adj_kernel(sos_ptr, gy_ptr, gys_b, gys_t, gys_f, mu_ptr, gx_ptr, u_ptr, st_ptr,
                      o_ptr, gl_ptr, N, B, T, C, M, WANT: tl.constexpr, BLOCK: tl.constexpr):
     m, b, c = _lanes(N, C, BLOCK)
@@ -40,11 +47,7 @@ def _king_adj_kernel(sos_ptr, gy_ptr, gys_b, gys_t, gys_f, mu_ptr, gx_ptr, u_ptr
     if WANT:
         # forward outputs o[t] of every filter (DF-II transposed, sos_rows' arithmetic)
         for j in range(M):
-            b0 = tl.load(sos_ptr + j * 6)
-            b1 = tl.load(sos_ptr + j * 6 + 1)
-            b2 = tl.load(sos_ptr + j * 6 + 2)
-            a1 = tl.load(sos_ptr + j * 6 + 4)
-            a2 = tl.load(sos_ptr + j * 6 + 5)
+            b0, b1, b2, a1, a2 = _section(sos_ptr, j)
             z0 = tl.load(st_ptr + j * zs + zo, mask=m, other=0.0)
             z1 = tl.load(st_ptr + j * zs + zo + C, mask=m, other=0.0)
             for t in range(T):
@@ -61,11 +64,7 @@ def _king_adj_kernel(sos_ptr, gy_ptr, gys_b, gys_t, gys_f, mu_ptr, gx_ptr, u_ptr
         if WANT:
             v = tl.load(u_ptr + xo + t * C, mask=m, other=0.0)
         for j in range(M):
-            b0 = tl.load(sos_ptr + j * 6)
-            b1 = tl.load(sos_ptr + j * 6 + 1)
-            b2 = tl.load(sos_ptr + j * 6 + 2)
-            a1 = tl.load(sos_ptr + j * 6 + 4)
-            a2 = tl.load(sos_ptr + j * 6 + 5)
+            b0, b1, b2, a1, a2 = _section(sos_ptr, j)
             first_order = (b2 == 0.0) & (a2 == 0.0)
             mo = j * zs + zo
             m0 = tl.load(mu_ptr + mo, mask=m, other=0.0)

@@ -31,6 +31,25 @@ __all__ = ["efilt_adjoint", "biquad_bank_adjoint"]
 
 
 @triton.jit
+def _abs_grad(re_ptr, im_ptr, off, mask, g):
+    """``g`` times the gradient of ``|z|`` with respect to ``(Re z, Im z)``, ``z`` loaded at
+    ``off`` from ``re_ptr``, ``im_ptr``: ``(g Re z / |z|, g Im z / |z|)``, ``(0, 0)`` where
+    ``z = 0`` (the subgradient numba takes)."""
+    vr = tl.load(re_ptr + off, mask=mask, other=0.0)
+    vi = tl.load(im_ptr + off, mask=mask, other=0.0)
+    mag = tl.sqrt(vr * vr + vi * vi)
+    nz = mag > 0.0
+    safe = tl.where(nz, mag, 1.0)
+    return tl.where(nz, g * vr / safe, 0.0), tl.where(nz, g * vi / safe, 0.0)
+
+
+@triton.jit
+def _cplx(ptr, off, m):
+    """The complex value ``(ptr[off], ptr[off + 1])`` (real, imaginary) on the lanes ``m``."""
+    return tl.load(ptr + off, mask=m, other=0.0), tl.load(ptr + off + 1, mask=m, other=0.0)
+
+
+@triton.jit
 def _efilt_adj_kernel(coef_ptr, nreal, ch_ptr, x_ptr, st_ptr, gy_ptr, gys_b, gys_t, gys_f,
                       mu_ptr, wr_ptr, wi_ptr, gu_ptr, gc_ptr, N, T, C, F,
                       WANT: tl.constexpr, BLOCK: tl.constexpr):
@@ -71,13 +90,9 @@ def _efilt_adj_kernel(coef_ptr, nreal, ch_ptr, x_ptr, st_ptr, gy_ptr, gys_b, gys
     for tt in range(T):
         t = T - 1 - tt
         gyv = sc * tl.load(gy_ptr + go + t * gys_t, mask=m, other=0.0)
-        vr = tl.load(wr_ptr + wo + t * F, mask=keep, other=0.0)
-        vi = tl.load(wi_ptr + wo + t * F, mask=keep, other=0.0)
-        mag = tl.sqrt(vr * vr + vi * vi)
-        nz = mag > 0.0
-        safe = tl.where(nz, mag, 1.0)
-        lr = tl.where(env, tl.where(nz, m_r + gyv * vr / safe, m_r), m_r + gyv)
-        li = tl.where(env, tl.where(nz, m_i + gyv * vi / safe, m_i), m_i)
+        er, ei = _abs_grad(wr_ptr, wi_ptr, wo + t * F, keep, gyv)
+        lr = m_r + tl.where(env, er, gyv)
+        li = m_i + tl.where(env, ei, 0.0)
         tl.store(gu_ptr + wo + t * F, g * lr, mask=m)
         if WANT:
             first = t == 0
@@ -161,25 +176,18 @@ def _cbq_adj_kernel(ch_ptr, nreal, b_ptr, a_ptr, sc_ptr, x_ptr, st_ptr, gy_ptr, 
     env = f >= nreal
     keep = m & env
     co = f * 6
-    b0r = tl.load(b_ptr + co, mask=m, other=0.0)
-    b0i = tl.load(b_ptr + co + 1, mask=m, other=0.0)
-    b1r = tl.load(b_ptr + co + 2, mask=m, other=0.0)
-    b1i = tl.load(b_ptr + co + 3, mask=m, other=0.0)
-    b2r = tl.load(b_ptr + co + 4, mask=m, other=0.0)
-    b2i = tl.load(b_ptr + co + 5, mask=m, other=0.0)
-    a1r = tl.load(a_ptr + co + 2, mask=m, other=0.0)
-    a1i = tl.load(a_ptr + co + 3, mask=m, other=0.0)
-    a2r = tl.load(a_ptr + co + 4, mask=m, other=0.0)
-    a2i = tl.load(a_ptr + co + 5, mask=m, other=0.0)
+    b0r, b0i = _cplx(b_ptr, co, m)
+    b1r, b1i = _cplx(b_ptr, co + 2, m)
+    b2r, b2i = _cplx(b_ptr, co + 4, m)
+    a1r, a1i = _cplx(a_ptr, co + 2, m)
+    a2r, a2i = _cplx(a_ptr, co + 4, m)
     sc = tl.load(sc_ptr + f, mask=m, other=0.0)
     so = (b * F + f) * 4
     xo = b * T * C + ch
     oo = b * T * F + f
     # forward outputs o[t] of the envelope filters (DF-II transposed, complex)
-    z0r = tl.load(st_ptr + so, mask=keep, other=0.0)
-    z0i = tl.load(st_ptr + so + 1, mask=keep, other=0.0)
-    z1r = tl.load(st_ptr + so + 2, mask=keep, other=0.0)
-    z1i = tl.load(st_ptr + so + 3, mask=keep, other=0.0)
+    z0r, z0i = _cplx(st_ptr, so, keep)
+    z1r, z1i = _cplx(st_ptr, so + 2, keep)
     for t in range(T):
         v = tl.load(x_ptr + xo + t * C, mask=keep, other=0.0)
         o_r = b0r * v + z0r
@@ -191,21 +199,14 @@ def _cbq_adj_kernel(ch_ptr, nreal, b_ptr, a_ptr, sc_ptr, x_ptr, st_ptr, gy_ptr, 
         tl.store(oi_ptr + oo + t * F, o_i, mask=keep)
     # backwards: go = gout - conj(a1) m0 - conj(a2) m1,
     # gv = Re(conj(b0) go + conj(b1) m0 + conj(b2) m1), m1 <- m0, m0 <- go
-    m0r = tl.load(mu_ptr + so, mask=m, other=0.0)
-    m0i = tl.load(mu_ptr + so + 1, mask=m, other=0.0)
-    m1r = tl.load(mu_ptr + so + 2, mask=m, other=0.0)
-    m1i = tl.load(mu_ptr + so + 3, mask=m, other=0.0)
+    m0r, m0i = _cplx(mu_ptr, so, m)
+    m1r, m1i = _cplx(mu_ptr, so + 2, m)
     go = b * gys_b + f * gys_f
     for tt in range(T):
         t = T - 1 - tt
         g = sc * tl.load(gy_ptr + go + t * gys_t, mask=m, other=0.0)
-        vr = tl.load(or_ptr + oo + t * F, mask=keep, other=0.0)
-        vi = tl.load(oi_ptr + oo + t * F, mask=keep, other=0.0)
-        mag = tl.sqrt(vr * vr + vi * vi)
-        nz = mag > 0.0
-        safe = tl.where(nz, mag, 1.0)
-        gr = tl.where(env, tl.where(nz, g * vr / safe, 0.0), g)
-        gi = tl.where(env & nz, g * vi / safe, 0.0)
+        er, gi = _abs_grad(or_ptr, oi_ptr, oo + t * F, keep, g)
+        gr = tl.where(env, er, g)
         gor = gr - (a1r * m0r + a1i * m0i) - (a2r * m1r + a2i * m1i)
         goi = gi - (a1r * m0i - a1i * m0r) - (a2r * m1i - a2i * m1r)
         gv = (b0r * gor + b0i * goi + b1r * m0r + b1i * m0i + b2r * m1r + b2i * m1i)
