@@ -120,6 +120,11 @@ def _add_per_channel(gu, ch, gx):
     gx += torch.matmul(gu, inc)
 
 
+def _scratch(n, shape, device):
+    """``n`` uninitialised float64 tensors of ``shape`` on ``device``."""
+    return [torch.empty(shape, dtype=torch.float64, device=device) for _ in range(n)]
+
+
 def _check(x, gy, mu, gx, **tensors):
     B, T, C = x.shape
     _contiguous(x=x, mu=mu, gx=gx, **tensors)
@@ -154,11 +159,8 @@ def efilt_adjoint(coef, nreal, ch, x, st, gy, mu, gx, want, gc):
     N = B * F
     if N == 0 or T == 0:
         return
-    dev = x.device
-    wr = torch.empty((B, T, F), dtype=torch.float64, device=dev)
-    wi = torch.empty((B, T, F), dtype=torch.float64, device=dev)
-    gu = torch.empty((B, T, F), dtype=torch.float64, device=dev)
-    gcl = torch.empty((B, 3, F) if want else (1,), dtype=torch.float64, device=dev)
+    wr, wi, gu = _scratch(3, (B, T, F), x.device)
+    gcl, = _scratch(1, (B, 3, F) if want else (1,), x.device)
     _efilt_adj_kernel[_grid(N)](coef, int(nreal), ch, x, st, gy, *gy.stride(), mu, wr, wi,
                                 gu, gcl, N, T, C, F, WANT=bool(want), BLOCK=BLOCK,
                                 num_warps=_NUM_WARPS, num_stages=1)
@@ -242,10 +244,7 @@ def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
     N = B * F
     if N == 0 or T == 0:
         return
-    dev = x.device
-    o_r = torch.empty((B, T, F), dtype=torch.float64, device=dev)
-    o_i = torch.empty((B, T, F), dtype=torch.float64, device=dev)
-    gu = torch.empty((B, T, F), dtype=torch.float64, device=dev)
+    o_r, o_i, gu = _scratch(3, (B, T, F), x.device)
     _cbq_adj_kernel[_grid(N)](ch, int(nreal), bcoef, acoef, scale, x, st, gy, *gy.stride(),
                               mu, o_r, o_i, gu, N, T, C, F, BLOCK=BLOCK,
                               num_warps=_NUM_WARPS, num_stages=1)
