@@ -14,6 +14,11 @@ sections (last to first), the stick's slope between the nonlinear cascades, and 
 its channel's term of the input gradient over ``u[t]``.  The launcher then adds
 ``scale`` times the sum over channels to ``gx`` (one torch reduction on the device; numba
 sums the channels in another order, so the twins agree to rounding, 1e-12 relative).
+
+On a GPU: a program has exactly one thread per lane (BLOCK = 32 lanes, 1 warp), so the
+scratch a lane writes in its forward recomputation and reads backwards is touched by one
+thread only, in program order; the launch sets ``num_stages=1`` (no software pipelining
+of the loops' loads).
 """
 from __future__ import annotations
 

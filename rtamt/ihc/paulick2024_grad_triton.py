@@ -11,6 +11,11 @@ time, adding its own ``gx[b, t, c]`` (no two lanes write one element).  The cons
 to the kernel as one cached float64 device vector (the forward twin's
 :func:`~rtamt.ihc.paulick2024_triton._constants`).  Exponentials are libdevice's on a GPU,
 numpy's in the interpreter: the twins agree to rounding (1e-12 relative).
+
+On a GPU: a program has exactly one thread per lane (BLOCK = 32 lanes, 1 warp), so the
+scratch a lane writes in its forward recomputation and reads backwards is touched by one
+thread only, in program order; the launch sets ``num_stages=1`` (no software pipelining
+of the loops' loads).
 """
 from __future__ import annotations
 
@@ -112,4 +117,5 @@ def ihc_paulick2024_adjoint(alpha, gmet, x0, inv_s0, inv_s1, ep, gkf, ekf, gks, 
     vb = torch.empty((B, T, C), dtype=torch.float64, device=x.device)
     _ihc_adj_kernel[(triton.cdiv(n, BLOCK),)](cst, v0, x, gy, *gy.stride(), mu, gx, vb, n, T,
                                               C, METHOD=int(method), BLOCK=BLOCK,
-                                              num_stages=1, enable_fp_fusion=True)
+                                              num_warps=1, num_stages=1,
+                                              enable_fp_fusion=True)

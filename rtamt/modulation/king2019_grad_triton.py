@@ -14,6 +14,11 @@ memory instead of numba's checkpoints), and sums the coefficient gradients of it
 in a scratch ``(B, M, 5, C)``, which the launcher reduces over streams and channels into
 ``gc`` with torch (another order than numba's: the twins agree to rounding, 1e-12
 relative).  Nothing leaves the device.
+
+On a GPU: a program has exactly one thread per lane (BLOCK = 64 lanes, 2 warps), so the
+scratch a lane writes in its forward recomputation and reads backwards is touched by one
+thread only, in program order; the launch sets ``num_stages=1`` (no software pipelining
+of the loops' loads).
 """
 from __future__ import annotations
 

@@ -14,6 +14,11 @@ the (F, C) filter -> channel incidence matrix; the coefficient gradients (``want
 summed per lane and then over streams by torch.  Everything stays on the device; no
 value is copied to the host.  The sums over filters and streams run in another order than
 numba's, so the results agree with numba to rounding (1e-12 relative), not bit for bit.
+
+On a GPU: a program has exactly one thread per lane (BLOCK = 64 lanes, 2 warps), so the
+scratch a lane writes in its forward recomputation and reads backwards is touched by one
+thread only, in program order; the launch sets ``num_stages=1`` (no software pipelining
+of the loops' loads).
 """
 from __future__ import annotations
 

@@ -18,6 +18,10 @@ contracted ``+=``.  Then the gradient ``mu`` of the outgoing history is added on
 (read from a copy of the incoming ``mu``: lanes read and write it), lanes ``n >= H`` add
 theirs to ``gx[b, n - H, c]``.  The phase ``offset`` is read from the device tensor (no
 host round trip) and not changed.
+
+On a GPU: a program has exactly one thread per lane (BLOCK = 32 lanes, 1 warp), so each
+``gx`` element a lane reads and writes is touched by one thread only, in program order;
+the launch sets ``num_stages=1`` (no software pipelining of the loops' loads).
 """
 from __future__ import annotations
 
@@ -99,4 +103,5 @@ def polyphase_adjoint(taps, up, down, offset, gy, mu, gx):
     mu_in = mu.clone()
     _polyphase_adj_kernel[(triton.cdiv(n, BLOCK),)](
         taps, offset, gy, *gy.stride(), mu, mu_in, gx, n, T, C, K, nout, int(up), int(down),
-        -(-int(up) // int(down)), BLOCK=BLOCK, num_stages=1, enable_fp_fusion=True)
+        -(-int(up) // int(down)), BLOCK=BLOCK, num_warps=1, num_stages=1,
+        enable_fp_fusion=True)
