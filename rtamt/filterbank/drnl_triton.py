@@ -88,6 +88,29 @@ def _coef5(ptr, C, c, m):
 
 
 @triton.jit
+def _stick(bs_ptr, C, c, m):
+    """The broken stick's ``a``, ``b``, ``c`` and knee test at channels ``c`` (lanes), from
+    the (4, C) array ``bs``."""
+    ba = tl.load(bs_ptr + c, mask=m, other=0.0)
+    bb = tl.load(bs_ptr + C + c, mask=m, other=0.0)
+    bc = tl.load(bs_ptr + 2 * C + c, mask=m, other=0.0)
+    bk = tl.load(bs_ptr + 3 * C + c, mask=m, other=0.0)
+    return ba, bb, bc, bk
+
+
+@triton.jit
+def _memories(p1, p2, b, c, m, C, S: tl.constexpr, KP: tl.constexpr):
+    """The two memories of a path's ``S`` sections on lanes (stream ``b``, channel ``c``),
+    from (B, S, C) arrays ``p1``, ``p2``: the row index (KP, 1), the tile mask and the
+    offsets (KP, BLOCK) and the two (KP, BLOCK) tiles (rows ``>= S`` zero)."""
+    r = tl.arange(0, KP)[:, None]
+    msk = (r < S) & m[None, :]
+    off = (b[None, :] * S + r) * C + c[None, :]
+    return r, msk, off, tl.load(p1 + off, mask=msk, other=0.0), tl.load(p2 + off, mask=msk,
+                                                                         other=0.0)
+
+
+@triton.jit
 def _biquad(v, S1, S2, sel, b0, b1, b2, a1, a2):
     """One sample of the transposed-direct-form-II biquad whose memories are row ``sel``
     ((KP, 1) one-hot) of the tiles ``S1``, ``S2`` (KP, BLOCK):
@@ -123,23 +146,12 @@ def _drnl_kernel(scale_ptr, gain_ptr, gtl_ptr, lpl_ptr, gtn_ptr, lpn_ptr, bs_ptr
         g = tl.load(gain_ptr + c, mask=m, other=0.0)
         gl0, gl1, gl2, gl3, gl4 = _coef5(gtl_ptr, C, c, m)
         ll0, ll1, ll2, ll3, ll4 = _coef5(lpl_ptr, C, c, m)
-        rl = tl.arange(0, KL)[:, None]
-        ml = (rl < SL) & m[None, :]
-        ol = (b[None, :] * SL + rl) * C + c[None, :]
-        L1 = tl.load(l1_ptr + ol, mask=ml, other=0.0)
-        L2 = tl.load(l2_ptr + ol, mask=ml, other=0.0)
+        rl, ml, ol, L1, L2 = _memories(l1_ptr, l2_ptr, b, c, m, C, SL, KL)
     if DO_NLIN:
         gn0, gn1, gn2, gn3, gn4 = _coef5(gtn_ptr, C, c, m)
         ln0, ln1, ln2, ln3, ln4 = _coef5(lpn_ptr, C, c, m)
-        ba = tl.load(bs_ptr + c, mask=m, other=0.0)
-        bb = tl.load(bs_ptr + C + c, mask=m, other=0.0)
-        bc = tl.load(bs_ptr + 2 * C + c, mask=m, other=0.0)
-        bk = tl.load(bs_ptr + 3 * C + c, mask=m, other=0.0)
-        rn = tl.arange(0, KN)[:, None]
-        mn = (rn < SN) & m[None, :]
-        on = (b[None, :] * SN + rn) * C + c[None, :]
-        M1 = tl.load(n1_ptr + on, mask=mn, other=0.0)
-        M2 = tl.load(n2_ptr + on, mask=mn, other=0.0)
+        ba, bb, bc, bk = _stick(bs_ptr, C, c, m)
+        rn, mn, on, M1, M2 = _memories(n1_ptr, n2_ptr, b, c, m, C, SN, KN)
 
     xo = b * T
     yo = b * T * C + c

@@ -45,23 +45,23 @@ _CONST_CACHE: dict = {}
 
 
 @triton.jit
+def _model_constants(cst_ptr):
+    """The first 11 values of the constant vector (:func:`_constants`): alpha, gmet, x0,
+    inv_s0, inv_s1, ep, gkf, ekf, gks, eks, k (``IHCPaulick2024Coeffs``)."""
+    return (tl.load(cst_ptr), tl.load(cst_ptr + 1), tl.load(cst_ptr + 2),
+            tl.load(cst_ptr + 3), tl.load(cst_ptr + 4), tl.load(cst_ptr + 5),
+            tl.load(cst_ptr + 6), tl.load(cst_ptr + 7), tl.load(cst_ptr + 8),
+            tl.load(cst_ptr + 9), tl.load(cst_ptr + 10))
+
+
+@triton.jit
 def _ihc_kernel(cst_ptr, v_ptr, x_ptr, y_ptr, N, T, C, METHOD: tl.constexpr,
                 BLOCK: tl.constexpr):
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = i < N
     b = i // C
     c = i - b * C
-    alpha = tl.load(cst_ptr)
-    gmet = tl.load(cst_ptr + 1)
-    x0 = tl.load(cst_ptr + 2)
-    inv_s0 = tl.load(cst_ptr + 3)
-    inv_s1 = tl.load(cst_ptr + 4)
-    ep = tl.load(cst_ptr + 5)
-    gkf = tl.load(cst_ptr + 6)
-    ekf = tl.load(cst_ptr + 7)
-    gks = tl.load(cst_ptr + 8)
-    eks = tl.load(cst_ptr + 9)
-    k = tl.load(cst_ptr + 10)
+    alpha, gmet, x0, inv_s0, inv_s1, ep, gkf, ekf, gks, eks, k = _model_constants(cst_ptr)
     offset = tl.load(cst_ptr + 11)
     ydt = y_ptr.dtype.element_ty
     vm = tl.load(v_ptr + i, mask=live, other=0.0)          # v is (B, C): lane i = b C + c
