@@ -205,7 +205,7 @@ class ChainLayer(StreamLayer):
         if self.frames:
             if backend == "triton" and not implicit:
                 raise RtamtBackendError(f"{self.name}: frame layers run on the host (numba "
-                                        "kernels); move the input to the CPU")
+                                        "kernels); bind backend='numba' (the default)")
             return
         for p in self.parts:
             p.bind(backend, dev)
