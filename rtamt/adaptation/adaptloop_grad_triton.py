@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ..engine.grad import SEGMENT
+from .adaptloop_triton import lane_constants
 
 __all__ = ["adaptloop_adjoint"]
 
@@ -66,14 +67,8 @@ def _adaptloop_adjoint_kernel(a_ptr, b_ptr, lanes_ptr, s_ptr, x_ptr, gy_ptr, mu_
     kidx = tl.arange(0, KP)
     krow = kidx < K
     m2 = krow[:, None] & live[None, :]
-    ml = tl.load(lanes_ptr + c, mask=live, other=1.0)
-    mult = tl.load(lanes_ptr + 2 * L + c, mask=live, other=0.0)
-    rows = kidx[:, None].to(tl.int64) * L + c[None, :]
-    fa = tl.load(lanes_ptr + 3 * L + rows, mask=m2, other=0.0)
-    ef = tl.load(lanes_ptr + (3 + K) * L + rows, mask=m2, other=0.0)
-    of = tl.load(lanes_ptr + (3 + 2 * K) * L + rows, mask=m2, other=0.0)
-    av = tl.load(a_ptr + kidx, mask=krow, other=0.0)
-    bv = tl.load(b_ptr + kidx, mask=krow, other=0.0)
+    ml, _, mult, fa, ef, of, av, bv = lane_constants(a_ptr, b_ptr, lanes_ptr, L, c, live,
+                                                     kidx, krow, m2, K)
     # (K, lanes) work layout of a checkpoint / trajectory row; masked rows hold 1 (no 0/0)
     s_off = (b[None, :] * K + kidx[:, None]) * C + c[None, :]
     w_off = kidx[:, None].to(tl.int64) * n_lanes + n[None, :]

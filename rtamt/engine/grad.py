@@ -48,7 +48,7 @@ import dataclasses
 
 import numpy as np
 
-from .backend import Kernels, NumbaKernels, RtamtBackendError, TritonKernels
+from .backend import Kernels, NumbaKernels, RtamtBackendError, TritonKernels, declare_kernels
 
 __all__ = ["SEGMENT", "StageGrad", "lift"]
 
@@ -96,11 +96,7 @@ class StageGrad:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        decl = cls.__dict__.get("kernels")
-        if decl is not None:
-            cls.kern = decl.bind("numba")
-            if "device_ready" not in cls.__dict__:
-                cls.device_ready = decl.has_triton
+        declare_kernels(cls, "device_ready")
 
     def __init__(self, stage, coeffs, n_in: int):
         self.stage, self.coeffs0, self.n_in = stage, coeffs, int(n_in)

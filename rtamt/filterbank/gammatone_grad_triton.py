@@ -34,19 +34,38 @@ def _span_step(p_r, p_i, u, r0, r1, r2, r3, j0, j1, j2, j3):
 def _put8(ptr, row, n, N, m, r0, r1, r2, r3, j0, j1, j2, j3):
     """Store the eight memories at row ``row`` of a (rows, 8, N) array, lane ``n``."""
     o = row * 8 * N + n
-    tl.store(ptr + o, r0, mask=m)
-    tl.store(ptr + o + N, r1, mask=m)
-    tl.store(ptr + o + 2 * N, r2, mask=m)
-    tl.store(ptr + o + 3 * N, r3, mask=m)
-    tl.store(ptr + o + 4 * N, j0, mask=m)
-    tl.store(ptr + o + 5 * N, j1, mask=m)
-    tl.store(ptr + o + 6 * N, j2, mask=m)
-    tl.store(ptr + o + 7 * N, j3, mask=m)
+    _store4(ptr, o, N, m, r0, r1, r2, r3)
+    _store4(ptr, o + 4 * N, N, m, j0, j1, j2, j3)
+
+
+@triton.jit
+def _load4(ptr, o, C, m):
+    """The four memories of a lane, ``ptr[o + j C]`` for j = 0..3."""
+    return (tl.load(ptr + o, mask=m, other=0.0), tl.load(ptr + o + C, mask=m, other=0.0),
+            tl.load(ptr + o + 2 * C, mask=m, other=0.0),
+            tl.load(ptr + o + 3 * C, mask=m, other=0.0))
+
+
+@triton.jit
+def _store4(ptr, o, C, m, v0, v1, v2, v3):
+    tl.store(ptr + o, v0, mask=m)
+    tl.store(ptr + o + C, v1, mask=m)
+    tl.store(ptr + o + 2 * C, v2, mask=m)
+    tl.store(ptr + o + 3 * C, v3, mask=m)
 
 
 @triton.jit
 def _get(ptr, row, j, n, N, m):
     return tl.load(ptr + (row * 8 + j) * N + n, mask=m, other=0.0)
+
+
+@triton.jit
+def _pole_grad(zs_ptr, i, j, n, N, m, lr, li, g0, g1):
+    """Add section ``j``'s term to the pole's gradient ``(g0, g1)`` = (Re, Im):
+    ``conj(lam_j) z_j`` with ``z_j`` the memory before the sample (row ``i``)."""
+    a_r = _get(zs_ptr, i, j, n, N, m)
+    a_i = _get(zs_ptr, i, j + 4, n, N, m)
+    return g0 + (lr * a_r + li * a_i), g1 + (li * a_r - lr * a_i)
 
 
 @triton.jit
@@ -62,28 +81,16 @@ def _gt_adjoint_kernel(pr_ptr, pi_ptr, gain_ptr, gy_ptr, mur_ptr, mui_ptr, gxc_p
     xo = b * T
     yo = b * T * C + c
     if WANT:                                     # checkpoints of the trajectory
-        r0 = tl.load(sr_ptr + so, mask=m, other=0.0)
-        r1 = tl.load(sr_ptr + so + C, mask=m, other=0.0)
-        r2 = tl.load(sr_ptr + so + 2 * C, mask=m, other=0.0)
-        r3 = tl.load(sr_ptr + so + 3 * C, mask=m, other=0.0)
-        j0 = tl.load(si_ptr + so, mask=m, other=0.0)
-        j1 = tl.load(si_ptr + so + C, mask=m, other=0.0)
-        j2 = tl.load(si_ptr + so + 2 * C, mask=m, other=0.0)
-        j3 = tl.load(si_ptr + so + 3 * C, mask=m, other=0.0)
+        r0, r1, r2, r3 = _load4(sr_ptr, so, C, m)
+        j0, j1, j2, j3 = _load4(si_ptr, so, C, m)
         for k in range(NSEG):
             _put8(ck_ptr, k, n, N, m, r0, r1, r2, r3, j0, j1, j2, j3)
             for t in range(k * SEG, tl.minimum(T, (k + 1) * SEG)):
                 u = tl.load(x_ptr + xo + t, mask=m, other=0.0)
                 r0, r1, r2, r3, j0, j1, j2, j3 = _span_step(p_r, p_i, u, r0, r1, r2, r3,
                                                             j0, j1, j2, j3)
-    m0r = tl.load(mur_ptr + so, mask=m, other=0.0)
-    m1r = tl.load(mur_ptr + so + C, mask=m, other=0.0)
-    m2r = tl.load(mur_ptr + so + 2 * C, mask=m, other=0.0)
-    m3r = tl.load(mur_ptr + so + 3 * C, mask=m, other=0.0)
-    m0i = tl.load(mui_ptr + so, mask=m, other=0.0)
-    m1i = tl.load(mui_ptr + so + C, mask=m, other=0.0)
-    m2i = tl.load(mui_ptr + so + 2 * C, mask=m, other=0.0)
-    m3i = tl.load(mui_ptr + so + 3 * C, mask=m, other=0.0)
+    m0r, m1r, m2r, m3r = _load4(mur_ptr, so, C, m)
+    m0i, m1i, m2i, m3i = _load4(mui_ptr, so, C, m)
     g0 = tl.zeros_like(p_r)
     g1 = tl.zeros_like(p_r)
     g2 = tl.zeros_like(p_r)
@@ -92,14 +99,8 @@ def _gt_adjoint_kernel(pr_ptr, pi_ptr, gain_ptr, gy_ptr, mur_ptr, mui_ptr, gxc_p
         t0 = k * SEG
         t1 = tl.minimum(T, t0 + SEG)
         if WANT:                                 # the segment's trajectory, row 0 first
-            r0 = _get(ck_ptr, k, 0, n, N, m)
-            r1 = _get(ck_ptr, k, 1, n, N, m)
-            r2 = _get(ck_ptr, k, 2, n, N, m)
-            r3 = _get(ck_ptr, k, 3, n, N, m)
-            j0 = _get(ck_ptr, k, 4, n, N, m)
-            j1 = _get(ck_ptr, k, 5, n, N, m)
-            j2 = _get(ck_ptr, k, 6, n, N, m)
-            j3 = _get(ck_ptr, k, 7, n, N, m)
+            r0, r1, r2, r3 = _load4(ck_ptr, k * 8 * N + n, N, m)
+            j0, j1, j2, j3 = _load4(ck_ptr, (k * 8 + 4) * N + n, N, m)
             _put8(zs_ptr, 0, n, N, m, r0, r1, r2, r3, j0, j1, j2, j3)
             for t in range(t0, t1):
                 u = tl.load(x_ptr + xo + t, mask=m, other=0.0)
@@ -121,34 +122,16 @@ def _gt_adjoint_kernel(pr_ptr, pi_ptr, gain_ptr, gy_ptr, mur_ptr, mui_ptr, gxc_p
             if WANT:
                 i = t - t0
                 g2 += gyv * _get(zs_ptr, i + 1, 3, n, N, m)
-                a_r = _get(zs_ptr, i, 0, n, N, m)
-                a_i = _get(zs_ptr, i, 4, n, N, m)
-                g0 += l0r * a_r + l0i * a_i
-                g1 += l0i * a_r - l0r * a_i
-                a_r = _get(zs_ptr, i, 1, n, N, m)
-                a_i = _get(zs_ptr, i, 5, n, N, m)
-                g0 += l1r * a_r + l1i * a_i
-                g1 += l1i * a_r - l1r * a_i
-                a_r = _get(zs_ptr, i, 2, n, N, m)
-                a_i = _get(zs_ptr, i, 6, n, N, m)
-                g0 += l2r * a_r + l2i * a_i
-                g1 += l2i * a_r - l2r * a_i
-                a_r = _get(zs_ptr, i, 3, n, N, m)
-                a_i = _get(zs_ptr, i, 7, n, N, m)
-                g0 += l3r * a_r + l3i * a_i
-                g1 += l3i * a_r - l3r * a_i
+                g0, g1 = _pole_grad(zs_ptr, i, 0, n, N, m, l0r, l0i, g0, g1)
+                g0, g1 = _pole_grad(zs_ptr, i, 1, n, N, m, l1r, l1i, g0, g1)
+                g0, g1 = _pole_grad(zs_ptr, i, 2, n, N, m, l2r, l2i, g0, g1)
+                g0, g1 = _pole_grad(zs_ptr, i, 3, n, N, m, l3r, l3i, g0, g1)
             m0r, m0i = p_r * l0r + p_i * l0i, p_r * l0i - p_i * l0r
             m1r, m1i = p_r * l1r + p_i * l1i, p_r * l1i - p_i * l1r
             m2r, m2i = p_r * l2r + p_i * l2i, p_r * l2i - p_i * l2r
             m3r, m3i = p_r * l3r + p_i * l3i, p_r * l3i - p_i * l3r
-    tl.store(mur_ptr + so, m0r, mask=m)
-    tl.store(mur_ptr + so + C, m1r, mask=m)
-    tl.store(mur_ptr + so + 2 * C, m2r, mask=m)
-    tl.store(mur_ptr + so + 3 * C, m3r, mask=m)
-    tl.store(mui_ptr + so, m0i, mask=m)
-    tl.store(mui_ptr + so + C, m1i, mask=m)
-    tl.store(mui_ptr + so + 2 * C, m2i, mask=m)
-    tl.store(mui_ptr + so + 3 * C, m3i, mask=m)
+    _store4(mur_ptr, so, C, m, m0r, m1r, m2r, m3r)
+    _store4(mui_ptr, so, C, m, m0i, m1i, m2i, m3i)
     if WANT:
         tl.store(gp_ptr + n, g0, mask=m)
         tl.store(gp_ptr + N + n, g1, mask=m)
