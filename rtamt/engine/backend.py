@@ -189,6 +189,12 @@ class _TorchCoeffs:
         self.device = device
         self.cache: dict[tuple, tuple[np.ndarray, Any]] = {}
 
+    def __deepcopy__(self, memo):     # shared by copies, as the kernel sets that hold it
+        return self
+
+    def __copy__(self):
+        return self
+
     def __call__(self, a):
         if a is None or is_tensor(a):
             return a

@@ -109,9 +109,16 @@ def test_chain_on_device_equals_numba_without_host_copies(dtype, monkeypatch):
 
 def test_bound_back_to_numba_is_the_numba_layer():
     layer = _chain(learnable=False)
-    dl = _on_device(layer).to("cpu", backend="numba")
-    assert dl.backend == "numba" and not any(p.on_device for p in dl.parts)
+    bound = _on_device(layer)
+    copied = copy.deepcopy(bound)                  # a copy of a bound layer stays bound
+    assert copied.backend == "triton" and all(p.on_device for p in copied.parts)
     x, st = _warm(layer, torch.float64)
+    with torch.no_grad():
+        y_ref, _ = layer(x, st)
+        y_cp, _ = copied(x.to(copied.device), {k: v.to(copied.device) for k, v in st.items()})
+    assert _rel(y_cp, y_ref) <= TOL[torch.float64]
+    dl = bound.to("cpu", backend="numba")
+    assert dl.backend == "numba" and not any(p.on_device for p in dl.parts)
     ref, got = _step(layer, x, st), _step(dl, x, st)
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     for k in ref[2]:
