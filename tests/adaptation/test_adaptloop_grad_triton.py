@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) selects it
 
 """The Triton adaptation-loop adjoint (rtamt.adaptation.adaptloop_grad_triton.
 adaptloop_adjoint) against the numba adjoint beside its rule, on the designed constants:

@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) selects it
 
 """The Triton FIR adjoint (rtamt.ear.fir_grad_triton.fir_adjoint) against the numba adjoint
 beside its rule: a history longer than the block, shorter than the block, and a one-tap

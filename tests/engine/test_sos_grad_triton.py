@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) selects it
 
 """The Triton adjoint of the shared SOS cascade (rtamt.engine.sos_grad_triton.sos_adjoint)
 against the numba adjoint beside its rule: second- and first-order sections (the IHC

@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) selects it
 
 """The Triton gammatone adjoint (rtamt.filterbank.gammatone_grad_triton.gammatone4_adjoint)
 against the numba adjoint beside its rule, on the coefficients the stage designs: the

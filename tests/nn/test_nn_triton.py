@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) selects it
 
 """rtamt.nn on the device: a ChainLayer bound to the Triton kernels (``.to(DEVICE,
 backend='triton')``: Triton's interpreter on the CPU, compiled on a GPU under
