@@ -7,6 +7,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.fastexp import exp_f64_short
 from ..engine.grad import SEGMENT, StageGrad, lift
 from ..engine.jit import JIT as _JIT
@@ -158,6 +159,13 @@ def adaptloop_adjoint(a, bcoef, lanes, limit_on, s_in, x, gy, mu, gx, ga):
             ga[k] += gal[k, c]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.adaptation.adaptloop_grad_triton`), imported on first
+    binding."""
+    from . import adaptloop_grad_triton
+    return (adaptloop_grad_triton.adaptloop_adjoint,)
+
+
 class AdaptLoopGrad(StageGrad):
     """Learnable: ``th`` (K,), the log of each time constant relative to its designed
     value, ``tau = tau0 exp(th)`` (s; positive for every th; th = 0 is the design, bit for
@@ -165,6 +173,8 @@ class AdaptLoopGrad(StageGrad):
     poles ``a = exp(-1 / (tau fs))``, ``b = 1 - a`` come from
     :func:`rtamt.adaptation.adaptloop.loop_lowpass` (Dau, Püschel & Kohlrausch 1996a,
     JASA 99, 3615); the adjoint is :func:`adaptloop_adjoint`."""
+
+    kernels = Kernels(numba=(adaptloop_adjoint,), triton=_triton)
 
     def __init__(self, stage, coeffs, n_in):
         super().__init__(stage, coeffs, n_in)
@@ -177,8 +187,9 @@ class AdaptLoopGrad(StageGrad):
         return (adaptloop.loop_lowpass(w.tau, self.coeffs0.fs, xp),)
 
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape)
-        ga = np.zeros(coeffs.a.size)
-        adaptloop_adjoint(coeffs.a, coeffs.b, coeffs.lanes, bool(coeffs.limit_on),
-                          state["s"], x, gy, mu["s"], gx, ga)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        ga = k.zeros((coeffs.a.size,), x)
+        k.adaptloop_adjoint(k.coef(coeffs.a), k.coef(coeffs.b), k.coef(coeffs.lanes),
+                            bool(coeffs.limit_on), state["s"], x, gy, mu["s"], gx, ga)
         return gx, None if th is None else self.chain(th, ga)

@@ -37,6 +37,24 @@ BLOCK = 32
 
 
 @triton.jit
+def lane_constants(a_ptr, b_ptr, lanes_ptr, L, c, live, kidx, krow, m2, K: tl.constexpr):
+    """The constants of lanes ``c``: minlvl, corr, mult (BLOCK,), factor, expfac, offset
+    (KP, BLOCK) from the rows of ``lanes`` (3 + 4K, L) (minlvl, corr, mult, factor[K],
+    expfac[K], offset[K], s0[K]), and the loop coefficients a, b (KP,).  Also read by the
+    adjoint (:mod:`rtamt.adaptation.adaptloop_grad_triton`)."""
+    ml = tl.load(lanes_ptr + c, mask=live, other=1.0)
+    cr = tl.load(lanes_ptr + L + c, mask=live, other=0.0)
+    mu = tl.load(lanes_ptr + 2 * L + c, mask=live, other=0.0)
+    rows = kidx[:, None].to(tl.int64) * L + c[None, :]
+    fa = tl.load(lanes_ptr + 3 * L + rows, mask=m2, other=0.0)
+    ef = tl.load(lanes_ptr + (3 + K) * L + rows, mask=m2, other=0.0)
+    of = tl.load(lanes_ptr + (3 + 2 * K) * L + rows, mask=m2, other=0.0)
+    av = tl.load(a_ptr + kidx, mask=krow, other=0.0)
+    bv = tl.load(b_ptr + kidx, mask=krow, other=0.0)
+    return ml, cr, mu, fa, ef, of, av, bv
+
+
+@triton.jit
 def _adaptloop_kernel(a_ptr, b_ptr, lanes_ptr, s_ptr, x_ptr, y_ptr,
                       n_lanes, T, C, L,
                       K: tl.constexpr, KP: tl.constexpr, LIMIT_ON: tl.constexpr,
@@ -50,17 +68,8 @@ def _adaptloop_kernel(a_ptr, b_ptr, lanes_ptr, s_ptr, x_ptr, y_ptr,
     krow = kidx < K
     m2 = krow[:, None] & live[None, :]
 
-    # per-channel constants, rows of lanes (3 + 4K, L): minlvl, corr, mult, factor[K],
-    # expfac[K], offset[K], s0[K]
-    ml = tl.load(lanes_ptr + c, mask=live, other=1.0)
-    cr = tl.load(lanes_ptr + L + c, mask=live, other=0.0)
-    mu = tl.load(lanes_ptr + 2 * L + c, mask=live, other=0.0)
-    rows = kidx[:, None].to(tl.int64) * L + c[None, :]
-    fa = tl.load(lanes_ptr + 3 * L + rows, mask=m2, other=0.0)
-    ef = tl.load(lanes_ptr + (3 + K) * L + rows, mask=m2, other=0.0)
-    of = tl.load(lanes_ptr + (3 + 2 * K) * L + rows, mask=m2, other=0.0)
-    av = tl.load(a_ptr + kidx, mask=krow, other=0.0)
-    bv = tl.load(b_ptr + kidx, mask=krow, other=0.0)
+    ml, cr, mu, fa, ef, of, av, bv = lane_constants(a_ptr, b_ptr, lanes_ptr, L, c, live,
+                                                    kidx, krow, m2, K)
 
     # dividers (KP, BLOCK) in the state's dtype; masked lanes hold 1 (no 0/0)
     s_off = (b[None, :] * K + kidx[:, None]) * C + c[None, :]

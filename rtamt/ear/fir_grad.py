@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import JIT as _JIT
 
@@ -41,10 +42,19 @@ def fir_adjoint(h, gy, mu, gx):
                 gx[b, t, c] += ge[M + t]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.ear.fir_grad_triton`), imported on first binding."""
+    from . import fir_grad_triton
+    return (fir_grad_triton.fir_adjoint,)
+
+
 class FIRGrad(StageGrad):
     """``(B, T)`` in and out; adjoint :func:`fir_adjoint`.  No learnable parameters."""
 
+    kernels = Kernels(numba=(fir_adjoint,), triton=_triton)
+
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape + (1,))
-        fir_adjoint(coeffs.h, gy.reshape(gx.shape), mu["hist"], gx)
+        k = self.kern
+        gx = k.zeros(tuple(x.shape) + (1,), x)
+        k.fir_adjoint(k.coef(coeffs.h), gy.reshape(gx.shape), mu["hist"], gx)
         return gx.reshape(x.shape), None

@@ -37,7 +37,8 @@ import numpy as np
 from .contract import RtamtInputError
 
 __all__ = ["BACKENDS", "RtamtBackendError", "resolve", "Kernels", "NumbaKernels",
-           "TritonKernels", "kernel_method", "host_buffer", "device_buffer", "is_tensor",
+           "TritonKernels", "declare_kernels", "kernel_method", "host_buffer",
+           "device_buffer", "is_tensor",
            "to_numpy", "as_numpy_block", "HostRows", "DeviceRows", "rows_io", "require_numpy",
            "block_movers", "host_samples", "triton_available", "time_last", "work_buffer",
            "concat_slots", "copy_leaf", "leaf_bytes", "take_slots", "zeros_like_leaf"]
@@ -187,6 +188,12 @@ class _TorchCoeffs:
     def __init__(self, device):
         self.device = device
         self.cache: dict[tuple, tuple[np.ndarray, Any]] = {}
+
+    def __deepcopy__(self, memo):     # shared by copies, as the kernel sets that hold it
+        return self
+
+    def __copy__(self):
+        return self
 
     def __call__(self, a):
         if a is None or is_tensor(a):
@@ -459,6 +466,18 @@ class Kernels:
         if _interpreting():
             fns = {k: _serialized(f) for k, f in fns.items()}
         return TritonKernels(fns, device)
+
+
+def declare_kernels(cls, flag: str) -> None:
+    """For a class whose body declares ``kernels`` (a :class:`Kernels`; a stage, a gradient
+    rule), called from its ``__init_subclass__``: its numba set as ``cls.kern``, and
+    ``cls.<flag>`` (whether it runs on the Triton backend) from whether the declaration has
+    Triton twins, unless the class body sets it."""
+    decl = cls.__dict__.get("kernels")
+    if decl is not None:
+        cls.kern = decl.bind("numba")
+        if flag not in cls.__dict__:
+            setattr(cls, flag, decl.has_triton)
 
 
 class kernel_method:

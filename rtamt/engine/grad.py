@@ -31,12 +31,24 @@ reach is one function written with array-namespace-agnostic operations (``xp``: 
 or torch so that autograd reaches the weights); the design calls it with numpy, the rule
 with torch to chain the adjoint's coefficient gradients to the parameters
 (:meth:`StageGrad.chain`).
+
+Backends: a rule declares its adjoint kernels as a stage declares its forward kernels
+(``kernels``, a :class:`rtamt.engine.backend.Kernels`: the numba adjoints and a function
+that imports their Triton twins from ``<stage>_grad_triton.py``, same names, same
+arguments, torch tensors on one device); :meth:`StageGrad.bind` binds them once when a
+layer is moved to a device (``self.kern``; the class's numba set until then), and the
+rule's ``backward``, written once for both backends, calls ``self.kern.<adjoint>`` with
+the arrays of the bound backend (float64 numpy arrays, or float64 tensors on the device)
+and makes its work arrays with ``self.kern.zeros`` and ``self.kern.coef``.  A rule whose
+``backward`` needs no kernel (array operations only) sets ``device_ready = True``.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+
+from .backend import Kernels, NumbaKernels, RtamtBackendError, TritonKernels, declare_kernels
 
 __all__ = ["SEGMENT", "StageGrad", "lift"]
 
@@ -63,7 +75,8 @@ class StageGrad:
     stage's own design function.  :meth:`coeffs_for` designs the coefficients for ``th``
     with the stage's ``design``; :meth:`learned` gives the physical values by name.
 
-    ``backward(coeffs, th, x, state, gy, mu)`` gets the coefficients of the forward
+    ``backward(coeffs, th, x, state, gy, mu)`` (arrays of the bound backend: numpy, or
+    float64 tensors on the device for a Triton-bound rule) gets the coefficients of the forward
     pass, ``th`` (``None`` when no parameter gradient is wanted), the block input ``x``
     (time-major), the incoming ``state`` (float64 numpy copies), the output gradient
     ``gy`` and the gradient of the outgoing state ``mu`` (modified in place into the
@@ -72,10 +85,41 @@ class StageGrad:
     """
 
     n_params = 0
+    #: the rule's adjoint kernels, numba and Triton (``None``: none, or array operations
+    #: only, see :attr:`device_ready`)
+    kernels: Kernels | None = None
+    #: the bound adjoint set: the class's numba set, or the set :meth:`bind` bound
+    kern: NumbaKernels | TritonKernels | None = None
+    #: the rule's ``backward`` runs on the Triton backend (set from ``kernels``; a rule of
+    #: array operations only, written for numpy and torch, says ``True`` itself)
+    device_ready = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        declare_kernels(cls, "device_ready")
 
     def __init__(self, stage, coeffs, n_in: int):
         self.stage, self.coeffs0, self.n_in = stage, coeffs, int(n_in)
         self._last = (None, coeffs)
+
+    def bind(self, backend: str, device=None, coef=None) -> None:
+        """Bind the adjoint kernels of a resolved ``(backend, device)`` on this rule object
+        (``backend='numba'``: back to the class's set).  ``coef``: the coefficient cache
+        the Triton set uses (default: the device's shared one).  Raises
+        :class:`~rtamt.engine.backend.RtamtBackendError` for a rule without a Triton
+        path."""
+        if backend == "numba":
+            self.__dict__.pop("kern", None)
+            return
+        if not self.device_ready:
+            raise RtamtBackendError(f"the gradient rule {type(self).__name__} has no Triton "
+                                    "adjoint yet; use backend='numba'")
+        if self.kernels is None:
+            self.kern = TritonKernels({}, device)
+        else:
+            self.kern = self.kernels.bind(backend, device)
+        if coef is not None:
+            self.kern.coef = coef
 
     def weights(self, th, xp=np):  # pragma: no cover - defined by rules with parameters
         raise NotImplementedError
@@ -110,7 +154,9 @@ class StageGrad:
         t = torch.from_numpy(np.array(th, dtype=np.float64)).requires_grad_(True)
         with torch.enable_grad():
             outs = self.coefficients(self.weights(t, torch), torch)
-            g_out = tuple(torch.as_tensor(np.asarray(g, dtype=np.float64)) for g in grads)
+            g_out = tuple(g.detach().to("cpu", torch.float64) if isinstance(g, torch.Tensor)
+                          else torch.as_tensor(np.asarray(g, dtype=np.float64))
+                          for g in grads)
             (g,) = torch.autograd.grad(outs, t, g_out)
         return g.numpy()
 

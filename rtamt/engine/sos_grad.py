@@ -4,9 +4,9 @@ King2019's adaptation high-pass) and the adjoint of its kernel
 low-pass and pre-filter sections too."""
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
+from .backend import Kernels
 from .grad import StageGrad
 from .jit import INLINE as _INLINE
 from .jit import JIT as _JIT
@@ -66,6 +66,16 @@ def sos_adjoint(sos, rectify, x, gy, mu, gx):
                 gx[b, t, c] += g
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.engine.sos_grad_triton`), imported on first binding."""
+    from . import sos_grad_triton
+    return (sos_grad_triton.sos_adjoint,)
+
+
+#: the adjoint of the shared SOS cascade: :func:`sos_adjoint` and its Triton twin
+SOS_ADJOINT = Kernels(numba=(sos_adjoint,), triton=_triton)
+
+
 class SOSGrad(StageGrad):
     """Stages of :class:`rtamt.engine.stage.SharedSOSStage`: the IHC envelope, half-wave
     rectification then Butterworth low-pass sections (Dau et al. 1996a, JASA 99, 3615;
@@ -74,7 +84,11 @@ class SOSGrad(StageGrad):
     :class:`rtamt.adaptation.highpass.AdaptHighpass`), without the rectifier (the stage
     class's ``rectify``).  No learnable parameters."""
 
+    kernels = SOS_ADJOINT
+
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape)
-        sos_adjoint(coeffs.sos, bool(type(self.stage).rectify), x, gy, mu["zi"], gx)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        k.sos_adjoint(k.coef(coeffs.sos), bool(type(self.stage).rectify), x, gy, mu["zi"],
+                      gx)
         return gx, None

@@ -42,6 +42,7 @@ from .backend import (
     RtamtBackendError,
     TritonKernels,
     as_numpy_block,
+    declare_kernels,
     time_last,
     to_numpy,
 )
@@ -182,11 +183,7 @@ class Stage(Registered):
     flow_out = SAMPLES
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        decl = cls.__dict__.get("kernels")
-        if decl is not None:
-            cls.kern = decl.bind("numba")
-            if "triton_ready" not in cls.__dict__:
-                cls.triton_ready = decl.has_triton
+        declare_kernels(cls, "triton_ready")
 
     # -- to override -----------------------------------------------------------------
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import SEGMENT, StageGrad, lift
 from ..engine.jit import JIT as _JIT
 from . import gammatone
@@ -114,6 +115,13 @@ def gammatone4_adjoint(pr, pi, gain, gy, mur, mui, gx, want, sr, si, x, gp):
             mui[b, :, c] = m_i
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.filterbank.gammatone_grad_triton`), imported on first
+    binding."""
+    from . import gammatone_grad_triton
+    return (gammatone_grad_triton.gammatone4_adjoint,)
+
+
 class GammatoneGrad(StageGrad):
     """Learnable: ``th = [log(fc / fc0) (C,), log(b / b0)]``, the centre frequencies
     ``fc`` (Hz) and the bandwidth factor ``b`` of ``beta = b ERB(fc)`` (Hz; Holdsworth et
@@ -123,6 +131,8 @@ class GammatoneGrad(StageGrad):
     stays below 1.  The coefficients come from :func:`rtamt.filterbank.gammatone.poles`
     (Hohmann 2002, Acta Acustica 88, 433-442), the adjoint is
     :func:`gammatone4_adjoint`."""
+
+    kernels = Kernels(numba=(gammatone4_adjoint,), triton=_triton)
 
     def __init__(self, stage, coeffs, n_in):
         super().__init__(stage, coeffs, n_in)
@@ -138,8 +148,10 @@ class GammatoneGrad(StageGrad):
         return gammatone.poles(self.coeffs0.fs, w, xp)[1:]
 
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape)
-        gp = np.zeros((3, coeffs.fc.size))
-        gammatone4_adjoint(coeffs.pr, coeffs.pi, coeffs.gain, gy, mu["sr"], mu["si"], gx,
-                           th is not None, state["sr"], state["si"], x, gp)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        gp = k.zeros((3, coeffs.fc.size), x)
+        k.gammatone4_adjoint(k.coef(coeffs.pr), k.coef(coeffs.pi), k.coef(coeffs.gain), gy,
+                             mu["sr"], mu["si"], gx, th is not None, state["sr"],
+                             state["si"], x, gp)
         return gx, None if th is None else self.chain(th, *gp)

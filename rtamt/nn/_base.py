@@ -3,13 +3,16 @@ its checks, and the stages of a layer (:class:`Part` for a sample stage, :class:
 for a frame stage)."""
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import torch
 
+from ..engine import backend as _backend
 from ..engine.contract import RtamtInputError, check_time_last, fingerprint, reject_nonfinite
-from ._autograd import StageFunction, grad_rule, param_np, run_stage
+from . import _autograd
+from ._autograd import StageFunction, grad_rule, param_np, run_stage, run_stage_device
 
 __all__ = ["StreamLayer", "Part", "FramePart", "detach_state", "DESIGN_KEY"]
 
@@ -59,6 +62,59 @@ class Part:
         #: why a gradient cannot pass the stage (when ``grad`` is ``None``)
         self.why = "has no gradient rule"
         self.fingerprint = stage.design_identity(self.coeffs)["fingerprint"]
+        #: the stage runs its Triton twins (forward, and its rule's adjoints) on the
+        #: block's device (:meth:`bind`); else the numba kernels on the host
+        self.on_device = False
+        self._dev_stage = None           # a copy of the stage bound to the Triton kernels
+        self._coef = None                # its coefficient cache on the device
+        self._last_coeffs = self.coeffs
+
+    def bind(self, backend: str, device) -> bool:
+        """Bind the stage for a resolved ``(backend, device)`` (once, when the layer is
+        moved): on ``'triton'`` its forward twins (a copy of the stage that holds them)
+        and its rule's Triton adjoints, with one coefficient cache on the device for
+        both, when the stage has both (a stage without a rule needs only its forward
+        twins); else, and on ``'numba'``, the numba kernels on the host (a block on
+        another device is copied there and back, as before).  Returns whether the stage
+        runs on the device."""
+        st = self.stage
+        ok = backend == "triton" and st.triton_ready and (
+            self.grad is None or self.grad.device_ready)
+        if not ok:
+            self.on_device, self._dev_stage, self._coef = False, None, None
+            if self.grad is not None:
+                self.grad.bind("numba")
+            return False
+        self._coef = _backend._TorchCoeffs(device)
+        kern = st._bind(backend, device)
+        runner = copy.copy(st)
+        runner._state = None
+        if kern is not None:
+            kern.coef = self._coef
+            runner.kern = kern
+        self._dev_stage = runner
+        if self.grad is not None:
+            self.grad.bind(backend, device, coef=self._coef)
+        self.on_device = True
+        return True
+
+    def coeffs_at(self, param):
+        """The coefficients for learnable parameter ``param`` (``None``: the design); on
+        the device, a change of coefficients empties the stage's coefficient cache there
+        (the cache keeps what it holds alive, so training would otherwise grow it)."""
+        c = self.coeffs if self.grad is None else self.grad.coeffs_for(param_np(param))
+        if c is not self._last_coeffs:
+            self._last_coeffs = c
+            if self._coef is not None:
+                self._coef.cache.clear()
+        return c
+
+    def forward(self, coeffs, x: torch.Tensor, state: tuple) -> tuple:
+        """The stage's forward kernel on time-major ``x`` from ``state`` (tensors in
+        ``keys`` order, never written): ``(y, *new_state)`` on ``x``'s device."""
+        if self.on_device:
+            return run_stage_device(self._dev_stage, coeffs, self.keys, x, state)
+        return tuple(o.to(x.device) for o in run_stage(self.cls, coeffs, self.keys, x, state))
 
     def initial(self, batch: int, dtype) -> dict:
         """Batch-first numpy arrays of a stream that has heard nothing."""
@@ -107,10 +163,7 @@ class Part:
         if need_grad:                   # the layer checked that the stage has a rule
             out = StageFunction.apply(self, x, param, *state)
         else:
-            coeffs = self.coeffs if self.grad is None else self.grad.coeffs_for(
-                param_np(param))
-            out = tuple(o.to(x.device) for o in run_stage(self.cls, coeffs, self.keys, x,
-                                                          state))
+            out = self.forward(self.coeffs_at(param), x, state)
         return out[0], self.to_batch_first(out[1:], x.shape[0])
 
 
@@ -191,6 +244,9 @@ class StreamLayer(torch.nn.Module):
     in_rank = 2
     n_in = 1
     input_limit = math.inf
+    #: the input check runs on the block's device (a Triton-bound layer, see
+    #: :meth:`rtamt.nn.ChainLayer.to`)
+    on_device = False
 
     def __init__(self, name: str, design_parts: tuple):
         super().__init__()
@@ -281,7 +337,18 @@ class StreamLayer(torch.nn.Module):
                             "(layer.initial_state(N))")
         if x.shape[0] == 0 or x.shape[-1] == 0:
             raise RtamtInputError(f"{self.name}: empty block {tuple(x.shape)}")
-        reject_nonfinite(x.detach().cpu().numpy(), lambda: self.name, self._where,
+        if self.on_device:
+            if x.device != self.device:
+                raise RtamtInputError(
+                    f"{self.name}: the input is on {x.device}, the layer runs its Triton "
+                    f"kernels on {self.device} (move the input there, or the layer: .to())")
+            # on the block's device: one reduction, one boolean read back; the block goes
+            # to the host only to name the offending value of a refused block
+            xd, limit = x.detach(), self.input_limit
+            ok = torch.isfinite(xd).all() if limit == math.inf else (xd.abs() <= limit).all()
+            if bool(ok):
+                return
+        reject_nonfinite(_autograd.host(x), lambda: self.name, self._where,
                          limit=self.input_limit, limit_text=self._limit_text)
 
     def _check_state(self, state, x: torch.Tensor) -> None:

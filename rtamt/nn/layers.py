@@ -27,6 +27,7 @@ import torch
 from .. import models as streaming_models
 from ..adaptation import adaptloop, highpass
 from ..ear.calibration import InputCalibration
+from ..engine.backend import RtamtBackendError, resolve
 from ..engine.contract import RtamtInputError
 from ..engine.stage import FRAMES, SAMPLES, Chain, Stage
 from ..filterbank import gammatone
@@ -100,7 +101,20 @@ class ChainLayer(StreamLayer):
     :meth:`learned` gives the physical values); each stage's rule defines its
     parametrisation.  A learnable stage followed by a stage without a rule is refused
     here (no gradient would reach it), with the same message.
+
+    **On the device.**  Moving the layer to a CUDA device (``.to('cuda')``, ``.cuda()``)
+    binds, once, every stage's Triton forward twins and its rule's Triton adjoints
+    (:attr:`backend` ``'triton'``): blocks, states and gradients then stay on the GPU,
+    the input check included.  A stage without Triton adjoints for its rule (or without
+    Triton twins) runs on the host as on the CPU (:attr:`host_stages` names them).
+    ``.to('cpu')`` binds the numba kernels again; ``.to('cpu', backend='triton')`` runs
+    the Triton kernels in Triton's interpreter (``TRITON_INTERPRET=1``, how the tests
+    check them without a GPU).  Frame layers (the loudness models) run on the host.
     """
+
+    #: the kernels the layer's stages run: ``'numba'`` (the host) or ``'triton'``
+    #: (:attr:`device`), bound when the layer is moved (:meth:`to`)
+    backend = "numba"
 
     def __init__(self, chain, *, name: str | None = None, n_in: int = 1,
                  output: str | None = None, learnable=()):
@@ -157,6 +171,55 @@ class ChainLayer(StreamLayer):
             self._check_path(names.index(s), self._unreachable(s, can_learn))
             self.theta[p.name] = torch.nn.Parameter(
                 torch.zeros(p.grad.n_params, dtype=torch.float64))
+
+    # -- the device -------------------------------------------------------------------
+    def to(self, *args, backend: str | None = None, **kwargs):
+        """``torch.nn.Module.to``; the kernels of the layer's device are bound when it
+        changes (:meth:`bind_kernels`).  ``backend``: ``'triton'`` or ``'numba'``, bound
+        explicitly (``'triton'`` on the CPU: Triton's interpreter)."""
+        out = super().to(*args, **kwargs)
+        if backend is not None:
+            self.bind_kernels(backend)
+        return out
+
+    def _apply(self, fn, *args, **kwargs):
+        before = self.device
+        out = super()._apply(fn, *args, **kwargs)
+        if self.device != before:
+            self.bind_kernels(None, implicit=True)
+        return out
+
+    def bind_kernels(self, backend: str | None = None, implicit: bool = False) -> None:
+        """Bind every stage's kernels for ``backend`` on the layer's device, once
+        (:func:`rtamt.engine.backend.resolve`: ``None`` is ``'triton'`` on a GPU, else
+        ``'numba'``).  Moved implicitly (``implicit``: ``.to(device)``, ``.cuda()``), a
+        device whose Triton kernels cannot run here (no triton package) keeps the numba
+        kernels on the host; an explicit ``backend`` raises
+        :class:`~rtamt.engine.backend.RtamtBackendError` saying what is missing."""
+        try:
+            backend, dev = resolve(backend, self.device)
+        except RtamtBackendError:
+            if not implicit:
+                raise
+            backend, dev = "numba", None
+        if self.frames:
+            if backend == "triton" and not implicit:
+                raise RtamtBackendError(f"{self.name}: frame layers run on the host (numba "
+                                        "kernels); bind backend='numba' (the default)")
+            return
+        for p in self.parts:
+            p.bind(backend, dev)
+        self.backend = backend
+        self.on_device = backend == "triton"
+
+    @property
+    def host_stages(self) -> tuple:
+        """Names of the stages that run on the host although the layer is Triton-bound
+        (no Triton twins, or a rule without Triton adjoints); ``()`` on the numba
+        backend."""
+        if self.backend != "triton":
+            return ()
+        return tuple(p.name for p in self.parts if not p.on_device)
 
     def __getitem__(self, name: str):
         for p in self.parts:
