@@ -35,6 +35,7 @@ from ..modulation import king2019, modfb
 from ..nonlinear import compression
 from ._autograd import param_np
 from ._base import FramePart, Part, StreamLayer, np_dtype, time_last
+from ._frames import run_frames
 
 __all__ = ["ChainLayer", "StageLayer", "Dau1997", "King2019", "Osses2021", "Paulick2024",
            "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope", "AdaptLoop",
@@ -228,6 +229,8 @@ class ChainLayer(StreamLayer):
 
     def _run(self, x, state, start):
         if self.frames:
+            if start is not None:           # with gradients: rtamt.nn._frames
+                return run_frames(self, x, state, start)
             return self._run_frames(x, state)
         for k, th in self.theta.items():
             if not bool(torch.isfinite(th).all()):
@@ -251,7 +254,7 @@ class ChainLayer(StreamLayer):
         return time_last(outs[self._out]), new
 
     def _run_frames(self, x, state):
-        """One block through a frame model's pure ``process`` (forward only)."""
+        """One block through a frame model's pure ``process`` (no gradient wanted)."""
         m, B = self.model, x.shape[0]
         st = {s.name: {} for s in m.stages}        # nested per stage; the calibration: {}
         for p, keys in zip(self.parts, self._keys):

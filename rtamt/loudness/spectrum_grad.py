@@ -1,0 +1,85 @@
+"""Gradient rule of :class:`~rtamt.loudness.spectrum.Spectrum`: the adjoint of the
+windowed DFT powers (Glasberg & Moore 2002, §2.1) w.r.t. the sample rows and the sample
+history.
+
+Each component's power is ``P_g = sum_{b in g} gain_b |X_b|^2`` with
+``X_b = sum_m w_m z[s + m] e^{-j 2 pi k_b m / nfft}`` (``gain_b``: the power scaling, the
+input level and the outer/middle-ear gain; ``g``: the bin grouping of the spectral
+compression), so ``dP_g/dz[s + m] = sum_b 2 gain_b w_m (Re X_b cos phi_bm - Im X_b sin
+phi_bm)``: per window a dense windowed DFT matrix (``direct``'s, whatever method the
+forward pass chose: all evaluate the same powers) and its transpose, then the segments'
+gradients added where the frames overlap.  The rounding clamp of the ``autocorr`` method
+(tiny negative powers set to 0) is not differentiated (the true power there is ~0).
+
+State: the gradient flows through the history ``hist``; the chunk-DFT rings (``ring<w>``)
+are a function of that history (:mod:`rtamt.loudness.spectrum`), so their gradient is
+counted in ``hist``'s and theirs is 0; the frame clock ``n`` has none.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..engine.jit import JIT as _JIT
+from .frames_grad import FrameGrad, zeros_if_none
+from .spectrum import _window, window_frames
+
+__all__ = ["overlap_add", "SpectrumGrad"]
+
+
+@njit(**_JIT)
+def overlap_add(gseg, gz, st, F, H):
+    """``gz[r, st + f H + m] += gseg[r F + f, m]``: the gradients of ``F`` segments of each
+    row (``H`` apart, the first at ``st``) added into the gradient of the rows ``gz``."""
+    R = gz.shape[0]
+    n = gseg.shape[1]
+    for r in range(R):
+        for f in range(F):
+            s = st + f * H
+            row = gseg[r * F + f]
+            for m in range(n):
+                gz[r, s + m] += row[m]
+
+
+class SpectrumGrad(FrameGrad):
+    """``fr['rows']`` (R, T) -> ``fr['P']`` (R F, J); state ``hist`` (R, nmax)."""
+
+    def __init__(self, stage, rows: int = 1):
+        super().__init__(stage, rows)
+        c = stage.coeffs
+        kind = getattr(stage.params, "window", "hann")
+        self.windows = []
+        for pl in c.plans:
+            k = np.rint(c.bin_hz[pl.bins] * c.nfft / c.fs)
+            win = _window(kind, pl.n)
+            ph = 2.0 * np.pi * np.outer(np.arange(pl.n), k) / c.nfft
+            mat = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)],
+                                 axis=1)
+            self.windows.append((pl.n, pl.start, np.ascontiguousarray(mat),
+                                 c.gains[pl.bins], c.group_of_bin[pl.bins]))
+
+    def backward(self, stage, fr, state, g, mu, th):
+        c = stage.coeffs
+        L, H = c.nmax, c.hop
+        rows = fr["rows"]
+        R, T = rows.shape
+        ends = fr["out"]["ends"]                 # the frames the block completed
+        F = int(ends.size)
+        z = np.concatenate([state["hist"], rows], axis=1)
+        gz = np.zeros(z.shape)
+        gz[:, -L:] += mu["hist"]
+        if F:
+            gP = zeros_if_none(g["P"], (R * F, c.comp_hz.size))
+            e0 = int(ends[0]) - int(state["n"][0]) + L
+            for n, start, mat, gain, grp in self.windows:
+                seg = window_frames(z, e0 + start, F, H, n)
+                Y = seg @ mat
+                B = gain.size
+                wgt = 2.0 * gain[None, :] * gP[:, grp]
+                G = np.concatenate([wgt * Y[:, :B], wgt * Y[:, B:]], axis=1)
+                overlap_add(G @ mat.T, gz, e0 + start, F, H)
+        mu["hist"] = np.ascontiguousarray(gz[:, :L])
+        for k in mu:
+            if k.startswith("ring"):
+                mu[k] = np.zeros(np.shape(mu[k]))
+        return {"rows": np.ascontiguousarray(gz[:, L:])}, None
