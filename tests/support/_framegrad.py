@@ -25,11 +25,13 @@ def _loss(stage, fr, state, w_out, w_st):
 
 
 def check_rule(stage, fr: dict, state: dict, reads=None, th=None, seed=0, eps=1e-6,
-               rtol=1e-5, atol=1e-9, skip_state=()):
+               rtol=1e-5, atol=1e-9, skip_state=(), relative=False):
     """Directional derivatives of ``sum w_out * out + sum w_st * new_state`` (random
     weights) along random directions of each read, state entry (not ``skip_state``) and
     ``th``, by the rule and by central differences, agree to ``rtol`` (of the larger
-    magnitude) + ``atol``.  Returns the per-check pairs (analytic, numeric)."""
+    magnitude) + ``atol``; ``relative``: the directions of the reads scaled by their
+    magnitude (inputs over many decades).  Returns the per-check pairs (name, analytic,
+    numeric)."""
     rng = np.random.default_rng(seed)
     rule = type(stage).grad_rule()(stage, 1)
     st0 = stage if th is None else rule.stage_for(th)
@@ -39,7 +41,7 @@ def check_rule(stage, fr: dict, state: dict, reads=None, th=None, seed=0, eps=1e
     w_st = {k: rng.standard_normal(np.shape(state[k])) for k in keys}
     fin = {k: (np.array(v, dtype=np.float64, copy=True) if isinstance(v, np.ndarray) else v)
            for k, v in fr.items()}
-    fin["out"] = dict(out, **({"ends": run(st0, fr, state)[0].get("ends")} if False else {}))
+    fin["out"] = dict(out)
     if "ends" in stage.writes:
         f2 = dict(fr)
         st2 = {k: np.array(v, copy=True) for k, v in state.items()}
@@ -55,6 +57,8 @@ def check_rule(stage, fr: dict, state: dict, reads=None, th=None, seed=0, eps=1e
     reads = stage.reads if reads is None else reads
     for k in reads:
         d = rng.standard_normal(np.shape(fr[k]))
+        if relative:
+            d = d * np.abs(fr[k])
         a = float(np.sum(gin[k] * d))
         fp = dict(fr, **{k: fr[k] + eps * d})
         fm = dict(fr, **{k: fr[k] - eps * d})
