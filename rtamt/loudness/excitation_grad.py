@@ -105,7 +105,8 @@ class ExcitationGrad(FrameGrad):
         nf = c.fc.size
         gE = np.array(zeros_if_none(g["E"], (N, nf)), copy=True)
         if stage.params.level_db and g.get("E_db") is not None:
-            excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]), np.ascontiguousarray(g["E_db"]), gE)
+            excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]),
+                                  np.ascontiguousarray(g["E_db"]), gE)
         lvl = product(stage.kern, P, c.sym_t, c.sym_rng)     # as the forward pass
         gP = gE @ c.up_t.T
         glvl = np.zeros(P.shape)

@@ -97,7 +97,8 @@ class SpecificLoudness(FrameStage):
 
     @classmethod
     def grad_rule(cls):
-        """The gradient rule (:class:`rtamt.loudness.specific_loudness_grad.SpecificLoudnessGrad`)."""
+        """The gradient rule (:class:`~rtamt.loudness.specific_loudness_grad.
+        SpecificLoudnessGrad`)."""
         from .specific_loudness_grad import SpecificLoudnessGrad
 
         return SpecificLoudnessGrad
@@ -137,7 +138,8 @@ class InstantaneousLoudness(FrameStage):
 
     @classmethod
     def grad_rule(cls):
-        """The gradient rule (:class:`rtamt.loudness.specific_loudness_grad.InstantaneousLoudnessGrad`)."""
+        """The gradient rule (:class:`~rtamt.loudness.specific_loudness_grad.
+        InstantaneousLoudnessGrad`)."""
         from .specific_loudness_grad import InstantaneousLoudnessGrad
 
         return InstantaneousLoudnessGrad

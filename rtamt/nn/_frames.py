@@ -169,7 +169,7 @@ def run_frames(layer, x: torch.Tensor, state: dict, start: int):
     m, B = layer.model, x.shape[0]
     learn = [p.name for p in layer.parts if p.name in layer.theta]
     flat, names = [], []
-    for p, keys in zip(layer.parts, layer._keys):
+    for keys in layer._keys:
         flat.extend(state[f] for f in keys)
         names.extend(keys)
     call = _Call(layer, learn, start)

@@ -83,7 +83,8 @@ class ChainLayer(StreamLayer):
       right, input ``(batch, 2, T)``: :class:`Moore2016`).  Output the frames completed
       in the block: ``output``, one of ``model.outputs`` (default the first,
       ``'stl'``), ``(batch, F)``; ``output='all'``: every output (``frame_time``
-      ``(F,)``).
+      ``(F,)``).  With a gradient wanted the frame stages run in one
+      ``torch.autograd.Function`` with their rules (:mod:`rtamt.nn._frames`).
 
     **Gradients, per stage.**  A stage whose class declares a gradient rule
     (``stage.grad_rule()`` returns a :class:`rtamt.engine.grad.StageGrad`) runs as a
@@ -323,16 +324,21 @@ class Paulick2024(_ModelLayer):
 
 
 class Glasberg2002(_ModelLayer):
-    """:class:`rtamt.models.Glasberg2002` as a forward-only layer: ``(batch, T)`` ->
-    ``(batch, F)`` short-term loudness (sone) by default."""
+    """:class:`rtamt.models.Glasberg2002` as a layer: ``(batch, T)`` -> ``(batch, F)``
+    short-term loudness (sone) by default; gradients through every frame stage w.r.t. the
+    input, the carried state and, with ``learnable=True``, ``C`` and the STL/LTL
+    integrators' time constants (:mod:`rtamt.nn._frames`)."""
 
     model_cls = streaming_models.Glasberg2002
 
 
 class Moore2016(_ModelLayer):
-    """:class:`rtamt.models.Moore2016` as a forward-only layer: ``(batch, 2, T)`` (left,
-    right) -> ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic
-    signal is given as ``(batch, 2, T)`` with both rows equal."""
+    """:class:`rtamt.models.Moore2016` as a layer: ``(batch, 2, T)`` (left, right) ->
+    ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic signal is
+    given as ``(batch, 2, T)`` with both rows equal.  Gradients through every frame stage
+    (both configurations) w.r.t. the input, the carried state and, with
+    ``learnable=True``, ``C``, the short-term AGC's time constants, the inhibition
+    exponent and the long-term integrator's time constants."""
 
     model_cls = streaming_models.Moore2016
     n_rows = 2

@@ -4,16 +4,16 @@ input, the carried state and the learnable parameters; forward outputs unchanged
 block partition gives the gradient of one call."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from _gradcheck import noise
 from torch.autograd import gradcheck
 
 import rtamt.loudness.excitation as excitation_mod
 import rtamt.nn as rn
 from rtamt.engine.rowwise import product
 from rtamt.loudness.excitation_grad import lower_skirt_f64
+
+from _gradcheck import noise
 
 FS = 32000
 #: the layers: (layer key, keywords, rows of a stream)
