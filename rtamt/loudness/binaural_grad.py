@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.jit import JIT as _JIT
-from ..engine.rowwise import product
+from ..engine.rowwise import band_ranges, product
 from .binaural import _sech_pow
 from .frames_grad import FrameGrad, time_constant_coeff, zeros_if_none
 
@@ -126,6 +126,11 @@ class BinauralGrad(FrameGrad):
 
     n_params = 3
 
+    def __init__(self, stage, rows: int = 1):
+        super().__init__(stage, rows)
+        self.smooth_t = np.ascontiguousarray(stage.coeffs.smooth.T)
+        self.smooth_t_rng = band_ranges(self.smooth_t)
+
     def weights(self, th, xp=np):
         q = self.stage.params
         return BinauralWeights(q.p * xp.exp(th[0]), time_constant_coeff(q.attack, th[1], xp),
@@ -156,7 +161,8 @@ class BinauralGrad(FrameGrad):
             np.ascontiguousarray(zeros_if_none(g["ste"], (B, 2, F))),
             np.ascontiguousarray(zeros_if_none(g["lte"], (B, 2, F))), m, gst, gS, gE)
         mu["lt"] = m
-        gst += (gS.reshape(F * R, K) @ c.smooth.T).reshape(F, R, K)
+        gst += product(stage.kern, gS.reshape(F * R, K), self.smooth_t,
+                       self.smooth_t_rng).reshape(F, R, K)
         gth = None if th is None else self.chain(th, np.float64(gp), np.float64(ga),
                                                  np.float64(gr))
         return {"st": gst, "E": gE.reshape(R * F, K)}, gth

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.jit import JIT as _JIT
-from ..engine.rowwise import product
+from ..engine.rowwise import band_ranges, product
 from .frames_grad import FrameGrad, zeros_if_none
 
 __all__ = ["lower_skirt_adjoint", "lower_skirt_f64", "excitation_db_adjoint", "ExcitationGrad"]
@@ -98,6 +98,14 @@ def excitation_db_adjoint(E, gdb, gE):
 class ExcitationGrad(FrameGrad):
     """``fr['P']`` (R F, J) -> ``fr['E']`` (R F, nf) (and ``fr['E_db']``)."""
 
+    def __init__(self, stage, rows: int = 1):
+        super().__init__(stage, rows)
+        c = stage.coeffs
+        # the transposed banded matrices, for the row-wise products of the adjoint
+        self.up = np.ascontiguousarray(c.up_t.T)
+        self.sym = np.ascontiguousarray(c.sym_t.T)
+        self.up_rng, self.sym_rng = band_ranges(self.up), band_ranges(self.sym)
+
     def backward(self, stage, fr, state, g, mu, th):
         c = stage.coeffs
         P = np.ascontiguousarray(fr["P"])
@@ -108,8 +116,8 @@ class ExcitationGrad(FrameGrad):
             excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]),
                                   np.ascontiguousarray(g["E_db"]), gE)
         lvl = product(stage.kern, P, c.sym_t, c.sym_rng)     # as the forward pass
-        gP = gE @ c.up_t.T
+        gP = product(stage.kern, gE, self.up, self.up_rng)
         glvl = np.zeros(P.shape)
         lower_skirt_adjoint(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, gE, gP, glvl)
-        gP += glvl @ c.sym_t.T
+        gP += product(stage.kern, glvl, self.sym, self.sym_rng)
         return {"P": gP}, None

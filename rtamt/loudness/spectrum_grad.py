@@ -6,10 +6,11 @@ Each component's power is ``P_g = sum_{b in g} gain_b |X_b|^2`` with
 ``X_b = sum_m w_m z[s + m] e^{-j 2 pi k_b m / nfft}`` (``gain_b``: the power scaling, the
 input level and the outer/middle-ear gain; ``g``: the bin grouping of the spectral
 compression), so ``dP_g/dz[s + m] = sum_b 2 gain_b w_m (Re X_b cos phi_bm - Im X_b sin
-phi_bm)``: per window a dense windowed DFT matrix (``direct``'s, whatever method the
-forward pass chose: all evaluate the same powers) and its transpose, then the segments'
-gradients added where the frames overlap.  The rounding clamp of the ``autocorr`` method
-(tiny negative powers set to 0) is not differentiated (the true power there is ~0).
+phi_bm)``: per window and frame a dense windowed DFT (``direct``'s, whatever
+method the forward pass chose: all evaluate the same powers) and its transpose, the
+segments' gradients added where the frames overlap (:func:`dft_power_adjoint`).  The
+rounding clamp of the ``autocorr`` method (tiny negative powers set to 0) is not
+differentiated (the true power there is ~0).
 
 State: the gradient flows through the history ``hist``; the chunk-DFT rings (``ring<w>``)
 are a function of that history (:mod:`rtamt.loudness.spectrum`), so their gradient is
@@ -22,23 +23,43 @@ from numba import njit
 
 from ..engine.jit import JIT as _JIT
 from .frames_grad import FrameGrad, zeros_if_none
-from .spectrum import _window, window_frames
+from .spectrum import _window
 
-__all__ = ["overlap_add", "SpectrumGrad"]
+__all__ = ["dft_power_adjoint", "SpectrumGrad"]
 
 
 @njit(**_JIT)
-def overlap_add(gseg, gz, st, F, H):
-    """``gz[r, st + f H + m] += gseg[r F + f, m]``: the gradients of ``F`` segments of each
-    row (``H`` apart, the first at ``st``) added into the gradient of the rows ``gz``."""
-    R = gz.shape[0]
-    n = gseg.shape[1]
+def dft_power_adjoint(z, st, F, H, mat, gain, grp, gP, gz):
+    """Adjoint of one window's powers ``P[r F + f, grp[b]] += gain[b] |X_b|^2`` with
+    ``[Re X | Im X] = z[r, st + f H:][:n] @ mat`` (``mat`` (n, 2B): the window times
+    ``cos | -sin`` of the bins' phases): ``gz[r, st + f H + m] += sum_b 2 gain[b]
+    gP[r F + f, grp[b]] (Re X_b mat[m, b] + Im X_b mat[m, B + b])``, for the ``F`` frames
+    of each row (``H`` apart) of z (R, L), added into gz (R, L)."""
+    R = z.shape[0]
+    n, B2 = mat.shape
+    B = B2 // 2
+    y = np.empty(B2)
+    G = np.empty(B2)
     for r in range(R):
         for f in range(F):
             s = st + f * H
-            row = gseg[r * F + f]
+            y[:] = 0.0
             for m in range(n):
-                gz[r, s + m] += row[m]
+                v = z[r, s + m]
+                row = mat[m]
+                for q in range(B2):
+                    y[q] += v * row[q]
+            grow = gP[r * F + f]
+            for b in range(B):
+                w = 2.0 * gain[b] * grow[grp[b]]
+                G[b] = w * y[b]
+                G[B + b] = w * y[B + b]
+            for m in range(n):
+                row = mat[m]
+                acc = 0.0
+                for q in range(B2):
+                    acc += G[q] * row[q]
+                gz[r, s + m] += acc
 
 
 class SpectrumGrad(FrameGrad):
@@ -65,19 +86,15 @@ class SpectrumGrad(FrameGrad):
         R, T = rows.shape
         ends = fr["out"]["ends"]                 # the frames the block completed
         F = int(ends.size)
-        z = np.concatenate([state["hist"], rows], axis=1)
+        z = np.ascontiguousarray(np.concatenate([state["hist"], rows], axis=1))
         gz = np.zeros(z.shape)
         gz[:, -L:] += mu["hist"]
         if F:
             gP = zeros_if_none(g["P"], (R * F, c.comp_hz.size))
             e0 = int(ends[0]) - int(state["n"][0]) + L
-            for n, start, mat, gain, grp in self.windows:
-                seg = window_frames(z, e0 + start, F, H, n)
-                Y = seg @ mat
-                B = gain.size
-                wgt = 2.0 * gain[None, :] * gP[:, grp]
-                G = np.concatenate([wgt * Y[:, :B], wgt * Y[:, B:]], axis=1)
-                overlap_add(G @ mat.T, gz, e0 + start, F, H)
+            gP = np.ascontiguousarray(gP)
+            for _, start, mat, gain, grp in self.windows:
+                dft_power_adjoint(z, e0 + start, F, H, mat, gain, grp, gP, gz)
         mu["hist"] = np.ascontiguousarray(gz[:, :L])
         for k in mu:
             if k.startswith("ring"):
