@@ -25,7 +25,7 @@ from numba import njit
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import band_ranges, product
 from .binaural import _sech_pow
-from .frames_grad import FrameGrad, time_constant_coeff, zeros_if_none
+from .frames_grad import FrameGrad, agc_step_adjoint, time_constant_coeff, zeros_if_none
 
 __all__ = ["binaural_adjoint", "BinauralWeights", "BinauralGrad"]
 
@@ -76,15 +76,10 @@ def binaural_adjoint(st, S, E, lt0, aa, ar, p, gspec, gexc, gste, glte, mu, gst,
                     gl = lam[e] + glte[b, e, f]
                     if diotic:
                         gl += glte[b, 1, f]
-                    d = tot[e, f] - ltp[e, f]
-                    if tot[e, f] > ltp[e, f]:
-                        a = aa
-                        ga += gl * d
-                    else:
-                        a = ar
-                        gr += gl * d
-                    gt += gl * a
-                    lam[e] = gl * (1.0 - a)
+                    dx, lam[e], da, dr = agc_step_adjoint(gl, tot[e, f], ltp[e, f], aa, ar)
+                    gt += dx
+                    ga += da
+                    gr += dr
                 for k in range(K):
                     num = S[f, ro, k]
                     den = S[f, rs, k]

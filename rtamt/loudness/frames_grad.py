@@ -39,9 +39,10 @@ import numpy as np
 from numba import njit
 
 from ..engine.grad import StageGrad
+from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
 
-__all__ = ["FrameGrad", "agc_adjoint", "time_constant_coeff"]
+__all__ = ["FrameGrad", "agc_adjoint", "agc_step_adjoint", "time_constant_coeff"]
 
 
 class FrameGrad(StageGrad):
@@ -87,6 +88,17 @@ def time_constant_coeff(a0: float, th, xp=np):
     return a0 * (xp.expm1(L * xp.exp(-th)) / den)
 
 
+@njit(**_INL)
+def agc_step_adjoint(g, x, yp, aa, ar):
+    """Adjoint of one step ``y = yp + a (x - yp)`` (:func:`rtamt.loudness.agc._agc_step`,
+    ``a = aa`` where ``x > yp`` else ``ar``, the switch held) for the gradient ``g`` of
+    ``y``: the gradients of ``(x, yp, aa, ar)``."""
+    d = x - yp
+    if x > yp:
+        return g * aa, g * (1.0 - aa), g * d, 0.0
+    return g * ar, g * (1.0 - ar), 0.0, g * d
+
+
 @njit(**_JIT)
 def agc_adjoint(x, y0, aa, ar, gy, mu, gx):
     """Adjoint of :func:`rtamt.loudness.agc.agc` (``y <- y + a (x - y)``, ``a = aa`` where
@@ -111,14 +123,8 @@ def agc_adjoint(x, y0, aa, ar, gy, mu, gx):
     gr = 0.0
     for n in range(N - 1, -1, -1):
         for k in range(K):
-            lam = mu[k] + gy[n, k]
-            d = x[n, k] - yp[n, k]
-            if x[n, k] > yp[n, k]:
-                a = aa
-                ga += lam * d
-            else:
-                a = ar
-                gr += lam * d
-            gx[n, k] += lam * a
-            mu[k] = lam * (1.0 - a)
+            dx, mu[k], da, dr = agc_step_adjoint(mu[k] + gy[n, k], x[n, k], yp[n, k], aa, ar)
+            gx[n, k] += dx
+            ga += da
+            gr += dr
     return ga, gr

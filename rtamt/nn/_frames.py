@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..engine.contract import RtamtInputError
 from ._autograd import param_np
 
 __all__ = ["FrameFunction", "run_frames"]
@@ -157,22 +156,17 @@ class FrameFunction(torch.autograd.Function):
         return (None, gx, *g_theta, *g_state)
 
 
-def run_frames(layer, x: torch.Tensor, state: dict, start: int):
-    """One block of a frame model's layer with gradients (from stage ``start`` on):
-    ``(outputs, new state)`` as :meth:`rtamt.nn.ChainLayer._run_frames` returns them."""
-    for k, th in layer.theta.items():
-        if not bool(torch.isfinite(th).all()):
-            raise RtamtInputError(
-                f"{layer.name}: learnable parameter theta[{k!r}] holds a non-finite value "
-                f"at index {int(torch.nonzero(~torch.isfinite(th))[0, 0])} (a diverged "
-                "optimiser step?); block rejected, state unchanged")
+def run_frames(layer, x: torch.Tensor, state: dict, start):
+    """One block of a frame model's layer with gradients (from stage ``start`` on; ``None``:
+    none wanted, the learnable stages' values used): ``(outputs, new state)`` as
+    :meth:`rtamt.nn.ChainLayer._run_frames` returns them."""
     m, B = layer.model, x.shape[0]
     learn = [p.name for p in layer.parts if p.name in layer.theta]
     flat, names = [], []
     for keys in layer._keys:
         flat.extend(state[f] for f in keys)
         names.extend(keys)
-    call = _Call(layer, learn, start)
+    call = _Call(layer, learn, len(layer.parts) if start is None else start)
     out = FrameFunction.apply(call, x, *[layer.theta[n] for n in learn], *flat)
     nout = len(call.out_keys)
     fr = dict(zip(call.out_keys, out[:nout]))

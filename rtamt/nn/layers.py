@@ -229,16 +229,16 @@ class ChainLayer(StreamLayer):
         return {f"{p.name}.{k}": v for p in self.parts for k, v in p.initial(batch, dtype).items()}
 
     def _run(self, x, state, start):
-        if self.frames:
-            if start is not None:           # with gradients: rtamt.nn._frames
-                return run_frames(self, x, state, start)
-            return self._run_frames(x, state)
         for k, th in self.theta.items():
             if not bool(torch.isfinite(th).all()):
                 raise RtamtInputError(
                     f"{self.name}: learnable parameter theta[{k!r}] holds a non-finite value "
                     f"at index {int(torch.nonzero(~torch.isfinite(th))[0, 0])} (a diverged "
                     "optimiser step?); block rejected, state unchanged")
+        if self.frames:
+            if start is not None or len(self.theta):    # gradients or learnt values
+                return run_frames(self, x, state, start)
+            return self._run_frames(x, state)
         y = x if self.in_rank == 2 else x.permute(0, 2, 1)
         y = y.contiguous()
         if self.gain != 1.0:

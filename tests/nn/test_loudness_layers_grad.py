@@ -4,6 +4,7 @@ input, the carried state and the learnable parameters; forward outputs unchanged
 block partition gives the gradient of one call."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -160,3 +161,18 @@ def test_learnable_reaches_every_parameter(case):
     for n, p in layer.theta.items():
         assert p.grad is not None and bool((p.grad != 0).all()), (n, p.grad)
     assert set(layer.learned("specific_loudness")) == {"C"}
+
+
+def test_learnt_values_are_used_without_gradients_too():
+    """A learnable layer runs its learnt values under torch.no_grad() as with gradients
+    (and not the design's)."""
+    layer = _layer("glasberg2002", learnable=True)
+    x = _x("glasberg2002", 1500, 7)
+    with torch.no_grad():
+        y0, _ = layer(x)
+        layer.theta["specific_loudness"].fill_(0.2)
+        y1, _ = layer(x)
+    y2, _ = layer(x)
+    assert torch.equal(y1["stl"], y2["stl"].detach())
+    assert float((y1["stl"][..., -10:] / y0["stl"][..., -10:]).mean()) == pytest.approx(
+        np.exp(0.2), rel=1e-6)                       # N' is proportional to C
