@@ -31,8 +31,8 @@ def _layer(case, **kw):
     return rn.LAYERS[key](FS, output="all", **kws, **kw)
 
 
-def _x(case, T, seed, scale=0.05):
-    return noise((1,) + CASES[case][2] + (T,), seed, scale)
+def _x(case, T, seed, scale=0.05, batch=1):
+    return noise((batch,) + CASES[case][2] + (T,), seed, scale)
 
 
 def _frames(y):
@@ -55,14 +55,16 @@ def float64_skirts(monkeypatch):
     monkeypatch.setattr(excitation_mod, "excitation", excitation64)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_forward_with_gradients_is_bit_exact(case):
+def test_forward_with_gradients_is_bit_exact(case, dtype):
     """With the input and every learnable parameter requiring a gradient (theta = 0),
-    every output and state entry equals the layer's forward-only call bit for bit."""
+    every output and state entry equals the forward-only layer's bit for bit (a batch of
+    two streams, float64 and float32)."""
     layer = _layer(case, learnable=True)
-    x = _x(case, 2300, 0)
+    x = _x(case, 2300, 0, batch=2).to(dtype)
     with torch.no_grad():
-        y0, s0 = layer(x)
+        y0, s0 = _layer(case)(x)
     y1, s1 = layer(x.clone().requires_grad_(True))
     assert y1["stl"].grad_fn is not None
     for k in y0:
@@ -101,15 +103,16 @@ def test_layer_gradcheck(case, float64_skirts):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_blocks_with_carried_state_give_the_gradient_of_one_call(case):
     """Blocks of 10 (no loudness frame completed: a frame is due every 32 samples), 900
-    and 1090 samples, the state carried, give the gradient of one call w.r.t. the input,
+    and 1090 samples, the state carried (two streams), give the gradient of one call
+    w.r.t. the input,
     every learnable parameter and the incoming state (incl. the spectrum's history)
     within 1e-10 relative."""
     layer = _layer(case, learnable=True)
     with torch.no_grad():
         for t in layer.theta.values():
             t.add_(0.03)
-    _, st0 = layer(_x(case, 2500, 3))
-    x = _x(case, 2000, 4)
+    _, st0 = layer(_x(case, 2500, 3, batch=2))
+    x = _x(case, 2000, 4, batch=2)
     w = None
 
     def grads(parts):
