@@ -29,12 +29,13 @@ __all__ = ["dft_power_adjoint", "SpectrumGrad"]
 
 
 @njit(**_JIT)
-def dft_power_adjoint(z, st, F, H, mat, gain, grp, gP, gz):
+def dft_power_adjoint(z, st, F, H, mat, mat_t, gain, grp, gP, gz):
     """Adjoint of one window's powers ``P[r F + f, grp[b]] += gain[b] |X_b|^2`` with
     ``[Re X | Im X] = z[r, st + f H:][:n] @ mat`` (``mat`` (n, 2B): the window times
     ``cos | -sin`` of the bins' phases): ``gz[r, st + f H + m] += sum_b 2 gain[b]
     gP[r F + f, grp[b]] (Re X_b mat[m, b] + Im X_b mat[m, B + b])``, for the ``F`` frames
-    of each row (``H`` apart) of z (R, L), added into gz (R, L)."""
+    of each row (``H`` apart) of z (R, L), added into gz (R, L); ``mat_t`` is ``mat.T``
+    (contiguous: both passes run along contiguous rows, vectorised)."""
     R = z.shape[0]
     n, B2 = mat.shape
     B = B2 // 2
@@ -54,12 +55,12 @@ def dft_power_adjoint(z, st, F, H, mat, gain, grp, gP, gz):
                 w = 2.0 * gain[b] * grow[grp[b]]
                 G[b] = w * y[b]
                 G[B + b] = w * y[B + b]
-            for m in range(n):
-                row = mat[m]
-                acc = 0.0
-                for q in range(B2):
-                    acc += G[q] * row[q]
-                gz[r, s + m] += acc
+            out = gz[r, s:s + n]
+            for q in range(B2):
+                gq = G[q]
+                col = mat_t[q]
+                for m in range(n):
+                    out[m] += gq * col[m]
 
 
 class SpectrumGrad(FrameGrad):
@@ -77,7 +78,8 @@ class SpectrumGrad(FrameGrad):
             mat = np.concatenate([win[:, None] * np.cos(ph), -win[:, None] * np.sin(ph)],
                                  axis=1)
             self.windows.append((pl.n, pl.start, np.ascontiguousarray(mat),
-                                 c.gains[pl.bins], c.group_of_bin[pl.bins]))
+                                 np.ascontiguousarray(mat.T), c.gains[pl.bins],
+                                 c.group_of_bin[pl.bins]))
 
     def backward(self, stage, fr, state, g, mu, th):
         c = stage.coeffs
@@ -93,8 +95,8 @@ class SpectrumGrad(FrameGrad):
             gP = zeros_if_none(g["P"], (R * F, c.comp_hz.size))
             e0 = int(ends[0]) - int(state["n"][0]) + L
             gP = np.ascontiguousarray(gP)
-            for _, start, mat, gain, grp in self.windows:
-                dft_power_adjoint(z, e0 + start, F, H, mat, gain, grp, gP, gz)
+            for _, start, mat, mat_t, gain, grp in self.windows:
+                dft_power_adjoint(z, e0 + start, F, H, mat, mat_t, gain, grp, gP, gz)
         mu["hist"] = np.ascontiguousarray(gz[:, :L])
         for k in mu:
             if k.startswith("ring"):
