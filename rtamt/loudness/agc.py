@@ -120,6 +120,13 @@ class LoudnessIntegrator(FrameStage):
         self.kern.agc(x, state[p.key], p.attack, p.release, y)
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.agc_grad.LoudnessIntegratorGrad`)."""
+        from .agc_grad import LoudnessIntegratorGrad
+
+        return LoudnessIntegratorGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 
@@ -157,6 +164,13 @@ class SpecificLoudnessAGC(FrameStage):
         N = self.kern.contiguous(fr["N"]).reshape(R, F, p.channels)
         st = fr["st"] = self.kern.empty((F, R, p.channels), N)
         self.kern.agc_rows(N, state["st"], p.attack, p.release, st)
+
+    @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.agc_grad.SpecificLoudnessAGCGrad`)."""
+        from .agc_grad import SpecificLoudnessAGCGrad
+
+        return SpecificLoudnessAGCGrad
 
     @classmethod
     def examples(cls):

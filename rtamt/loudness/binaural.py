@@ -167,6 +167,13 @@ class BinauralInhibition(FrameStage):
                              ste, lte)
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.binaural_grad.BinauralGrad`)."""
+        from .binaural_grad import BinauralGrad
+
+        return BinauralGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 

@@ -234,6 +234,13 @@ class Excitation(FrameStage):
             fr["E_db"] = self.kern.excitation_db(E)
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.excitation_grad.ExcitationGrad`)."""
+        from .excitation_grad import ExcitationGrad
+
+        return ExcitationGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 

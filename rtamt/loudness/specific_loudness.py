@@ -96,6 +96,14 @@ class SpecificLoudness(FrameStage):
         self.kern.specific_loudness(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq, c.C, N)
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`~rtamt.loudness.specific_loudness_grad.
+        SpecificLoudnessGrad`)."""
+        from .specific_loudness_grad import SpecificLoudnessGrad
+
+        return SpecificLoudnessGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 
@@ -127,6 +135,14 @@ class InstantaneousLoudness(FrameStage):
     def process_tm(self, fr: dict, state: dict) -> None:
         N = fr["N"]
         fr["inst"] = self.coeffs * 0.25 * N.reshape(fr["R"], fr["F"], N.shape[1]).sum(axis=2)
+
+    @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`~rtamt.loudness.specific_loudness_grad.
+        InstantaneousLoudnessGrad`)."""
+        from .specific_loudness_grad import InstantaneousLoudnessGrad
+
+        return InstantaneousLoudnessGrad
 
     @classmethod
     def examples(cls):

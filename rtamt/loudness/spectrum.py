@@ -659,6 +659,13 @@ class Spectrum(FrameStage):
         fr.update(P=P, ends=ends, R=R, F=F)
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.spectrum_grad.SpectrumGrad`)."""
+        from .spectrum_grad import SpectrumGrad
+
+        return SpectrumGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 

@@ -133,6 +133,13 @@ class EarFIR(FrameStage):
         fr["rows"] = y
 
     @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.tvl2018_grad.EarFIRGrad`)."""
+        from .tvl2018_grad import EarFIRGrad
+
+        return EarFIRGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 
@@ -199,6 +206,13 @@ class ComponentFloor(FrameStage):
         R, F = int(fr["R"]), int(fr["F"])
         thr_min, rel = self.coeffs
         self.kern.component_floor(fr["P"], R, F, 2 if R % 2 == 0 else 1, thr_min, rel)
+
+    @classmethod
+    def grad_rule(cls):
+        """The gradient rule (:class:`rtamt.loudness.tvl2018_grad.ComponentFloorGrad`)."""
+        from .tvl2018_grad import ComponentFloorGrad
+
+        return ComponentFloorGrad
 
     @classmethod
     def examples(cls):

@@ -170,12 +170,12 @@ class Part:
 class FramePart:
     """One frame stage of a frame model (:mod:`rtamt.loudness.frames`; the loudness
     models), ``rows`` rows a stream (a stereo stream has two).  The model's pure
-    ``process`` runs the frame stages together; rtamt.nn runs them forward-only (they have
-    no gradient rule).  Its state, per row in the stage (``init_state(R)``, the keys in
-    ``shared_state`` without a row axis), is batch-first in the layer: ``(batch, ...)``,
-    ``(batch, rows, ...)`` for ``rows > 1``, a shared value repeated per stream."""
-
-    grad = None
+    ``process`` runs the frame stages together; with a gradient, :mod:`rtamt.nn._frames`
+    runs them and their rules (``grad``: the stage's
+    :class:`~rtamt.loudness.frames_grad.FrameGrad`, ``None`` without one).  Its state, per
+    row in the stage (``init_state(R)``, the keys in ``shared_state`` without a row axis),
+    is batch-first in the layer: ``(batch, ...)``, ``(batch, rows, ...)`` for
+    ``rows > 1``, a shared value repeated per stream."""
 
     def __init__(self, stage, rows: int):
         self.stage, self.cls, self.name = stage, type(stage), stage.name
@@ -183,8 +183,9 @@ class FramePart:
         self.shared = tuple(stage.shared_state)
         self.keys = tuple(stage.init_state(1))
         self.fingerprint = stage.design_identity()["fingerprint"]
-        self.why = ("has no gradient rule" if self.cls.grad_rule() is None else
-                    "is a frame stage (rtamt.nn differentiates sample stages only)")
+        rule = self.cls.grad_rule()
+        self.grad = None if rule is None else rule(stage, self.rows)
+        self.why = "has no gradient rule"
 
     def _first(self, k: str, v, batch: int) -> np.ndarray:
         """State array ``k`` of the stage's own layout, batch-first."""

@@ -36,6 +36,7 @@ from ..modulation import king2019, modfb
 from ..nonlinear import compression
 from ._autograd import param_np
 from ._base import FramePart, Part, StreamLayer, np_dtype, time_last
+from ._frames import run_frames
 
 __all__ = ["ChainLayer", "StageLayer", "Dau1997", "King2019", "Osses2021", "Paulick2024",
            "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope", "AdaptLoop",
@@ -83,7 +84,8 @@ class ChainLayer(StreamLayer):
       right, input ``(batch, 2, T)``: :class:`Moore2016`).  Output the frames completed
       in the block: ``output``, one of ``model.outputs`` (default the first,
       ``'stl'``), ``(batch, F)``; ``output='all'``: every output (``frame_time``
-      ``(F,)``).
+      ``(F,)``).  With a gradient wanted the frame stages run in one
+      ``torch.autograd.Function`` with their rules (:mod:`rtamt.nn._frames`).
 
     **Gradients, per stage.**  A stage whose class declares a gradient rule
     (``stage.grad_rule()`` returns a :class:`rtamt.engine.grad.StageGrad`) runs as a
@@ -290,14 +292,16 @@ class ChainLayer(StreamLayer):
         return {f"{p.name}.{k}": v for p in self.parts for k, v in p.initial(batch, dtype).items()}
 
     def _run(self, x, state, start):
-        if self.frames:
-            return self._run_frames(x, state)
         for k, th in self.theta.items():
             if not bool(torch.isfinite(th).all()):
                 raise RtamtInputError(
                     f"{self.name}: learnable parameter theta[{k!r}] holds a non-finite value "
                     f"at index {int(torch.nonzero(~torch.isfinite(th))[0, 0])} (a diverged "
                     "optimiser step?); block rejected, state unchanged")
+        if self.frames:
+            if start is not None or len(self.theta):    # gradients or learnt values
+                return run_frames(self, x, state, start)
+            return self._run_frames(x, state)
         y = x if self.in_rank == 2 else x.permute(0, 2, 1)
         y = y.contiguous()
         if self.gain != 1.0:
@@ -314,7 +318,7 @@ class ChainLayer(StreamLayer):
         return time_last(outs[self._out]), new
 
     def _run_frames(self, x, state):
-        """One block through a frame model's pure ``process`` (forward only)."""
+        """One block through a frame model's pure ``process`` (no gradient wanted)."""
         m, B = self.model, x.shape[0]
         st = {s.name: {} for s in m.stages}        # nested per stage; the calibration: {}
         for p, keys in zip(self.parts, self._keys):
@@ -383,16 +387,21 @@ class Paulick2024(_ModelLayer):
 
 
 class Glasberg2002(_ModelLayer):
-    """:class:`rtamt.models.Glasberg2002` as a forward-only layer: ``(batch, T)`` ->
-    ``(batch, F)`` short-term loudness (sone) by default."""
+    """:class:`rtamt.models.Glasberg2002` as a layer: ``(batch, T)`` -> ``(batch, F)``
+    short-term loudness (sone) by default; gradients through every frame stage w.r.t. the
+    input, the carried state and, with ``learnable=True``, ``C`` and the STL/LTL
+    integrators' time constants (:mod:`rtamt.nn._frames`)."""
 
     model_cls = streaming_models.Glasberg2002
 
 
 class Moore2016(_ModelLayer):
-    """:class:`rtamt.models.Moore2016` as a forward-only layer: ``(batch, 2, T)`` (left,
-    right) -> ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic
-    signal is given as ``(batch, 2, T)`` with both rows equal."""
+    """:class:`rtamt.models.Moore2016` as a layer: ``(batch, 2, T)`` (left, right) ->
+    ``(batch, F)`` short-term loudness (sone) by default.  A ``(T,)`` diotic signal is
+    given as ``(batch, 2, T)`` with both rows equal.  Gradients through every frame stage
+    (both configurations) w.r.t. the input, the carried state and, with
+    ``learnable=True``, ``C``, the short-term AGC's time constants, the inhibition
+    exponent and the long-term integrator's time constants."""
 
     model_cls = streaming_models.Moore2016
     n_rows = 2

@@ -106,8 +106,9 @@ def test_one_layer_class_serves_every_model(key):
 
 def test_a_frame_model_with_its_calibration_as_first_stage():
     """A loudness model's calibration is ``stages[0]`` (as every Chain's): the layer of the
-    streaming model gives the calibration no state, never names it in a refusal, and
-    equals the model layer, state for state."""
+    streaming model gives the calibration no state, and equals the model layer, state for
+    state; with a gradient, its outputs are the same and the gradient reaches the input
+    through the calibration."""
     m = MODELS["glasberg2002"](32000)
     assert m.stages[0] is m.calibration
     layer = rn.ChainLayer(m, output="all")
@@ -121,8 +122,12 @@ def test_a_frame_model_with_its_calibration_as_first_stage():
         _all_equal({k: v.numpy() for k, v in y_r.items()}, y)
     assert set(st) == set(st_r) and all(torch.equal(st[k], st_r[k]) for k in st)
     assert not [k for k in st if k.startswith("calibration.")]
-    with pytest.raises(RtamtInputError, match="stage 'spectrum' \\(Spectrum\\)"):
-        layer(x.clone().requires_grad_(True))
+    xg = x.clone().requires_grad_(True)            # with a gradient: the same outputs
+    y, _ = layer(xg)
+    _all_equal({k: v.numpy() for k, v in ref(x)[0].items()},
+               {k: v.detach() for k, v in y.items()})
+    y["stl"].sum().backward()
+    assert xg.grad.abs().sum() > 0
 
 
 def test_default_output_and_float32():

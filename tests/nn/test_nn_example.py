@@ -30,6 +30,21 @@ def test_fit_dau1997_example_converges():
     assert "Warning" not in run.stderr, run.stderr
 
 
+def test_fit_moore2016_bands_example_converges():
+    """examples/fit_moore2016_bands.py fits four band gains through Moore2016 (streamed
+    in blocks, state carried): the specific-loudness pattern within 2 % of the target,
+    the gains near the target's, the loss curve printed."""
+    run = _run(str(ROOT / "examples" / "fit_moore2016_bands.py"))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    res = json.loads(lines[-1])
+    assert res["pattern_rel_err"] < 0.02, res
+    assert res["loss_last"] < 1e-3 * res["loss_first"], res
+    assert max(abs(g - t) for g, t in zip(res["gains_db"], res["target_db"])) < 0.2, res
+    assert len([ln for ln in lines if ln[:5].strip().isdigit()]) >= 2   # the loss curve
+    assert "Warning" not in run.stderr, run.stderr
+
+
 def test_nn_speed_script_reports_json():
     """latency_bench/nn_speed.py runs (tiny configuration) and prints its JSON: the three
     timed cases, and no torch_amt ratio unless torch_amt was measured (no times are

@@ -113,12 +113,25 @@ def test_detach_state_truncates():
     assert torch.count_nonzero(x.grad[:, :100]) > 0
 
 
-#: the layers with a stage that has no gradient rule: sample rate, keywords, input shape
-#: and the first such stage on the way from the input (name, class)
+#: models with a frame stage made rule-less (a subclass whose ``grad_rule()`` is ``None``):
+#: sample rate, input shape, rows, and that stage's index in ``model.stages``
 NO_RULE = {
-    "glasberg2002": (32000, {}, (1, 300), ("spectrum", "Spectrum")),
-    "moore2016": (32000, {}, (1, 2, 300), ("spectrum", "Spectrum")),
+    "glasberg2002": (32000, (1, 300), 1, -2),
+    "moore2016": (32000, (1, 2, 300), 2, -1),
 }
+
+
+def _without_rule(key):
+    """The model ``key`` with one frame stage's class replaced by a rule-less subclass
+    (every stage of the loudness models has a rule), as a layer; the stage's name and the
+    subclass's name."""
+    from rtamt import models
+
+    fs, shape, rows, i = NO_RULE[key]
+    m = models.MODELS[key](fs)
+    stage = m.stages[i]
+    stage.__class__ = type("NoRule", (type(stage),), {"grad_rule": classmethod(lambda c: None)})
+    return rn.ChainLayer(m, n_in=rows), stage.name, shape
 
 
 @pytest.mark.parametrize("key", sorted(NO_RULE))
@@ -126,12 +139,11 @@ def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
     """An input that requires a gradient is refused before any stage runs, naming the first
     stage without a gradient rule, and the state is left as it was; under torch.no_grad()
     (or with nothing that requires a gradient) the same layer runs, recording nothing."""
-    fs, kw, shape, (stage, cls) = NO_RULE[key]
-    layer = rn.LAYERS[key](fs, **kw)
+    layer, stage, shape = _without_rule(key)
     x = noise(shape, scale=0.1)
     st = layer.initial_state(1, dtype=torch.float64)
     before = {k: v.clone() for k, v in st.items()}
-    with pytest.raises(RtamtInputError, match=rf"^{key}: stage '{stage}' \({cls}\) has no "
+    with pytest.raises(RtamtInputError, match=rf"^{key}: stage '{stage}' \(NoRule\) has no "
                        r"gradient rule \(forward-only in rtamt.nn\); run the layer under "
                        r"torch.no_grad\(\)"):
         layer(x.clone().requires_grad_(True), st)
@@ -145,15 +157,20 @@ def test_a_gradient_through_a_stage_without_a_rule_is_refused(key):
 
 def test_the_gradient_path_starts_where_a_gradient_is_requested():
     """The stages a gradient is requested through run from the first one it enters on: an
-    incoming state entry of a loudness integrator that requires a gradient is refused
-    naming that integrator (not the spectrum before it); Paulick2024's modulation bank,
+    incoming state entry of a loudness integrator that requires a gradient gets its
+    gradient, with nothing before it requiring one; Paulick2024's modulation bank,
     adaptation loops and IHC get gradients for their incoming state, through the
     resampler, with nothing before them requiring one."""
     gl = rn.Glasberg2002(32000)
-    st = gl.initial_state(1, dtype=torch.float64)
+    _, st = gl(noise((1, 3000), scale=0.1))
+    st = dict(st)
     st["ltl_integrator.ltl"] = st["ltl_integrator.ltl"].clone().requires_grad_(True)
-    with pytest.raises(RtamtInputError, match=r"stage 'ltl_integrator' \(LoudnessIntegrator\)"):
-        gl(noise((1, 100)), st)
+    y, _ = gl(noise((1, 100)), st)
+    y.sum().backward()                             # the STL does not depend on the LTL
+    assert st["ltl_integrator.ltl"].grad is None or not st["ltl_integrator.ltl"].grad.any()
+    y, _ = rn.Glasberg2002(32000, output="ltl")(noise((1, 100)), st)
+    y.sum().backward()
+    assert st["ltl_integrator.ltl"].grad.abs().sum() > 0
     kw = dict(n_channels=2, fhigh=4000.0)
     layer = rn.Paulick2024(16000, **kw)
     _, st = layer(noise((1, 300), 1, scale=0.1))
