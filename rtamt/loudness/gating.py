@@ -250,6 +250,12 @@ class GatingBlocks(Stage):
         return y
 
     @classmethod
+    def grad_rule(cls):
+        from .gating_grad import GatingGrad
+
+        return GatingGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 
