@@ -19,6 +19,7 @@ ChainLayers that construct theirs); a gradient requested through a stage
 without a gradient rule is refused, naming the stage (docs/nn.md lists which).
 """
 from ._base import DESIGN_KEY, StreamLayer, detach_state
+from ._meter import R128Meter
 from .layers import (
     LAYERS,
     AdaptHighpass,
@@ -42,4 +43,4 @@ from .layers import (
 __all__ = ["DESIGN_KEY", "StreamLayer", "detach_state", "LAYERS", "AdaptHighpass", "AdaptLoop",
            "BrokenStick", "ChainLayer", "Dau1997", "Gammatone", "Glasberg2002", "IHCEnvelope",
            "King2019", "KingModFilterbank", "ModFilterbank", "Moore2016",
-           "Osses2021", "Paulick2024", "PowerCompression", "StageLayer"]
+           "Osses2021", "Paulick2024", "PowerCompression", "R128Meter", "StageLayer"]
