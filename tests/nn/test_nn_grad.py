@@ -242,8 +242,9 @@ def test_stage_gradcheck(cls, ex):
     """Every stage with a gradient rule (found, with the examples it declares:
     tests/support/_examples.py), as a layer: gradcheck (fast mode) w.r.t. the block input,
     every floating-point entry of the incoming state (an integer one, the resampler's
-    phase, is carried as it is; NaN outputs, not defined yet, are set to 0) and, where the rule has parameters, ``theta``
-    (away from 0, so that the learned design is not the stage's own)."""
+    phase, is carried as it is; NaN outputs, not defined yet, are set to 0) and, where
+    the rule has parameters, ``theta`` (away from 0, so that the learned design is not
+    the stage's own)."""
     import numpy as np
 
     stage = make(cls, ex)
