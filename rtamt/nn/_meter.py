@@ -20,6 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from ..engine.contract import fingerprint
 from ..loudness import bs1770
+from ..loudness.bs1770 import _dbtp_row
 from ..loudness.gatedstats import GatedStatistics, StatisticsParams, _add, _loudness
 from ..loudness.gating import (
     FINE,
@@ -32,7 +33,9 @@ from ..loudness.gating import (
     hist_lra_stats,
 )
 from ..loudness.kweighting import KWeighting, KWeightingParams
+from ..loudness.truepeak import TruePeak, TruePeakParams
 from ._autograd import _np, grad_rule
+from ._base import Part
 from .layers import ChainLayer
 
 __all__ = ["R128Meter"]
@@ -42,24 +45,34 @@ _STATS = ("gate_n", "gate_e", "lra_n", "lra_e")
 _PREFIX = "statistics."
 
 
-class _Lufs(torch.autograd.Function):
-    """``-0.691 + 10 log10(e)`` of powers ``e`` (NaN stays NaN, 0 gives -inf), computed by
-    the meter's own :func:`~rtamt.loudness.gatedstats._loudness`; gradient
-    ``10 / (e ln 10)`` where ``e > 0`` is finite, else 0."""
+def _lufs(e: np.ndarray) -> np.ndarray:
+    """Loudness (LUFS) of powers ``e``: the meter's own function (NaN stays, 0: -inf)."""
+    return np.asarray(_loudness(e), np.float64)
+
+
+def _dbtp(p: np.ndarray) -> np.ndarray:
+    """``20 log10`` of linear peaks ``p`` ``(B, C)``, as the meter's report (0: -inf)."""
+    return np.stack([_dbtp_row(row) for row in p]).reshape(p.shape)
+
+
+class _Log(torch.autograd.Function):
+    """``_Log.apply(e, fn, scale)``: ``fn(e)`` computed by the meter's own function
+    (``-0.691 + 10 log10(e)`` for a power, BS.1770-4 eq. (2); ``20 log10(p)`` for a peak),
+    with the derivative ``scale / (e ln 10)`` where ``e > 0`` is finite, else 0."""
 
     @staticmethod
-    def forward(ctx, e):
+    def forward(ctx, e, fn, scale):
         ctx.save_for_backward(e)
-        return torch.from_numpy(np.asarray(_loudness(e.detach().cpu().numpy()),
-                                           np.float64)).to(e.device)
+        ctx.scale = scale
+        return torch.from_numpy(fn(e.detach().cpu().numpy())).to(e.device)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
         (e,) = ctx.saved_tensors
         ok = torch.isfinite(e) & (e > 0)
-        scale = 10.0 / (math.log(10.0) * torch.where(ok, e, torch.ones_like(e)))
-        return torch.where(ok, g * scale, torch.zeros_like(g))
+        scale = ctx.scale / (math.log(10.0) * torch.where(ok, e, torch.ones_like(e)))
+        return torch.where(ok, g * scale, torch.zeros_like(g)), None, None
 
 
 class _Statistics(torch.autograd.Function):
@@ -126,10 +139,10 @@ class R128Meter(ChainLayer):
     """The BS.1770-4 / EBU R128 loudness meter as a layer (histogram mode):
     ``out, state = meter(x, state=None)``.
 
-    ``R128Meter(fs=48000.0, channels=2, *, weights=None, layout=None, lra_hop=1)``: the
-    arguments of :class:`rtamt.loudness.bs1770.LoudnessMeter` (its ``mode='histogram'``;
-    no true peak).  Input ``x`` ``(batch, channels, T)`` float32/float64, full-scale units;
-    each stream of the batch is one programme.  ``out`` is a dict:
+    ``R128Meter(fs=48000.0, channels=2, *, weights=None, layout=None, lra_hop=1,
+    truepeak='sinc')``: the arguments of :class:`rtamt.loudness.bs1770.LoudnessMeter`
+    (its ``mode='histogram'``).  Input ``x`` ``(batch, channels, T)`` float32/float64,
+    full-scale units; each stream of the batch is one programme.  ``out`` is a dict:
 
     * ``'step'`` ``(batch, K)``: the numbers ``k`` of the 100 ms steps the block completed,
       ``-1`` in the rows after a stream's last (``K = T // floor(fs / 10) + 1``);
@@ -139,34 +152,46 @@ class R128Meter(ChainLayer):
     * ``'integrated'`` ``(batch,)``: the integrated loudness after the block (LUFS; NaN
       before the first 400 ms gating block, -inf while none passes the absolute gate);
     * ``'loudness_range'`` ``(batch,)``: LRA (LU, EBU Tech 3342; NaN before the first
-      short-term value), no gradient.
+      short-term value), no gradient;
+    * ``'true_peak'``, ``'sample_peak'`` ``(batch, channels)``: the running maxima per
+      channel (dB TP, dBFS; -inf for silence), the meter's ``true_peak_channels`` /
+      ``sample_peak_channels``.
 
-    The state holds the stages' states (``kweighting.*``, ``gating.*``) and the statistics'
-    histograms ``statistics.gate_n`` / ``gate_e`` / ``lra_n`` / ``lra_e`` ``(batch, 10000)``.
-    Gradients (docs/nn.md): the momentary, short-term and integrated loudness with respect
-    to the input, the incoming filter and window state and the incoming power sums
-    ``statistics.gate_e``, with the gates' decisions held."""
+    The state holds the stages' states (``kweighting.*``, ``gating.*``, ``truepeak.*``)
+    and the statistics' histograms ``statistics.gate_n`` / ``gate_e`` / ``lra_n`` /
+    ``lra_e`` ``(batch, 10000)``.
+    Gradients (docs/nn.md): the momentary, short-term and integrated loudness and the
+    peaks with respect to the input, the incoming filter, window and peak state and the
+    incoming power sums ``statistics.gate_e``, with the gates' decisions held (the peaks:
+    a subgradient at the value that set the maximum)."""
 
     def __init__(self, fs: float = 48000.0, channels: int = 2, *, weights=None, layout=None,
-                 lra_hop: int = 1):
+                 lra_hop: int = 1, truepeak: str = "sinc"):
         params = bs1770.Params(fs=fs, channels=channels, weights=weights, layout=layout,
-                               mode="histogram", lra_hop=lra_hop)
+                               mode="histogram", lra_hop=lra_hop, truepeak=truepeak)
         self.params = params
         super().__init__([KWeighting(KWeightingParams(params.fs)),
                           GatingBlocks(GatingParams(params.fs, params.weights))],
                          name="r128", n_in=params.channels)
+        self._chain = {p.name for p in self.parts}
         self.stats = _StatsPart(GatedStatistics(StatisticsParams("histogram",
                                                                  params.lra_hop)))
-        self._tag = int(fingerprint("rtamt.nn", self._tag, params.lra_hop)[:15], 16)
+        #: the true peak, run on the input beside the chain (not one of ``parts``)
+        self.truepeak = Part(TruePeak(TruePeakParams(params.fs, method=params.truepeak)),
+                             params.channels)
+        self._tag = int(fingerprint("rtamt.nn", self._tag, params.lra_hop,
+                                    self.truepeak.fingerprint)[:15], 16)
 
     def _initial_np(self, batch, dtype):
         st = super()._initial_np(batch, dtype)
         one = GatedStatistics.init_state(self.stats.coeffs)
         st.update({_PREFIX + k: np.repeat(one[k][None], batch, axis=0) for k in _STATS})
+        tp = self.truepeak
+        st.update({f"{tp.name}.{k}": v for k, v in tp.initial(batch, dtype).items()})
         return st
 
     def _run(self, x, state, start):
-        body = {k: v for k, v in state.items() if not k.startswith(_PREFIX)}
+        body = {k: v for k, v in state.items() if k.split(".")[0] in self._chain}
         y, new = super()._run(x, body, start)
         rows = y.permute(0, 2, 1)                       # (B, K, 3) rows (k, e_M, e_S)
         integ, ge, gn, ln, le, lra = _Statistics.apply(
@@ -175,7 +200,16 @@ class R128Meter(ChainLayer):
             new["gating.n_fine"], new["gating.count"])
         new.update({_PREFIX + "gate_e": ge, _PREFIX + "gate_n": gn, _PREFIX + "lra_n": ln,
                     _PREFIX + "lra_e": le})
-        out = {"step": rows[:, :, 0].detach(), "momentary": _Lufs.apply(rows[:, :, 1]),
-               "short_term": _Lufs.apply(rows[:, :, 2]), "integrated": integ,
+        out = {"step": rows[:, :, 0].detach(), "momentary": _Log.apply(rows[:, :, 1], _lufs, 10.0),
+               "short_term": _Log.apply(rows[:, :, 2], _lufs, 10.0), "integrated": integ,
                "loudness_range": lra}
+        # the true peak, on the input beside the chain (BS.1770-4 Annex 2)
+        tp = self.truepeak
+        st = {k: state[f"{tp.name}.{k}"] for k in tp.keys}
+        need = torch.is_grad_enabled() and (x.requires_grad or any(v.requires_grad
+                                                                    for v in st.values()))
+        peaks, ns = tp.run(x.permute(0, 2, 1).contiguous(), st, None, need)   # (B, 2, C)
+        new.update({f"{tp.name}.{k}": v for k, v in ns.items()})
+        out["true_peak"] = _Log.apply(peaks[:, 0], _dbtp, 20.0)
+        out["sample_peak"] = _Log.apply(peaks[:, 1], _dbtp, 20.0)
         return out, new

@@ -1,6 +1,6 @@
 """rn.R128Meter, the BS.1770-4 / EBU R128 meter as a layer (rtamt/nn/_meter.py): forward
 bit-exact with LoudnessMeter for any block partition and either dtype; gradients of the
-momentary, short-term and integrated loudness (gradcheck w.r.t. the input and every
+momentary, short-term and integrated loudness and the peaks (gradcheck w.r.t. the input and every
 differentiable state entry; two blocks with carried state give the gradient of one call,
 including a block that completes no gating block); a gradient through the state only."""
 from __future__ import annotations
@@ -20,7 +20,8 @@ from _gradcheck import noise
 
 #: the differentiable state entries (the rest: the clock's integers, the histograms'
 #: counts and the loudness range's histogram, which has no gradient)
-DIFF = ["kweighting.zi", "gating.acc", "gating.ring_e", "gating.peak", "statistics.gate_e"]
+DIFF = ["kweighting.zi", "gating.acc", "gating.ring_e", "gating.peak", "statistics.gate_e",
+        "truepeak.hist", "truepeak.true_peak", "truepeak.sample_peak"]
 
 
 def _programme(C, n, fs, seed):
@@ -35,21 +36,21 @@ def _same(a, b) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize("fs, C, dtype", [(48000.0, 2, torch.float64),
-                                          (44100.0, 1, torch.float32),
-                                          (48000.0, 6, torch.float32)])
-def test_forward_is_the_meter_bit_for_bit(fs, C, dtype):
+@pytest.mark.parametrize("fs, C, dtype, tp", [(48000.0, 2, torch.float64, "sinc"),
+                                              (44100.0, 1, torch.float32, "bs1770"),
+                                              (48000.0, 6, torch.float32, "sinc")])
+def test_forward_is_the_meter_bit_for_bit(fs, C, dtype, tp):
     n = int(3.7 * fs)
     x = np.stack([_programme(C, n, fs, s) for s in (1, 2)]).astype(
         np.float32 if dtype == torch.float32 else np.float64)
-    layer = rn.R128Meter(fs, C)
+    layer = rn.R128Meter(fs, C, truepeak=tp)
     cuts = [0, 1000, 19_000, 19_005, int(3.05 * fs), n]
     st, outs = None, []
     for a, b in zip(cuts[:-1], cuts[1:]):
         o, st = layer(torch.from_numpy(np.ascontiguousarray(x[..., a:b])), st)
         outs.append(o)
     for i in range(2):
-        meter = LoudnessMeter(fs=fs, channels=C)
+        meter = LoudnessMeter(fs=fs, channels=C, truepeak=tp)
         for (a, b), o in zip(zip(cuts[:-1], cuts[1:]), outs):
             r = meter(x[i, :, a:b] if C > 1 else x[i, 0, a:b])
             k = r.step_time.size
@@ -60,6 +61,8 @@ def test_forward_is_the_meter_bit_for_bit(fs, C, dtype):
             assert bool(o["momentary"][i, k:].isnan().all())
             assert _same(float(o["integrated"][i]), r.integrated)
             assert _same(float(o["loudness_range"][i]), r.loudness_range)
+            np.testing.assert_array_equal(o["true_peak"][i].numpy(), r.true_peak_channels)
+            np.testing.assert_array_equal(o["sample_peak"][i].numpy(), r.sample_peak_channels)
         assert r.integrated is not None and r.loudness_range is not None
     # one call: the same as the blocks
     o1, st1 = layer(torch.from_numpy(x))
@@ -98,7 +101,7 @@ def _fn(layer, st):
     def f(x, *vals):
         o, new = layer(x, dict(zip(DIFF, vals), **fixed))
         return (torch.nan_to_num(o["momentary"]), torch.nan_to_num(o["short_term"]),
-                o["integrated"]) + tuple(new[k] for k in DIFF)
+                o["integrated"], o["true_peak"], o["sample_peak"]) + tuple(new[k] for k in DIFF)
     return f
 
 
@@ -121,7 +124,7 @@ def test_meter_gradcheck(n_warm, T):
 
 def test_two_blocks_give_the_gradient_of_one_call():
     """The gradient of a loss on every step's momentary and short-term loudness and on the
-    final integrated loudness, w.r.t. the input: blocks with carried state (one completes
+    final integrated loudness and peaks, w.r.t. the input: blocks with carried state (one completes
     no gating block, one no fine block) give that of one call within 1e-10."""
     fs = 4000.0
     x = torch.from_numpy(_programme(2, 14_444, fs, 5)[None].repeat(2, 0) * [[[1.0]], [[0.3]]])
@@ -136,7 +139,7 @@ def test_two_blocks_give_the_gradient_of_one_call():
             for j, key in enumerate(("momentary", "short_term")):
                 v = o[key]
                 loss = loss + torch.where(torch.isfinite(v), v * w[:, j].gather(1, k), 0.0).sum()
-        loss = loss + 3.0 * o["integrated"].sum()
+        loss = loss + 3.0 * o["integrated"].sum() + o["true_peak"].sum() + o["sample_peak"].sum()
         loss.backward()
         return xs.grad
 
