@@ -45,40 +45,19 @@ def hist_gates_grad(counts, sums, g):
     counts and the gate's bin held); returns ``e_I`` (0.0, and ``g`` zero, when no block
     passes the gates)."""
     g[:] = 0.0
-    n = 0
-    tot = 0.0
-    for i in range(N_BINS):
-        n += counts[i]
-        tot += sums[i]
-    if n == 0:
+    n, er, j, frac, cn, ce = _G.hist_gate_parts(counts, sums)
+    if n == 0 or cn <= 0.0:
         return 0.0
-    rel = 10.0 ** (RELATIVE_GATE_LU / 10.0)
-    er = tot / n * rel
-    j = -1 if er < BIN_BOUNDS[0] else _G._bin_of(er)
-    cn = 0.0
-    ce = 0.0
-    for i in range(j + 1, N_BINS):
-        cn += counts[i]
-        ce += sums[i]
-    frac = 0.0
-    slope = 0.0                      # d frac / d er
-    if j >= 0 and counts[j] > 0:
-        lo, hi = BIN_BOUNDS[j], BIN_BOUNDS[j + 1]
-        if j == N_BINS - 1:
-            frac = 1.0 if sums[j] / counts[j] > er else 0.0
-        else:
-            frac = math.log(hi / er) / math.log(hi / lo)
-            slope = -1.0 / (er * math.log(hi / lo))
-        cn += frac * counts[j]
-        ce += frac * sums[j]
-    if cn <= 0.0:
-        return 0.0
+    slope = 0.0                      # d frac / d er (frac is held in the top bin)
+    if j >= 0 and counts[j] > 0 and j < N_BINS - 1:
+        slope = -1.0 / (er * math.log(BIN_BOUNDS[j + 1] / BIN_BOUNDS[j]))
     e_i = ce / cn
     for i in range(j + 1, N_BINS):
         g[i] = 1.0 / cn
     if j >= 0:
         g[j] = frac / cn
         if slope != 0.0:
+            rel = 10.0 ** (RELATIVE_GATE_LU / 10.0)
             via = (sums[j] - e_i * counts[j]) / cn * slope * rel / n
             for i in range(N_BINS):
                 g[i] += via
