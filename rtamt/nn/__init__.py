@@ -15,7 +15,8 @@ gammatone, IHC envelope, adaptation loops with the overshoot limiter, adaptation
 high-pass, compressions, ear FIRs, the ``efilt``, Butterworth and King2019 modulation
 filterbanks, the DRNL, Paulick2024's physiological IHC and the polyphase resampler; and
 for the R128 loudness meter, :class:`R128Meter` (K-weighting, gating blocks, gated
-statistics: momentary, short-term and integrated loudness with the gates held).
+statistics: momentary, short-term and integrated loudness with the gates held; the
+true peak, a subgradient at its argmax).
 One layer class, :class:`ChainLayer`, wraps any chain (the model and stage layers are
 ChainLayers that construct theirs); a gradient requested through a stage
 without a gradient rule is refused, naming the stage (docs/nn.md lists which).
