@@ -261,6 +261,12 @@ class GatedStatistics(Stage):
             st["gate_e"].extend(e)
 
     @classmethod
+    def grad_rule(cls):
+        from .gatedstats_grad import GatedStatisticsGrad
+
+        return GatedStatisticsGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 

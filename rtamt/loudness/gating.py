@@ -61,7 +61,8 @@ from ..engine.stage import Stage
 __all__ = ["GatingParams", "GatingCoeffs", "GatingBlocks", "sub_block_lengths",
            "LOUDNESS_OFFSET_DB", "ABSOLUTE_GATE_LUFS", "RELATIVE_GATE_LU", "LRA_GATE_LU",
            "N_MOMENTARY", "N_SHORT_TERM", "BIN_LU", "N_BINS", "BIN_BOUNDS",
-           "hist_add", "hist_add_many", "hist_integrated", "hist_gates", "hist_running",
+           "hist_add", "hist_add_many", "hist_integrated", "hist_gates", "hist_gate_parts",
+           "hist_running",
            "hist_lra", "hist_lra_stats", "exact_integrated", "exact_gates", "exact_lra",
            "exact_lra_stats"]
 
@@ -250,6 +251,12 @@ class GatingBlocks(Stage):
         return y
 
     @classmethod
+    def grad_rule(cls):
+        from .gating_grad import GatingGrad
+
+        return GatingGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 
@@ -288,18 +295,19 @@ def hist_add_many(counts, sums, es, strict):
 
 
 @njit(**JIT)
-def hist_gates(counts, sums):
-    """Gated mean power of the histogram and its relative gate (BS.1770-4 eqs. (3)-(7)):
-    ``(e_I, gate)`` with ``gate`` the mean power of the blocks above the absolute gate
-    times ``10^(-10/10)`` (the relative gate as a power; exact: the bins hold the sums of
-    the powers); ``(0.0, 0.0)`` when no block passes the absolute gate."""
+def hist_gate_parts(counts, sums):
+    """The pieces of :func:`hist_gates`: ``(n, er, j, frac, cn, ce)``, the blocks above the
+    absolute gate ``n``, the relative gate ``er`` (a power), its bin ``j`` (-1 below the
+    histogram), the share ``frac`` of that bin above the gate, and the count ``cn`` and
+    power sum ``ce`` of the blocks above the gate (bin ``j`` by its share); ``n = 0``:
+    none passes the absolute gate (the rest 0)."""
     n = 0
     tot = 0.0
     for i in range(N_BINS):
         n += counts[i]
         tot += sums[i]
     if n == 0:
-        return 0.0, 0.0
+        return 0, 0.0, -1, 0.0, 0.0, 0.0
     er = tot / n * 10.0 ** (RELATIVE_GATE_LU / 10.0)
     if er < BIN_BOUNDS[0]:
         j = -1
@@ -310,6 +318,7 @@ def hist_gates(counts, sums):
     for i in range(j + 1, N_BINS):
         cn += counts[i]
         ce += sums[i]
+    frac = 0.0
     if j >= 0 and counts[j] > 0:
         lo, hi = BIN_BOUNDS[j], BIN_BOUNDS[j + 1]
         if j == N_BINS - 1:
@@ -318,6 +327,19 @@ def hist_gates(counts, sums):
             frac = math.log(hi / er) / math.log(hi / lo)
         cn += frac * counts[j]
         ce += frac * sums[j]
+    return n, er, j, frac, cn, ce
+
+
+@njit(**JIT)
+def hist_gates(counts, sums):
+    """Gated mean power of the histogram and its relative gate (BS.1770-4 eqs. (3)-(7)):
+    ``(e_I, gate)`` with ``gate`` the mean power of the blocks above the absolute gate
+    times ``10^(-10/10)`` (the relative gate as a power; exact: the bins hold the sums of
+    the powers); ``(0.0, 0.0)`` when no block passes the absolute gate
+    (:func:`hist_gate_parts`)."""
+    n, er, j, frac, cn, ce = hist_gate_parts(counts, sums)
+    if n == 0:
+        return 0.0, 0.0
     return (ce / cn if cn > 0 else 0.0), er
 
 

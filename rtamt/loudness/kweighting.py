@@ -262,6 +262,12 @@ class KWeighting(Stage):
         return y
 
     @classmethod
+    def grad_rule(cls):
+        from .kweighting_grad import KWeightingGrad
+
+        return KWeightingGrad
+
+    @classmethod
     def examples(cls):
         from ..engine.examples import Example
 

@@ -215,6 +215,36 @@ def _load_channel(hist, x, b, c, w, H):
 
 
 @njit(**JIT)
+def _fir_peak(h, work, T, rec):
+    """The largest ``|sum_k h[p, k] w[H + t - k]|`` over the phases ``p`` and ``t < T``
+    (``w = work``: the history's ``H = K - 1`` samples, then the block; ``work[H + T:H +
+    2 T]`` scratch); 0.0 for none above it.  ``rec`` (empty: not kept) ``[p, t]`` of the
+    first largest (phase-major, strict comparisons)."""
+    P, K = h.shape
+    H = K - 1
+    btp = 0.0
+    acc = work[H + T:H + 2 * T]
+    for p in range(P):
+        # tap by tap over the whole block (vectorisable); every output still sums
+        # its taps in the order k = 0..11
+        for t in range(T):
+            acc[t] = h[p, 0] * work[H + t]
+        for k in range(1, K):
+            hk = h[p, k]
+            wk = work[H - k:H - k + T]       # a slice: the loop vectorises
+            for t in range(T):
+                acc[t] += hk * wk[t]
+        for t in range(T):
+            a = abs(acc[t])
+            if a > btp:
+                btp = a
+                if rec.size:
+                    rec[0] = p
+                    rec[1] = t
+    return btp
+
+
+@njit(**JIT)
 def true_peak_fir(h, hist, tp, sp, x, out, work):
     """Advance the Annex 2 true-peak meter over ``x`` ``(B, T, C)``: for every sample the
     four interpolated values ``sum_k h[p, k] x[t - k]`` (BS.1770-4 Annex 2) and the sample
@@ -228,22 +258,7 @@ def true_peak_fir(h, hist, tp, sp, x, out, work):
     for b in range(B):
         for c in range(C):
             bsp = _load_channel(hist, x, b, c, work, H)
-            btp = 0.0
-            acc = work[H + T:H + 2 * T]
-            for p in range(P):
-                # tap by tap over the whole block (vectorisable); every output still sums
-                # its taps in the order k = 0..11
-                for t in range(T):
-                    acc[t] = h[p, 0] * work[H + t]
-                for k in range(1, K):
-                    hk = h[p, k]
-                    wk = work[H - k:H - k + T]       # a slice: the loop vectorises
-                    for t in range(T):
-                        acc[t] += hk * wk[t]
-                for t in range(T):
-                    a = abs(acc[t])
-                    if a > btp:
-                        btp = a
+            btp = _fir_peak(h, work, T, work[:0])
             for i in range(H):
                 hist[b, i, c] = work[T + i]
             if bsp > btp:
@@ -282,12 +297,10 @@ def _fine_value(h, w, base, q):
 
 
 @njit(**JIT)
-def _refine(h, w, base, qc, um, u0, up, s):
-    """The crest near the 2x-grid point at fine position ``qc`` (signed values ``s y``:
-    ``um``, ``u0``, ``up`` at ``qc - L/2``, ``qc``, ``qc + L/2``, ``u0`` the largest): the
-    parabola through them predicts the crest, the fine grid is climbed from the nearest
-    fine point to a local maximum within ``[qc - L/2, qc + L/2]``, and the vertex of the
-    parabola through it and its neighbours is returned (the point itself at an end)."""
+def _climb(h, w, base, qc, um, u0, up, s):
+    """The fine-grid climb of :func:`_refine`: ``(q, gm, g0, gp, inner)``, the local
+    maximum ``q`` reached, the signed values at ``q - 1``, ``q``, ``q + 1`` (``-inf``
+    beyond the range) and whether ``q`` is inside ``(qc - L/2, qc + L/2)``."""
     L = h.shape[0]
     Lh = L // 2
     den = 2.0 * u0 - um - up
@@ -312,11 +325,103 @@ def _refine(h, w, base, qc, um, u0, up, s):
             g0 = gm
             q -= 1
             gm = s * _fine_value(h, w, base, q - 1) if q > lo else -np.inf
-    if q > lo and q < hi:
+    return q, gm, g0, gp, (q > lo and q < hi)
+
+
+@njit(**JIT)
+def _refine(h, w, base, qc, um, u0, up, s):
+    """The crest near the 2x-grid point at fine position ``qc`` (signed values ``s y``:
+    ``um``, ``u0``, ``up`` at ``qc - L/2``, ``qc``, ``qc + L/2``, ``u0`` the largest): the
+    parabola through them predicts the crest, the fine grid is climbed from the nearest
+    fine point to a local maximum within ``[qc - L/2, qc + L/2]`` (:func:`_climb`), and
+    the vertex of the parabola through it and its neighbours is returned (the point
+    itself at an end)."""
+    q, gm, g0, gp, inner = _climb(h, w, base, qc, um, u0, up, s)
+    if inner:
         d = 2.0 * g0 - gm - gp
         if d > 0.0:
             return g0 + (gp - gm) * (gp - gm) / (8.0 * d)
     return g0
+
+
+@njit(**JIT)
+def _midpoints(hm, w, m, T, K):
+    """``m[i]`` = the half-sample phase ``m(i - 1)``, ``i = 0 .. T`` (:func:`true_peak_sinc`),
+    from ``w`` (the history's ``K`` samples, then the block)."""
+    for i in range(T + 1):
+        m[i] = hm[0] * (w[i + K - 1] + w[i])
+    for k in range(1, K // 2):
+        hk = hm[k]
+        # the pair as slices: the loop vectorises (1.7x faster than indexing w)
+        wa = w[K - 1 - k:K + T - k]
+        wb = w[k:k + T + 1]
+        for i in range(T + 1):
+            m[i] += hk * (wa[i] + wb[i])
+
+
+@njit(**JIT)
+def _sinc_scan(h, w, m, T, M, rec):
+    """The stream-order pass of :func:`true_peak_sinc` over one channel: the running
+    maximum ``M`` advanced over the samples, the refined crests and the midpoints;
+    returns it.  ``rec`` (empty: not kept) describes what set the last new maximum:
+    ``[0, w index]`` a sample, ``[1, qc, um, u0, up, s]`` a refined crest (the arguments of
+    :func:`_refine`), ``[2, m index, 0, 0, 0, s]`` a midpoint; ``rec[0] = -1`` when none
+    exceeded the incoming ``M``."""
+    L, K = h.shape
+    D = K // 2
+    Lh = L // 2
+    lim = SCREEN * M
+    for t in range(T):
+        a = abs(w[K + t])
+        if a > M:
+            M = a
+            lim = SCREEN * M
+            if rec.size:
+                rec[0] = 0
+                rec[1] = K + t
+        # the sample point n = t - D (w index K + t - D), its midpoints m(t-1), m(t)
+        xs = w[K + t - D]
+        mp = m[t]
+        mc = m[t + 1]
+        if xs != 0.0:
+            s = 1.0 if xs > 0.0 else -1.0
+            u0 = s * xs
+            if u0 >= lim and u0 >= s * mp and u0 >= s * mc:
+                v = _refine(h, w, K, (t - D) * L, s * mp, u0, s * mc, s)
+                if v > M:
+                    M = v
+                    lim = SCREEN * M
+                    if rec.size:
+                        rec[0] = 1
+                        rec[1] = (t - D) * L
+                        rec[2] = s * mp
+                        rec[3] = u0
+                        rec[4] = s * mc
+                        rec[5] = s
+        if mc != 0.0:
+            s = 1.0 if mc > 0.0 else -1.0
+            u0 = s * mc
+            if u0 > M:
+                M = u0
+                lim = SCREEN * M
+                if rec.size:
+                    rec[0] = 2
+                    rec[1] = t + 1
+                    rec[5] = s
+            xn = w[K + t - D + 1]
+            if u0 >= lim and u0 >= s * xs and u0 >= s * xn:
+                v = _refine(h, w, K, (t - D) * L + Lh, s * xs, u0, s * xn, s)
+                if v > M:
+                    M = v
+                    lim = SCREEN * M
+                    if rec.size:
+                        rec[0] = 1
+                        rec[1] = (t - D) * L + Lh
+                        rec[2] = s * xs
+                        rec[3] = u0
+                        rec[4] = s * xn
+                        rec[5] = s
+    return M
 
 
 @njit(**JIT)
@@ -339,55 +444,15 @@ def true_peak_sinc(h, hist, tp, sp, x, out, work):
     """
     B, T, C = x.shape
     L, K = h.shape
-    D = K // 2
-    Lh = L // 2
-    hm = h[Lh]
+    hm = h[L // 2]
     for b in range(B):
         for c in range(C):
             w = work[:K + T]
             m = work[K + T:K + 2 * T + 1]       # m[i] = m(i - 1)
             bsp = _load_channel(hist, x, b, c, w, K)
             # m(t), t = -1 .. T-1, from w[K + t - K + 1 .. K + t] = w[t + 1 .. t + K]
-            for i in range(T + 1):
-                m[i] = hm[0] * (w[i + K - 1] + w[i])
-            for k in range(1, D):
-                hk = hm[k]
-                # the pair as slices: the loop vectorises (1.7x faster than indexing w)
-                wa = w[K - 1 - k:K + T - k]
-                wb = w[k:k + T + 1]
-                for i in range(T + 1):
-                    m[i] += hk * (wa[i] + wb[i])
-            M = tp[b, c]
-            lim = SCREEN * M
-            for t in range(T):
-                a = abs(w[K + t])
-                if a > M:
-                    M = a
-                    lim = SCREEN * M
-                # the sample point n = t - D (w index K + t - D), its midpoints m(t-1), m(t)
-                xs = w[K + t - D]
-                mp = m[t]
-                mc = m[t + 1]
-                if xs != 0.0:
-                    s = 1.0 if xs > 0.0 else -1.0
-                    u0 = s * xs
-                    if u0 >= lim and u0 >= s * mp and u0 >= s * mc:
-                        v = _refine(h, w, K, (t - D) * L, s * mp, u0, s * mc, s)
-                        if v > M:
-                            M = v
-                            lim = SCREEN * M
-                if mc != 0.0:
-                    s = 1.0 if mc > 0.0 else -1.0
-                    u0 = s * mc
-                    if u0 > M:
-                        M = u0
-                        lim = SCREEN * M
-                    xn = w[K + t - D + 1]
-                    if u0 >= lim and u0 >= s * xs and u0 >= s * xn:
-                        v = _refine(h, w, K, (t - D) * L + Lh, s * xs, u0, s * xn, s)
-                        if v > M:
-                            M = v
-                            lim = SCREEN * M
+            _midpoints(hm, w, m, T, K)
+            M = _sinc_scan(h, w, m, T, tp[b, c], w[:0])
             for i in range(K):
                 hist[b, i, c] = w[T + i]
             tp[b, c] = M
@@ -457,6 +522,12 @@ class TruePeak(Stage):
         kern(k.coef(coeffs.phases), state["hist"], state["true_peak"], state["sample_peak"], x,
              y, work)
         return y
+
+    @classmethod
+    def grad_rule(cls):
+        from .truepeak_grad import TruePeakGrad
+
+        return TruePeakGrad
 
     @classmethod
     def examples(cls):

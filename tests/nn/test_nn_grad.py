@@ -259,8 +259,9 @@ def test_stage_gradcheck(cls, ex):
     """Every stage with a gradient rule (found, with the examples it declares:
     tests/support/_examples.py), as a layer: gradcheck (fast mode) w.r.t. the block input,
     every floating-point entry of the incoming state (an integer one, the resampler's
-    phase, is carried as it is) and, where the rule has parameters, ``theta``
-    (away from 0, so that the learned design is not the stage's own)."""
+    phase, is carried as it is; NaN outputs, not defined yet, are set to 0) and, where
+    the rule has parameters, ``theta`` (away from 0, so that the learned design is not
+    the stage's own)."""
     import numpy as np
 
     stage = make(cls, ex)
@@ -279,7 +280,9 @@ def test_stage_gradcheck(cls, ex):
         th, (xb, *vals) = args[:len(theta)], args[len(theta):]
         s = dict(st, **dict(zip(keys, vals)))
         y, new = torch.func.functional_call(layer, {key: th[0]} if th else {}, (xb, s))
-        return (y,) + tuple(new[k] for k in keys)
+        # outputs not defined yet (NaN: the meter's windows before they are full) carry no
+        # gradient; their numerical derivative would be NaN
+        return (torch.nan_to_num(y),) + tuple(new[k] for k in keys)
 
     xb = torch.from_numpy(np.ascontiguousarray(lead[..., 40:])).requires_grad_(True)
     vals = [st[k].detach().clone().requires_grad_(True) for k in keys]
