@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -39,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .__main__ import _cpu_name
 
 
 def _timed(fn, repeat: int) -> dict:
@@ -50,18 +51,6 @@ def _timed(fn, repeat: int) -> dict:
         t.append(time.perf_counter() - t0)
     return {"first_s": t[0], "best_s": min(t[1:]), "median_s": float(np.median(t[1:])),
             "runs": len(t) - 1}
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _case(layer, x0: np.ndarray, w, backward: bool):
@@ -151,7 +140,7 @@ def main(argv=None) -> dict:
     res = {"model": "rtamt.nn.Dau1997", "fs": args.fs, "seconds": args.seconds,
            "batch": args.batch, "dtype": args.dtype, "threads": 1,
            "torch": torch.__version__, "numba": numba.__version__,
-           "machine": cpu_model()}
+           "machine": _cpu_name()}
     cases = {}
     for name, learnable, backward in (("forward", False, False),
                                       ("forward_backward_input", False, True),
