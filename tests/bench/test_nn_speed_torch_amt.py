@@ -18,7 +18,7 @@ assert args[0].endswith("nn_speed_torch_amt.py"), args
 opt = dict(zip(args[1::2], args[2::2]))
 x = np.load(opt["--input"])
 print("torch_amt would print progress here")
-print(json.dumps({{"available": True, "best_s": {best}, "runs_s": [{best}],
+print(json.dumps({{"available": True, "best_s": {best}, "runs_s": [{best}], "cpu_s": 1.0,
                   "batch": x.shape[0], "samples": x.shape[1], "fs": float(opt["--fs"]),
                   "repeat": int(opt["--repeat"]), "dtype": opt["--dtype"],
                   "x_sum": float(x.sum())}}))
@@ -34,8 +34,9 @@ def _interpreter(tmp_path, text: str, name: str = "python"):
 
 def test_side_by_side_runs_in_the_given_interpreter(tmp_path):
     """The fake interpreter gets rtamt's input (its first --torch-amt-seconds), the sample
-    rate, repeat and dtype; the ratio is torch_amt's compute time per second of audio
-    over rtamt's forward + backward's, and nothing is labelled unverified."""
+    rate, repeat and dtype; the ratios are torch_amt's compute time (wall, and process
+    CPU) per second of audio over rtamt's forward + backward's, and nothing is labelled
+    unverified."""
     py = _interpreter(tmp_path, FAKE.format(python=sys.executable, best=4.0))
     res = nn_speed.main(["--fs", "16000", "--seconds", "0.03", "--batch", "2",
                          "--repeat", "1", "--torch-amt-python", py,
@@ -46,8 +47,9 @@ def test_side_by_side_runs_in_the_given_interpreter(tmp_path):
     x0 = 0.02 * np.random.default_rng(0).standard_normal((2, 480))
     assert amt["x_sum"] == pytest.approx(x0[:, :160].sum(), rel=1e-12)
     assert amt["python"] == py and amt["rtf"] == pytest.approx(4.0 / (2 * 0.01))
-    rt = res["rtamt"]["forward_backward_input"]["rtf"]
-    assert res["speedup_vs_torch_amt"] == pytest.approx(amt["rtf"] / rt)
+    rt = res["rtamt"]["forward_backward_input"]
+    assert res["speedup_vs_torch_amt"] == pytest.approx(amt["rtf"] / rt["rtf"])
+    assert res["speedup_vs_torch_amt_cpu"] == pytest.approx(50.0 / rt["rtf_cpu"])
     assert "unverified" not in json.dumps(res).lower()
 
 
@@ -65,7 +67,7 @@ def test_a_bad_interpreter_path_stops_before_timing(tmp_path, kind, monkeypatch)
 @pytest.mark.parametrize("body,message", [
     ("echo 'ModuleNotFoundError: torch_amt' >&2; exit 3", "failed \\(exit 3\\).*torch_amt"),
     ("echo 'no result here'", "printed no JSON.*no result here"),
-    ("echo '{\"best_s\": 0}'", "no positive best_s")])
+    ("echo '{\"best_s\": 0, \"cpu_s\": 1}'", "no positive best_s and cpu_s")])
 def test_a_failing_interpreter_is_reported(tmp_path, body, message):
     """An interpreter that fails, prints no JSON or no time: SystemExit naming it with its
     last output."""
