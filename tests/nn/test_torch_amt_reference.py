@@ -174,8 +174,8 @@ def test_chain_beside_finite_differences(ref):
     rtamt's chain matches central finite differences of its float64 forward within 1e-6
     relative RMS at 100 points per signal (measured 2.5e-8); torch_amt's departs from
     them by over 100 times as much and under 1e-3 (measured 1.1e-4 there, 4.0e-4 from
-    rtamt's over the whole gradient): its gammatone's single-precision arithmetic,
-    which the adaptation loops' high gain at low levels amplifies."""
+    rtamt's over the whole gradient): its gammatone's error (complex64 arithmetic, cut
+    impulse response), which the adaptation loops' high gain at low levels amplifies."""
     gt, ihc, loops = _layers(ref)
 
     def chain(v):
