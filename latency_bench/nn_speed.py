@@ -10,38 +10,52 @@ best of the ``--repeat`` runs after it.  Three cases: the forward pass alone und
 ``torch.no_grad()``, forward + backward to the input, and forward + backward to the
 input and every learnable parameter (``learnable=True``).
 
-``rtf`` is compute time / audio duration (batch x seconds).  Prints one JSON object.
+``rtf`` is compute time / audio duration (batch x seconds); ``rtf_cpu`` the same with the
+best run's process CPU time.  Prints one JSON object.
 
-torch_amt side-by-side (issue 22 asks for >= 20x): UNVERIFIED.  This branch has never
-run: torch_amt is not installable where this script was written, so its API
-(``torch_amt.models.Dau1997(fs=...)``, called on a ``(batch, T)`` float32 tensor and
-returning a list of output tensors), its loss (the plain sum of those outputs, not the
-weighted sum used for rtamt) and the ratio computed from it are assumptions that no one
-has checked.  It runs only when ``torch_amt`` imports; otherwise the JSON says why and
-gives no ratio.  When it does run, the JSON's ``torch_amt`` entry and the ratio carry
-an ``unverified`` note saying the same; check the call against torch_amt before
-trusting either number.
+``--torch-amt-python PY`` (issue 42): the same run also times torch_amt's Dau1997
+forward + backward to the input, in torch_amt's own interpreter ``PY`` (the one
+``../shared/tools/torch_amt_env.sh`` prints), as a subprocess running
+``latency_bench/nn_speed_torch_amt.py`` on the very input rtamt's cases got (passed as a
+``.npy`` file), one thread, ``--torch-amt-repeat`` timed runs (default 1: one run of
+torch_amt on 8 x 1 s takes many minutes) after two warm-up calls.  torch_amt is never
+imported here.  ``--torch-amt-seconds S`` times torch_amt on the first ``S`` seconds of
+the input only (its cost is linear in the length: per-sample Python and TorchScript
+loops).  ``speedup_vs_torch_amt`` compares compute time per second of audio (batch x
+seconds) of torch_amt's best run with rtamt's ``forward_backward_input``;
+``speedup_vs_torch_amt_cpu`` compares their process CPU times (both run on one thread).  Without
+``--torch-amt-python`` the JSON's ``torch_amt`` entry says that it was not measured, and
+gives no ratio.  A ``PY`` that is not an executable file, or a run that fails or prints no
+JSON, stops the script with an error naming ``PY`` and the subprocess's last output.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from .__main__ import _cpu_name
+
 
 def _timed(fn, repeat: int) -> dict:
-    """``fn()`` once (first run) and ``repeat`` times more: seconds of each."""
-    t = []
+    """``fn()`` once (first run) and ``repeat`` times more: wall seconds of each, and the
+    best run's process CPU seconds (``cpu_s``: on a machine shared with other work, the
+    compute time without the waits)."""
+    t, c = [], []
     for _ in range(repeat + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         t.append(time.perf_counter() - t0)
+        c.append(time.process_time() - c0)
     return {"first_s": t[0], "best_s": min(t[1:]), "median_s": float(np.median(t[1:])),
-            "runs": len(t) - 1}
+            "cpu_s": min(c[1:]), "runs": len(t) - 1}
 
 
 def _case(layer, x0: np.ndarray, w, backward: bool):
@@ -58,27 +72,47 @@ def _case(layer, x0: np.ndarray, w, backward: bool):
     return run
 
 
-UNVERIFIED = ("never run in rtamt's development (torch_amt not installable there): the "
-              "torch_amt call, its loss and this number are unchecked assumptions")
+TORCH_AMT_SCRIPT = Path(__file__).with_name("nn_speed_torch_amt.py")
 
 
-def _torch_amt(x0: np.ndarray, fs: float, repeat: int) -> dict:
-    """torch_amt's Dau1997 forward + backward on the same input, if it can be imported.
-    UNVERIFIED: this branch has never run (see the module docstring)."""
+def check_torch_amt_python(py: str) -> str:
+    """``py`` as an absolute path, or SystemExit naming it when it is not an executable
+    file (checked before any timing, so a bad path fails at once)."""
+    p = Path(py).expanduser()
+    if not p.is_file() or not os.access(p, os.X_OK):
+        raise SystemExit(f"--torch-amt-python {py!r}: not an executable file; give the "
+                         "interpreter ../shared/tools/torch_amt_env.sh prints")
+    return str(p.absolute())
+
+
+def torch_amt_side(py: str, x0: np.ndarray, fs: float, repeat: int, dtype: str,
+                   timeout: float) -> dict:
+    """torch_amt's Dau1997 forward + backward on ``x0`` (batch, T), timed by
+    ``nn_speed_torch_amt.py`` in interpreter ``py`` (one thread): its JSON.  SystemExit
+    naming ``py`` with the end of its output if it fails, times out or prints no JSON."""
+    with tempfile.TemporaryDirectory() as d:
+        inp = Path(d) / "x.npy"
+        np.save(inp, x0)
+        cmd = [py, str(TORCH_AMT_SCRIPT), "--input", str(inp), "--fs", repr(float(fs)),
+               "--repeat", str(repeat), "--dtype", dtype]
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env.pop("PYTHONPATH", None)
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                 env=env, cwd=d)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"torch_amt run by {py} did not finish in {timeout:g} s "
+                             "(--torch-amt-timeout)") from None
+    tail = (run.stdout + run.stderr)[-2000:]
+    if run.returncode != 0:
+        raise SystemExit(f"torch_amt run by {py} failed (exit {run.returncode}):\n{tail}")
     try:
-        from torch_amt.models import Dau1997 as AmtDau1997
-    except ImportError as e:
-        return {"available": False,
-                "reason": f"torch_amt cannot be imported ({e}); it is not on this machine's "
-                          "package index, so the side-by-side comparison was not run and "
-                          "no speed ratio is reported"}
-    model = AmtDau1997(fs=fs)
-
-    def run():
-        x = torch.from_numpy(x0.astype(np.float32)).requires_grad_(True)
-        out = model(x)
-        sum(o.sum() for o in out).backward()
-    return dict(_timed(run, repeat), available=True, unverified=UNVERIFIED)
+        res = json.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise SystemExit(f"torch_amt run by {py} printed no JSON result:\n{tail}") from None
+    if not isinstance(res, dict) or not (res.get("best_s", 0) > 0 and res.get("cpu_s", 0) > 0):
+        raise SystemExit(f"torch_amt run by {py} gave no positive best_s and cpu_s:\n{tail}")
+    return dict(res, python=py)
 
 
 def main(argv=None) -> dict:
@@ -88,7 +122,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--torch-amt-python", metavar="PY",
+                    help="torch_amt's interpreter: time its Dau1997 in the same run")
+    ap.add_argument("--torch-amt-repeat", type=int, default=1)
+    ap.add_argument("--torch-amt-seconds", type=float, default=None,
+                    help="time torch_amt on the first S seconds only (default: all)")
+    ap.add_argument("--torch-amt-timeout", type=float, default=7200.0)
     args = ap.parse_args(argv)
+    py = check_torch_amt_python(args.torch_amt_python) if args.torch_amt_python else None
 
     import numba
 
@@ -104,7 +145,7 @@ def main(argv=None) -> dict:
     res = {"model": "rtamt.nn.Dau1997", "fs": args.fs, "seconds": args.seconds,
            "batch": args.batch, "dtype": args.dtype, "threads": 1,
            "torch": torch.__version__, "numba": numba.__version__,
-           "machine": platform.processor() or platform.machine()}
+           "machine": _cpu_name()}
     cases = {}
     for name, learnable, backward in (("forward", False, False),
                                       ("forward_backward_input", False, True),
@@ -112,15 +153,24 @@ def main(argv=None) -> dict:
         layer = rn.Dau1997(args.fs, learnable=learnable)
         w = torch.from_numpy(rng.standard_normal((layer.parts[-1].n_out, 1)).astype(dt))
         r = _timed(_case(layer, x0, w, backward), args.repeat)
-        r["rtf"] = r["best_s"] / audio
+        r["rtf"], r["rtf_cpu"] = r["best_s"] / audio, r["cpu_s"] / audio
         r["channels"], r["outputs"] = layer.parts[0].n_out, layer.parts[-1].n_out
         cases[name] = r
     res["rtamt"] = cases
-    amt = _torch_amt(x0, args.fs, args.repeat)
-    res["torch_amt"] = amt
-    if amt.get("available"):
-        res["speedup_vs_torch_amt"] = amt["best_s"] / cases["forward_backward_input"]["best_s"]
-        res["speedup_vs_torch_amt_unverified"] = UNVERIFIED
+    if py is None:
+        res["torch_amt"] = {"available": False,
+                            "reason": "not measured: give --torch-amt-python PY"}
+    else:
+        n = T if args.torch_amt_seconds is None else int(round(args.torch_amt_seconds
+                                                               * args.fs))
+        amt = torch_amt_side(py, np.ascontiguousarray(x0[:, :n]), args.fs,
+                             args.torch_amt_repeat, args.dtype, args.torch_amt_timeout)
+        amt_audio = args.batch * n / args.fs
+        amt["rtf"], amt["rtf_cpu"] = amt["best_s"] / amt_audio, amt["cpu_s"] / amt_audio
+        res["torch_amt"] = amt
+        ours = cases["forward_backward_input"]
+        res["speedup_vs_torch_amt"] = amt["rtf"] / ours["rtf"]
+        res["speedup_vs_torch_amt_cpu"] = amt["rtf_cpu"] / ours["rtf_cpu"]
     print(json.dumps(res, indent=1))
     return res
 

@@ -5,7 +5,7 @@ Equations (AMT 0.9.10 ``auditoryfilterbank`` / ``gammatone`` 'allpole',
 Lyon 1997 all-pole gammatone):
 
 * bandwidth ``beta = b * ERB(fc)`` with
-  ``b = ((n-1)!)^2 / (pi (2n-2)! 2^-(2n-2))`` (= 1.0183 for n = 4; Holdsworth
+  ``b = ((n-1)!)^2 / (pi (2n-2)! 2^-(2n-2))`` (= 1.0186 for n = 4; Holdsworth
   et al. 1988);
 * pole ``p = exp(-2 pi beta / fs - i 2 pi fc / fs)``;
 * gain ``g = (1 - exp(-2 pi beta / fs))^n`` (0 dB at fc);

@@ -125,7 +125,7 @@ def _triton():
 class GammatoneGrad(StageGrad):
     """Learnable: ``th = [log(fc / fc0) (C,), log(b / b0)]``, the centre frequencies
     ``fc`` (Hz) and the bandwidth factor ``b`` of ``beta = b ERB(fc)`` (Hz; Holdsworth et
-    al. 1988, ``b0`` = 1.0183 for order 4; ERB of Glasberg & Moore 1990, Hear. Res. 47,
+    al. 1988, ``b0`` = 1.0186 for order 4; ERB of Glasberg & Moore 1990, Hear. Res. 47,
     103-138), the :class:`~rtamt.filterbank.gammatone.GammatoneWeights`.  Every ``th``
     keeps ``fc > 0`` and ``beta > 0``, so the pole radius ``r = exp(-2 pi beta / fs)``
     stays below 1.  The coefficients come from :func:`rtamt.filterbank.gammatone.poles`

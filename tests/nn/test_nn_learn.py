@@ -5,9 +5,10 @@ itself at theta = 0, bit for bit; stable designs far from it."""
 import numpy as np
 import pytest
 import torch
-from torch.autograd import gradcheck
 
 import rtamt.nn as rn
+
+from _gradcheck import check_params
 
 FS = 8000
 
@@ -16,30 +17,11 @@ def _x(shape, seed=0, scale=1.0):
     return torch.from_numpy(np.random.default_rng(seed).standard_normal(shape) * scale)
 
 
-def _check_params(layer, name, theta0, x, warm=None, eps=1e-6, atol=1e-6):
-    """gradcheck of ``layer``'s output and outgoing state w.r.t. ``theta[name]`` (set to
-    ``theta0``) and the block input, from the state after ``warm``."""
-    st = None
-    if warm is not None:
-        with torch.no_grad():
-            _, st = layer(warm)
-    keys = [k for k in (st or layer.initial_state(x.shape[0], dtype=x.dtype))
-            if k != rn.DESIGN_KEY]
-
-    def f(theta, xb):
-        y, new = torch.func.functional_call(layer, {f"theta.{name}": theta}, (xb, st))
-        return (y,) + tuple(new[k] for k in keys)
-
-    theta = torch.as_tensor(theta0, dtype=torch.float64).clone().requires_grad_(True)
-    assert gradcheck(f, (theta, x.clone().requires_grad_(True)), eps=eps, atol=atol,
-                     rtol=1e-4)
-
-
 def test_gammatone_fc_and_bandwidth_gradcheck():
     """Log centre frequencies and log bandwidth factor, away from the design."""
     layer = rn.Gammatone(FS, fc=(700.0, 1500.0), learnable=True)
     assert layer.theta["gammatone"].shape == (3,)
-    _check_params(layer, "gammatone", [0.05, -0.1, 0.2], _x((2, 40), scale=0.3),
+    check_params(layer, "gammatone", [0.05, -0.1, 0.2], _x((2, 40), scale=0.3),
                   warm=_x((2, 30), 1, scale=0.3), eps=1e-5)
 
 
@@ -52,7 +34,7 @@ def test_modfb_mfc_and_q_gradcheck(preset):
     mfc0 = c.filter_mfc[c.fc.size:]
     assert (mfc0 < 10).any() and (mfc0 > 10).any() and 0 < c.bp_nreal < mfc0.size
     th = 0.1 * np.random.default_rng(5).standard_normal(mfc0.size + 1)
-    _check_params(layer, "modfb", th, _x((1, 2, 25)), warm=_x((1, 2, 30), 1))
+    check_params(layer, "modfb", th, _x((1, 2, 25)), warm=_x((1, 2, 30), 1))
 
 
 @pytest.mark.parametrize("layer_fn", [rn.BrokenStick, rn.PowerCompression])
@@ -66,7 +48,7 @@ def test_compression_knee_and_exponent_gradcheck(layer_fn, exponent):
     x = x + 0.002 * torch.sign(x)
     assert (x.abs() > 0.011).any() and (x.abs() < 0.009).any()
     th = [0.1] + [-0.2] * np.atleast_1d(exponent).size
-    _check_params(layer, name, th, x)
+    check_params(layer, name, th, x)
 
 
 def _layers_equal(make, x):
@@ -169,7 +151,7 @@ def test_king_modfb_mfc_and_q_gradcheck(lp150):
     layer = _king(lp150=lp150)
     assert layer.theta["modfb"].shape == (6,)
     th = 0.3 * np.random.default_rng(6).standard_normal(6)
-    _check_params(layer, "modfb", th, _x((1, 3, 25)), warm=_x((1, 3, 30), 1))
+    check_params(layer, "modfb", th, _x((1, 3, 25)), warm=_x((1, 3, 30), 1))
 
 
 @pytest.mark.parametrize("which", [0, 3, 5])
@@ -192,7 +174,7 @@ def test_king_modfb_gradcheck_catches_a_wrong_gradient(which, monkeypatch):
     monkeypatch.setattr(KingModFilterbankGrad, "backward", wrong)
     th = 0.3 * np.random.default_rng(6).standard_normal(6)
     with pytest.raises(GradcheckError):
-        _check_params(_king(), "modfb", th, _x((1, 3, 25)), warm=_x((1, 3, 30), 1))
+        check_params(_king(), "modfb", th, _x((1, 3, 25)), warm=_x((1, 3, 30), 1))
 
 
 @pytest.mark.parametrize("kw", [{}, dict(qfactor=0.7, mfhigh=300.0, lp150=True),

@@ -31,3 +31,24 @@ def check_layer(layer, x, warm=None, eps=1e-6, atol=1e-6):
     inputs = [x.clone().requires_grad_(True)] + [st[k].clone().requires_grad_(True)
                                                  for k in keys]
     assert gradcheck(f, inputs, eps=eps, atol=atol, rtol=1e-4)
+
+
+def check_params(layer, name, theta0, x, warm=None, eps=1e-6, atol=1e-6, wrt_input=True):
+    """gradcheck of ``layer``'s output and outgoing state w.r.t. ``theta[name]`` (set to
+    ``theta0``) and, when ``wrt_input``, the block input ``x``, from the state after
+    ``warm`` (integer state entries, such as a resampler's phase, carried as they are)."""
+    st = None
+    if warm is not None:
+        with torch.no_grad():
+            _, st = layer(warm)
+    keys = [k for k, v in (st or layer.initial_state(x.shape[0], dtype=x.dtype)).items()
+            if k != rn.DESIGN_KEY and v.is_floating_point()]
+
+    def f(theta, *xb):
+        xin = xb[0] if wrt_input else x
+        y, new = torch.func.functional_call(layer, {f"theta.{name}": theta}, (xin, st))
+        return (y,) + tuple(new[k] for k in keys)
+
+    theta = torch.as_tensor(theta0, dtype=torch.float64).clone().requires_grad_(True)
+    inputs = (theta, x.clone().requires_grad_(True)) if wrt_input else (theta,)
+    assert gradcheck(f, inputs, eps=eps, atol=atol, rtol=1e-4)
