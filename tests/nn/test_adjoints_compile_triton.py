@@ -3,8 +3,8 @@ import pytest
 triton = pytest.importorskip("triton")
 
 """The GPU compiler accepts the Triton adjoint kernels (``*_grad_triton.py``: the SOS
-cascade, the gammatone, the adaptation loops, the ear FIRs): each compiled for an sm_80 GPU
-with every ``tl.constexpr`` combination (no device needed), so that the code the
+cascade, the gammatone, the adaptation loops, the ear FIRs, the R128 meter's gating
+blocks): each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no device needed), so that the code the
 interpreter checks against numba on CI is code the GPU compiler takes."""
 from _triton import compile_sm80  # noqa: E402
 
@@ -16,6 +16,7 @@ def test_adjoint_kernels_compile_for_gpu():
         from rtamt.ear import fir_grad_triton as fir
         from rtamt.engine import sos_grad_triton as sos
         from rtamt.filterbank import gammatone_grad_triton as gt
+        from rtamt.loudness import gating_grad_triton as gg
 
         p, i = "*fp64", "i32"
         for rect in (False, True):
@@ -38,4 +39,11 @@ def test_adjoint_kernels_compile_for_gpu():
         build(fir._fir_adjoint_kernel,
               dict(h_ptr=p, gy_ptr=p, mu_ptr=p, nmu_ptr=p, gx_ptr=p, T=i, C=i, N=i, M=i,
                    BLOCK=0), {"BLOCK": 64})
+        q = "*i64"
+        build(gg._adjoint_kernel,
+              dict(w_ptr=p, lens_ptr=q, acc_ptr=p, fill_ptr=q, nf_ptr=q, ring_e_ptr=p,
+                   ring_n_ptr=q, peak_ptr=p, y_ptr=p, gy_ptr=p, mu_acc_ptr=p, mu_ring_ptr=p,
+                   mu_peak_ptr=p, gx_ptr=p, accw_ptr=p, E_ptr=p, N_ptr=p, ends_ptr=q,
+                   gw_ptr=p, gE_ptr=p, B=i, T=i, C=i, P=i, K=i, F=i, BLOCK=0),
+              {"BLOCK": 16})
     ''')
