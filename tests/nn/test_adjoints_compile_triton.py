@@ -4,8 +4,9 @@ triton = pytest.importorskip("triton")
 
 """The GPU compiler accepts the Triton adjoint kernels (``*_grad_triton.py``: the SOS
 cascade, the gammatone, the adaptation loops, the ear FIRs, the R128 meter's gating
-blocks): each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no device needed), so that the code the
-interpreter checks against numba on CI is code the GPU compiler takes."""
+blocks): each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no
+device needed), so that the code the interpreter checks against numba on CI is code the
+GPU compiler takes."""
 from _triton import compile_sm80  # noqa: E402
 
 
