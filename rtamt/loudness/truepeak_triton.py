@@ -89,11 +89,11 @@ def _fine(h_ptr, x_ptr, hist_ptr, b, c, q, T, C, L, K, m, KC: tl.constexpr):
 
 
 @triton.jit
-def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
-            KC: tl.constexpr):
-    """numba's ``_refine`` for the lanes ``cand``: the crest near the 2x-grid point ``qc``
-    (signed values ``um``, ``u0``, ``up``), hill-climbed on the fine grid within
-    ``[qc - L/2, qc + L/2]``, then the parabola's vertex."""
+def _climb(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
+           KC: tl.constexpr):
+    """numba's ``_climb`` for the lanes ``cand``: from the 2x-grid point ``qc`` (signed
+    values ``um``, ``u0``, ``up``) the fine grid is hill-climbed within
+    ``[qc - L/2, qc + L/2]``; returns ``(q, gm, g0, gp, inner)`` as numba's."""
     Lh = L // 2
     den = 2.0 * u0 - um - up
     safe = tl.where(den > 0.0, den, 1.0)
@@ -121,8 +121,18 @@ def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
             gp = tl.where(right, gn, tl.where(left, g0, gp))
             g0 = g1
             q = q1
+    return q, gm, g0, gp, (q > lo) & (q < hi)
+
+
+@triton.jit
+def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
+            KC: tl.constexpr):
+    """numba's ``_refine`` for the lanes ``cand``: the climb (:func:`_climb`), then the
+    vertex of the parabola through the point reached and its neighbours."""
+    q, gm, g0, gp, inner = _climb(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L,
+                                  K, cand, KC)
     d = 2.0 * g0 - gm - gp
-    inner = (q > lo) & (q < hi) & (d > 0.0)
+    inner = inner & (d > 0.0)
     dsafe = tl.where(inner, d, 1.0)
     return tl.where(inner, g0 + (gp - gm) * (gp - gm) / (8.0 * dsafe), g0)
 

@@ -4,9 +4,9 @@ triton = pytest.importorskip("triton")
 
 """The GPU compiler accepts the Triton adjoint kernels (``*_grad_triton.py``: the SOS
 cascade, the gammatone, the adaptation loops, the ear FIRs, the R128 meter's gating
-blocks): each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no
-device needed), so that the code the interpreter checks against numba on CI is code the
-GPU compiler takes."""
+blocks and true peak): each compiled for an sm_80 GPU with every ``tl.constexpr``
+combination (no device needed), so that the code the interpreter checks against numba on
+CI is code the GPU compiler takes."""
 from _triton import compile_sm80  # noqa: E402
 
 
@@ -18,6 +18,7 @@ def test_adjoint_kernels_compile_for_gpu():
         from rtamt.engine import sos_grad_triton as sos
         from rtamt.filterbank import gammatone_grad_triton as gt
         from rtamt.loudness import gating_grad_triton as gg
+        from rtamt.loudness import truepeak_grad_triton as tpg
 
         p, i = "*fp64", "i32"
         for rect in (False, True):
@@ -47,4 +48,10 @@ def test_adjoint_kernels_compile_for_gpu():
                    mu_peak_ptr=p, gx_ptr=p, accw_ptr=p, E_ptr=p, N_ptr=p, ends_ptr=q,
                    gw_ptr=p, gE_ptr=p, B=i, T=i, C=i, P=i, K=i, F=i, BLOCK=0),
               {"BLOCK": 16})
+        for sinc in (False, True):
+            build(tpg._adjoint_kernel,
+                  dict(h_ptr=p, hist_ptr=p, tp_ptr=p, sp_ptr=p, x_ptr=p, gy_ptr=p,
+                       mu_hist_ptr=p, mu_tp_ptr=p, mu_sp_ptr=p, gx_ptr=p, gw_ptr=p, B=i, T=i,
+                       C=i, L=i, K=i, screen="fp64", SINC=0, BLOCK=0, KC=0),
+                  {"SINC": sinc, "BLOCK": 64, "KC": 16})
     ''')
