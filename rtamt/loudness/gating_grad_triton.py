@@ -19,15 +19,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .gating import FINE, N_MOMENTARY, RING
+from .gating import RING
+from .gating_triton import _BLOCK, _FINE, _NM, _NS, _close, _square_in
 from .triton_common import _F64, _NUM_WARPS, _check, _check_index, _grid, _lane_ids
 
 __all__ = ["block_powers_adjoint"]
-
-_BLOCK = 16
-_NM = tl.constexpr(N_MOMENTARY * FINE)     # fine blocks in the momentary window (40)
-_NS = tl.constexpr(RING)                   # ... in the short-term window (300)
-_FINE = tl.constexpr(FINE)
 
 
 @triton.jit
@@ -65,18 +61,12 @@ def _adjoint_kernel(w_ptr, lens_ptr, acc_ptr, fill_ptr, nf_ptr, ring_e_ptr, ring
     # walk the block: the fine blocks it completes, their energies and ends
     nf = tl.zeros([BLOCK], tl.int64)
     for t in range(T):
-        for c in range(C):
-            v = tl.load(y_ptr + (b * T + t) * C + c, mask=m, other=0.0)
-            a = tl.load(accw_ptr + b * C + c, mask=m, other=0.0)
-            tl.store(accw_ptr + b * C + c, a + v * v, mask=m)
+        _square_in(y_ptr, accw_ptr, b, t, T, C, m)
         fill += 1
         flen = tl.load(lens_ptr + (n0 + nf) % P, mask=m, other=1)
         done = m & (fill == flen)
         if tl.max(done.to(tl.int32), axis=0) > 0:
-            e = tl.zeros([BLOCK], tl.float64)
-            for c in range(C):
-                e += tl.load(w_ptr + c) * tl.load(accw_ptr + b * C + c, mask=done, other=0.0)
-                tl.store(accw_ptr + b * C + c, tl.zeros([BLOCK], tl.float64), mask=done)
+            e = _close(w_ptr, accw_ptr, b, C, done)
             tl.store(E_ptr + base + _NS + nf, e, mask=done)
             tl.store(N_ptr + base + _NS + nf, flen.to(tl.float64), mask=done)
             tl.store(ends_ptr + b * F + nf, tl.zeros([BLOCK], tl.int64) + t + 1, mask=done)

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .triton_common import _F64, _NUM_WARPS, BLOCK, _check, _grid, _lane_ids, _pymod
 from .truepeak import SCREEN
-from .truepeak_triton import _KC, _climb, _refine, _sample, _taps
+from .truepeak_triton import _KC, _climb, _sample, _sinc_pass, _taps
 
 __all__ = ["true_peak_adjoint"]
 
@@ -67,66 +67,19 @@ def _adjoint_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, gy_ptr, mu_hist_ptr,
     row = i * (H + T)
     tp0 = tl.load(tp_ptr + i, mask=m, other=0.0)
     # what set the outgoing true peak: kind -1 the incoming peak, 0 a sample (its w
-    # index), 1 a refined crest (qc, um, u0, up, s), 2 a midpoint (m index, s), 3 the
-    # sample peak (bs1770), 4 an Annex 2 phase (p, t); the sample peak's first maximum
-    kind = zero - 1
-    ridx = zero
+    # index), 1 a refined crest (qc, um, u0, up, s), 2 a midpoint (m index, s)
+    # (:func:`~rtamt.loudness.truepeak_triton._sinc_pass`), 3 the sample peak (bs1770),
+    # 4 an Annex 2 phase (p, t); the sample peak's first maximum
     rp = zero
-    rum = tl.zeros([BLOCK], tl.float64)
-    ru0 = rum
-    rup = rum
-    rs = rum
-    bsp = tl.zeros([BLOCK], tl.float64)
-    tsp = zero
     if SINC:
-        D = K // 2
-        half = zero + L // 2
-        M = tp0
-        mprev = _taps(h_ptr, x_ptr, hist_ptr, b, c, half, zero - 1, T, C, K, K, m, KC)
-        mc = mprev
-        xs = tl.zeros([BLOCK], tl.float64)
-        for jj in range(2 * T):
-            tt = zero + jj // 2
-            if jj % 2 == 0:
-                a = tl.abs(_sample(x_ptr, hist_ptr, b, c, tt, T, C, K, m))
-                tsp = tl.where(a > bsp, tt, tsp)
-                bsp = tl.where(a > bsp, a, bsp)
-                up_ = m & (a > M)
-                kind = tl.where(up_, 0, kind)
-                ridx = tl.where(up_, K + tt, ridx)
-                M = tl.where(up_, a, M)
-                xs = _sample(x_ptr, hist_ptr, b, c, tt - D, T, C, K, m)
-                mc = _taps(h_ptr, x_ptr, hist_ptr, b, c, half, tt, T, C, K, K, m, KC)
-                cur = xs
-                prv = mprev
-                nxt = mc
-                qc = (tt - D) * L
-            else:
-                cur = mc
-                prv = xs
-                nxt = _sample(x_ptr, hist_ptr, b, c, tt - D + 1, T, C, K, m)
-                qc = (tt - D) * L + L // 2
-                up_ = m & (mc != 0.0) & (tl.abs(mc) > M)
-                kind = tl.where(up_, 2, kind)
-                ridx = tl.where(up_, tt + 1, ridx)
-                rs = tl.where(up_, tl.where(mc > 0.0, 1.0, -1.0), rs)
-                M = tl.where(up_, tl.abs(mc), M)
-                mprev = mc
-            s = tl.where(cur > 0.0, 1.0, -1.0)
-            u0 = s * cur
-            cand = m & (cur != 0.0) & (u0 >= M * screen) & (u0 >= s * prv) & (u0 >= s * nxt)
-            if tl.sum(cand.to(tl.int32), axis=0) > 0:
-                v = _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, s * prv, u0, s * nxt, s, T, C,
-                            L, K, cand, KC)
-                up_ = cand & (v > M)
-                kind = tl.where(up_, 1, kind)
-                ridx = tl.where(up_, qc, ridx)
-                rum = tl.where(up_, s * prv, rum)
-                ru0 = tl.where(up_, u0, ru0)
-                rup = tl.where(up_, s * nxt, rup)
-                rs = tl.where(up_, s, rs)
-                M = tl.where(up_, v, M)
+        M, bsp, tsp, kind, ridx, rum, ru0, rup, rs = _sinc_pass(
+            h_ptr, x_ptr, hist_ptr, b, c, m, tp0, T, C, L, K, screen, BLOCK, KC)
     else:
+        kind = zero - 1
+        ridx = zero
+        rs = tl.zeros([BLOCK], tl.float64)
+        bsp = tl.zeros([BLOCK], tl.float64)
+        tsp = zero
         btp = tl.zeros([BLOCK], tl.float64)
         for t in range(T):
             a = tl.abs(_sample(x_ptr, hist_ptr, b, c, zero + t, T, C, H, m))
