@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 import rtamt.models as rm  # noqa: E402
 import rtamt.nn as rn  # noqa: E402
+from rtamt.modulation.modfb import ModFilterbank, ModFilterbankParams  # noqa: E402
 from rtamt.nn import _autograd  # noqa: E402
 
 from _triton import DEVICE  # noqa: E402
@@ -83,3 +84,24 @@ def test_every_stage_of_the_model_runs_on_the_device(name):
     assert layer.host_stages == (), f"{name}: on the host: {layer.host_stages}"
     assert all(p.on_device for p in layer.parts)
     assert all(p.grad is None or p.grad.kern.backend == "triton" for p in layer.parts)
+
+
+@DTYPES
+def test_butterworth_modulation_bank_on_device_equals_numba(dtype, monkeypatch):
+    """The frequency-shifted Butterworth bank (input and state gradients; its adjoint
+    ``biquad_bank_adjoint``), real-part and envelope outputs, after a pre-filter."""
+    st = ModFilterbank(ModFilterbankParams(fs=8000.0, fc=(500.0, 1500.0),
+                                           filter_type="butterworth", prefilter_hz=150.0))
+    layer = rn.StageLayer(st, n_in=2)
+    co = layer["modfb"].coeffs
+    assert co.filter_type == "butterworth" and co.pre_sos is not None
+    assert 0 < co.bp_nreal < co.bp_channel.size                # both kinds of output
+    x = 0.3 * torch.randn(2, 2, 40, generator=torch.Generator().manual_seed(5),
+                          dtype=dtype).abs()
+    with torch.no_grad():
+        _, s0 = layer(x)
+    dl = nd.on_device(layer)
+    assert dl.host_stages == ()
+    ref = nd.step(layer, x, s0)
+    monkeypatch.setattr(_autograd, "host", nd.no_host)
+    nd.compare(ref, nd.step(dl, x, s0), dtype, min_states=3)
