@@ -47,15 +47,7 @@ def _chain(learnable=True):
 def test_chain_on_device_equals_numba_without_host_copies(dtype, monkeypatch):
     layer = _chain()
     assert set(layer.theta) == {"gammatone", "brokenstick", "adaptloop"}
-    dl = nd.on_device(layer)
-    assert dl.backend == "triton" and dl.host_stages == ()
-    assert all(p.on_device for p in dl.parts)
-    x, st = nd.warm(layer, dtype)
-    ref = nd.step(layer, x, st)
-    monkeypatch.setattr(_autograd, "host", nd.no_host)
-    got = nd.step(dl, x, st)
-    assert got[0].device == got[1].device == dl.device
-    nd.compare(ref, got, dtype)
+    nd.check_on_device(layer, dtype, monkeypatch)
 
 
 def test_bound_back_to_numba_is_the_numba_layer():

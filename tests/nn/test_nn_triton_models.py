@@ -47,24 +47,12 @@ def _king_like():
                        learnable=True)
 
 
-def _check_on_device(layer, dtype, monkeypatch, min_states):
-    dl = nd.on_device(layer)
-    assert dl.backend == "triton" and dl.host_stages == ()
-    assert all(p.on_device for p in dl.parts)
-    x, st = nd.warm(layer, dtype)
-    ref = nd.step(layer, x, st)
-    monkeypatch.setattr(_autograd, "host", nd.no_host)
-    got = nd.step(dl, x, st)
-    assert got[0].device == got[1].device == dl.device
-    nd.compare(ref, got, dtype, min_states)
-
-
 @DTYPES
 def test_paulick_like_chain_on_device_equals_numba(dtype, monkeypatch):
     layer = _paulick_like()
     assert set(layer.theta) == {"adaptloop", "modfb"}
     assert layer["modfb"].coeffs.pre_sos is not None        # the pre-filter is checked
-    _check_on_device(layer, dtype, monkeypatch, min_states=9)
+    nd.check_on_device(layer, dtype, monkeypatch, min_states=9)
 
 
 @DTYPES
@@ -72,7 +60,7 @@ def test_king_like_chain_on_device_equals_numba(dtype, monkeypatch):
     layer = _king_like()
     assert set(layer.theta) == {"gammatone", "compression", "modfb"}
     assert layer["modfb"].coeffs.pre_sos is not None
-    _check_on_device(layer, dtype, monkeypatch, min_states=6)
+    nd.check_on_device(layer, dtype, monkeypatch, min_states=6)
 
 
 @pytest.mark.parametrize("name", ["Dau1997", "Osses2021", "King2019", "Paulick2024"])

@@ -7,6 +7,8 @@ import copy
 
 import torch
 
+from rtamt.nn import _autograd
+
 from _triton import DEVICE
 
 #: max |difference| relative to max |reference| allowed between the Triton and numba layers
@@ -71,3 +73,18 @@ def compare(ref, got, dtype, min_states=5):
 def no_host(*a, **k):
     """Stands in for :func:`rtamt.nn._autograd.host` where no block may go to the host."""
     raise AssertionError("a block went to the host")
+
+
+def check_on_device(layer, dtype, monkeypatch, min_states=5):
+    """``layer`` bound to the Triton kernels runs every stage on the device and equals
+    ``layer`` (:func:`compare`, one :func:`step` after :func:`warm`) with
+    :func:`rtamt.nn._autograd.host` made to raise (no block goes to the host)."""
+    dl = on_device(layer)
+    assert dl.backend == "triton" and dl.host_stages == ()
+    assert all(p.on_device for p in dl.parts)
+    x, st = warm(layer, dtype)
+    ref = step(layer, x, st)
+    monkeypatch.setattr(_autograd, "host", no_host)
+    got = step(dl, x, st)
+    assert got[0].device == got[1].device == dl.device
+    compare(ref, got, dtype, min_states)
