@@ -760,9 +760,9 @@ def _connect(address, timeout: float, threads: int | None):
     one worker per alive node with CPUs."""
     ray = _ray()
     from .transport import RayTransport
+    if address not in (None, "auto"):
+        check_reachable(address, timeout)
     if not ray.is_initialized():
-        if address not in (None, "auto"):
-            check_reachable(address, timeout)
         ray.init(address=address or "auto", log_to_driver=False)
     nodes = [(n["NodeID"], int(threads or n["Resources"].get("CPU", 0)))
              for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
