@@ -96,11 +96,11 @@ def _capacity(run, args, log) -> int:
             f"misses {r['misses']}  missing {r['missing']}  {'ok' if good else 'FAIL'}")
         return good
     good, bad, n = 0, None, 1
-    while n <= args.max_streams:
+    while good < args.max_streams:
         if not ok(n):
             bad = n
             break
-        good, n = n, 2 * n
+        good, n = n, min(2 * n, args.max_streams)
     while bad is not None and bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if ok(mid) else (good, mid)

@@ -4,7 +4,7 @@ blocks in batches, moves them and recovers them when a worker dies.
 ::
 
     h.push(x) ─► the stream's client ring (preallocated; no lock; no remote call)
-                        │  once per block period, the pump thread:
+                        │  doorbell; the pump thread, gather_ms later:
                         ▼
     one message per worker: {stream: its input since the last message}
                         │  step(): push, process, reply
@@ -212,6 +212,7 @@ class RemoteStream:
         self._nc += 1
         self.w = w + n
         self._busy += 1
+        self.cluster.ring()
         return True
 
     def _frames(self, a: int, b: int) -> np.ndarray:
@@ -341,8 +342,9 @@ class Cluster:
     buffer_s         : each stream's client ring, seconds of input: what was pushed and
                        not yet sent, and the replay since the last snapshot (a recovery
                        is exact while ``buffer_s`` > K + the time of one message).
-    period_s         : how often the pump sends (default: the shortest block period of
-                       the open streams).
+    gather_ms        : the pump sends once a push rang its doorbell and this long passed
+                       (the other streams' pushes of the same period join the message;
+                       default 1 ms).
     call_timeout_s   : longest wait for a live worker's reply.
     scheduler        : keyword arguments of every worker's
                        :class:`~rtamt.scheduler.Scheduler` (``realtime``, ``max_load``...).
@@ -350,13 +352,15 @@ class Cluster:
 
     def __init__(self, address: str | None = "auto", *, threads: int | None = None,
                  snapshot_every_s: float = 5.0, buffer_s: float | None = None,
-                 period_s: float | None = None, connect_timeout_s: float = 10.0,
+                 gather_ms: float = 1.0, connect_timeout_s: float = 10.0,
                  call_timeout_s: float = 60.0, start_timeout_s: float = 180.0,
                  scheduler: dict | None = None, transport=None, _workers=None,
                  _owns_ray: bool = False):
         self.snapshot_every = float(snapshot_every_s)
         self.buffer_s = float(buffer_s) if buffer_s else 2 * self.snapshot_every + 2.0
-        self.period = None if period_s is None else float(period_s)
+        self.gather = float(gather_ms) / 1e3
+        self._bell = threading.BoundedSemaphore(1)
+        self._bell.acquire()
         self.call_timeout = float(call_timeout_s)
         self._owns_ray = _owns_ray
         host_kw = {"snapshot_every_s": self.snapshot_every, "scheduler": scheduler or {}}
@@ -511,12 +515,12 @@ class Cluster:
 
     # ------------------------------------------------------------------ transport
     def _run(self) -> None:
-        """The pump thread: one cycle per period."""
-        nxt = _perf()
+        """The pump thread: woken by a push's doorbell, it waits ``gather_ms`` for the
+        other streams' pushes of the same period, then sends one message per worker."""
         while self.running:
-            per = self.period or min((s.block / s.fs for s in self._streams.values()),
-                                     default=0.01)
-            nxt += per
+            self._bell.acquire(timeout=0.05)
+            if self.gather > 0:
+                time.sleep(self.gather)
             with self._lock:
                 if not self.running:
                     break
@@ -524,11 +528,13 @@ class Cluster:
                     self._cycle()
                 except Exception as e:  # noqa: BLE001 - kept, the pump goes on
                     self._report(f"transport cycle failed: {e!r}")
-            d = nxt - _perf()
-            if d > 0:
-                time.sleep(d)
-            else:
-                nxt = _perf()
+
+    def ring(self) -> None:
+        """A push's doorbell: wake the pump (no lock; never blocks)."""
+        try:
+            self._bell.release()
+        except ValueError:  # already rung, not yet answered
+            pass
 
     def _cycle(self) -> bool:
         """Under the lock: one message to each worker with input for it (the input of all
