@@ -10,6 +10,8 @@ blocks in batches, moves them and recovers them when a worker dies.
                         │  step(): push, process, reply
                         ▼
     one reply per worker: {stream: its results}, every K s {stream: snapshot}
+                        │  the collector thread, in order (the pump's next message
+                        │  may go out before: MAX_INFLIGHT cycles)
                         │
     h.latest() / h.history() / h.subscribe(fn) / h.stats()
 
@@ -30,6 +32,7 @@ the client ring and goes to the target with the next message.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -45,6 +48,10 @@ __all__ = ["Cluster", "RemoteStream", "Recovery", "ClusterStreamStats", "Worker"
 
 _log = logging.getLogger("rtamt.cluster")
 _perf = time.perf_counter
+
+#: cycles whose replies may be outstanding at once (the next message goes out while the
+#: last one's replies are on their way; more waits, and the next batch grows)
+MAX_INFLIGHT = 2
 
 #: chunk records a stream keeps for the client-side latency (push times of recent chunks)
 _CHUNKS = 1024
@@ -289,8 +296,9 @@ class RemoteStream:
         return list(self._hist)
 
     def subscribe(self, fn) -> None:
-        """Call ``fn(result)`` for each block, in order, in the client's pump thread
-        (a slow subscriber delays the transport of every stream: hand long work off)."""
+        """Call ``fn(result)`` for each block, in order, in the client's collector thread
+        (a slow subscriber delays every stream's results: hand long work off; a
+        subscriber must not call the cluster's methods)."""
         self._subs.append(fn)
 
     # ------------------------------------------------------------------ state
@@ -372,6 +380,9 @@ class Cluster:
         self.workers = [Worker(i, transport.start_worker(t, host_kw, node), t, node)
                         for i, (node, t) in enumerate(nodes)]
         self._lock = threading.RLock()
+        self._rx = threading.Condition()     # the cycles in flight and dead workers
+        self._inflight: collections.deque = collections.deque()
+        self._lost_pending: set = set()
         self._streams: dict[int, RemoteStream] = {}
         self._sid = 0
         self.recoveries: list[Recovery] = []
@@ -384,7 +395,10 @@ class Cluster:
             raise
         self._pump = threading.Thread(target=self._run, name="rtamt-cluster-pump",
                                       daemon=True)
+        self._collector = threading.Thread(target=self._collect, daemon=True,
+                                           name="rtamt-cluster-collector")
         self._pump.start()
+        self._collector.start()
 
     @classmethod
     def local(cls, workers: int = 2, threads: int = 1, *, ray_init: dict | None = None,
@@ -521,6 +535,9 @@ class Cluster:
             self._bell.acquire(timeout=0.05)
             if self.gather > 0:
                 time.sleep(self.gather)
+            with self._rx:               # at most MAX_INFLIGHT cycles on their way
+                while len(self._inflight) >= MAX_INFLIGHT and self.running:
+                    self._rx.wait(0.05)
             with self._lock:
                 if not self.running:
                     break
@@ -538,8 +555,12 @@ class Cluster:
 
     def _cycle(self) -> bool:
         """Under the lock: one message to each worker with input for it (the input of all
-        its streams), one reply from each; dead workers' streams recovered.  Returns
+        its streams), not waiting for the replies (the collector thread takes them, in
+        order: a cycle may start while the last one's replies are on their way); the
+        streams of a worker the collector found dead are recovered first.  Returns
         whether anything was sent."""
+        if self._lost_pending:
+            self._quiesce()
         batches: dict[int, dict] = {}
         for s in self._streams.values():
             if s.error is None and s.w > s.sent:
@@ -548,13 +569,57 @@ class Cluster:
             return False
         futs = {i: self.transport.call(self.workers[i].ref, "step", b, self.call_timeout)
                 for i, b in batches.items()}
-        vals, lost = self.transport.get(futs, self.call_timeout)
-        t = _perf()
-        for reply in vals.values():
-            self._absorb(reply, t)
-        for i in sorted(lost):
-            self._recover(self.workers[i])
+        with self._rx:
+            self._inflight.append(futs)
+            self._rx.notify_all()
         return True
+
+    def _sync(self) -> bool:
+        """Under the lock: :meth:`_cycle`, then wait until every reply is in
+        (:meth:`_quiesce`).  Returns whether anything was sent."""
+        sent = self._cycle()
+        self._quiesce()
+        return sent
+
+    def _collect(self) -> None:
+        """The collector thread: the replies of each cycle in order, absorbed (results
+        to the streams, snapshots kept); a dead worker is noted for the pump."""
+        while True:
+            with self._rx:
+                while not self._inflight:
+                    if not self.running:
+                        return
+                    self._rx.wait(0.05)
+                futs = self._inflight[0]
+            lost: set = set()
+            try:
+                vals, lost = self.transport.get(futs, self.call_timeout)
+                t = _perf()
+                for reply in vals.values():
+                    self._absorb(reply, t)
+            except Exception as e:  # noqa: BLE001 - kept, the collector goes on
+                self._report(f"transport reply failed: {e!r}")
+            with self._rx:
+                self._inflight.popleft()
+                self._lost_pending |= lost
+                self._rx.notify_all()
+            if lost:
+                self.ring()
+
+    def _drain_replies(self) -> None:
+        """Wait until every message sent has its reply absorbed."""
+        with self._rx:
+            while self._inflight:
+                self._rx.wait(0.05)
+
+    def _quiesce(self) -> None:
+        """Under the lock: wait for every reply, then recover the workers found dead."""
+        self._drain_replies()
+        with self._rx:
+            lost, self._lost_pending = self._lost_pending, set()
+        for i in sorted(lost):
+            if self.workers[i].alive:
+                self._recover(self.workers[i])
 
     def _absorb(self, reply: dict, t: float) -> None:
         for sid, items in reply["results"].items():
@@ -573,19 +638,19 @@ class Cluster:
         end = _perf() + timeout
         while _perf() < end:
             with self._lock:
-                if not self._cycle():
+                if not self._sync():
                     return True
         return False
 
     # ------------------------------------------------------------------ state, moves
     def _snapshot(self, s: RemoteStream) -> dict:
         with self._lock:
-            self._cycle()
+            self._sync()
             return self._call(self.workers[s.worker], "snapshot", s.sid)
 
     def _restore(self, s: RemoteStream, snap: dict) -> None:
         with self._lock:
-            self._cycle()
+            self._sync()
             w = self.workers[s.worker]
             fresh = s.w == 0
             s._deliver(self._call(w, "detach", s.sid)[1], _perf())
@@ -616,7 +681,7 @@ class Cluster:
         src = self.workers[s.worker]
         if target is src:
             return
-        self._cycle()
+        self._sync()
         snap, rest = self._call(src, "detach", s.sid)
         s._deliver(rest, _perf())
         try:
@@ -656,6 +721,7 @@ class Cluster:
         """Under the lock: worker ``dead`` died: open each of its streams on a survivor
         from its last snapshot and replay its input since then."""
         t0 = _perf()
+        self._drain_replies()
         dead.alive = False
         rec = Recovery(dead.index)
         victims = [s for s in self._streams.values() if s.worker == dead.index]
@@ -688,7 +754,7 @@ class Cluster:
             if s.name not in rec.inexact:
                 rec.streams.append(s.name)
         self.recoveries.append(rec)
-        self._cycle()                             # the replay
+        self._sync()                              # the replay
         rec.seconds = _perf() - t0
         return rec
 
@@ -705,7 +771,7 @@ class Cluster:
             if s.closed:
                 return
             if s.error is None:
-                self._cycle()
+                self._sync()
                 try:
                     s._deliver(self._call(self.workers[s.worker], "close", s.sid, policy,
                                           timeout), _perf())
@@ -720,9 +786,9 @@ class Cluster:
         """Close every stream (discarding their partial blocks), stop the workers and,
         for :meth:`local`, the Ray instance."""
         self.running = False
-        pump = getattr(self, "_pump", None)
-        if pump is not None:
-            pump.join(10)
+        for t in (getattr(self, "_pump", None), getattr(self, "_collector", None)):
+            if t is not None:
+                t.join(10)
         with self._lock:
             for s in list(self._streams.values()):
                 s.closed = True
