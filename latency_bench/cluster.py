@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-miss-rate", type=float, default=0.0, metavar="RATE",
                    help="--find-capacity: a trial passes with misses up to RATE of its "
                         "blocks (default 0)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as JSON, last "
+                   "line of stdout (Ray may print above it)")
     return p
 
 
