@@ -354,6 +354,10 @@ class Cluster:
                        (the other streams' pushes of the same period join the message;
                        default 1 ms).
     call_timeout_s   : longest wait for a live worker's reply.
+    open_timeout_s   : longest wait for a worker to open a stream (a design's first stream
+                       there loads or compiles its kernels: 3 s from numba's disk cache,
+                       30-60 s compiling on a loaded 2-core machine).
+    start_timeout_s  : longest wait for the workers' processes to start.
     scheduler        : keyword arguments of every worker's
                        :class:`~rtamt.scheduler.Scheduler` (``realtime``, ``max_load``...).
     """
@@ -361,7 +365,8 @@ class Cluster:
     def __init__(self, address: str | None = "auto", *, threads: int | None = None,
                  snapshot_every_s: float = 5.0, buffer_s: float | None = None,
                  gather_ms: float = 1.0, connect_timeout_s: float = 10.0,
-                 call_timeout_s: float = 60.0, start_timeout_s: float = 180.0,
+                 call_timeout_s: float = 60.0, open_timeout_s: float = 300.0,
+                 start_timeout_s: float = 180.0,
                  scheduler: dict | None = None, transport=None, _workers=None,
                  _owns_ray: bool = False):
         self.snapshot_every = float(snapshot_every_s)
@@ -370,6 +375,7 @@ class Cluster:
         self._bell = threading.BoundedSemaphore(1)
         self._bell.acquire()
         self.call_timeout = float(call_timeout_s)
+        self.open_timeout = float(open_timeout_s)
         self._owns_ray = _owns_ray
         host_kw = {"snapshot_every_s": self.snapshot_every, "scheduler": scheduler or {}}
         if transport is None:
@@ -515,7 +521,8 @@ class Cluster:
         refusals = []
         for w in cands:
             try:
-                verdict, info = self._call(w, "open", sid, spec, snap)
+                verdict, info = self._call(w, "open", sid, spec, snap,
+                                           timeout=self.open_timeout)
             except WorkerLost:
                 self._recover(w)
                 continue
@@ -662,7 +669,7 @@ class Cluster:
             s.snap, s.snap_pos = snap, int(snap["position"])
 
     def _open_on(self, s: RemoteStream, w: Worker, snap) -> None:
-        verdict, info = self._call(w, "open", s.sid, s.spec, snap)
+        verdict, info = self._call(w, "open", s.sid, s.spec, snap, timeout=self.open_timeout)
         if verdict != "ok":
             raise RtamtCapacityError(f"worker {w.index}: {info}")
         s.worker = w.index
