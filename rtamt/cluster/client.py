@@ -416,7 +416,8 @@ class Cluster:
         if ray.is_initialized():
             raise RtamtClusterError("Cluster.local: Ray is already initialized in this "
                                     "process; use Cluster(address=...) or ray.shutdown()")
-        opts = dict(num_cpus=workers * threads, include_dashboard=False,
+        # address='local': a new instance even where `ray start` left its address behind
+        opts = dict(address="local", num_cpus=workers * threads, include_dashboard=False,
                     log_to_driver=False, object_store_memory=256 * 2**20)
         opts.update(ray_init or {})
         ray.init(**opts)

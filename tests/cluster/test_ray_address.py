@@ -3,9 +3,11 @@ node), in a process of its own; the head is started and stopped here."""
 from __future__ import annotations
 
 import os
+import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -61,3 +63,7 @@ def test_cluster_joins_a_head_started_with_ray_start():
         except subprocess.TimeoutExpired:
             head.kill()
             head.wait(10)
+        # the address `ray start` left for ray.init() to find: ours only
+        mark = pathlib.Path(tempfile.gettempdir(), "ray", "ray_current_cluster")
+        if mark.exists() and mark.read_text().strip().endswith(f":{port}"):
+            mark.unlink()
