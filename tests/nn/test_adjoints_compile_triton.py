@@ -3,9 +3,10 @@ import pytest
 triton = pytest.importorskip("triton")
 
 """The GPU compiler accepts the Triton adjoint kernels (``*_grad_triton.py``: the SOS
-cascade, the gammatone, the adaptation loops, the ear FIRs): each compiled for an sm_80 GPU
-with every ``tl.constexpr`` combination (no device needed), so that the code the
-interpreter checks against numba on CI is code the GPU compiler takes."""
+cascade, the gammatone, the adaptation loops, the ear FIRs, the loudness frame stages):
+each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no device needed),
+so that the code the interpreter checks against numba on CI is code the GPU compiler
+takes."""
 from _triton import compile_sm80  # noqa: E402
 
 
@@ -38,4 +39,17 @@ def test_adjoint_kernels_compile_for_gpu():
         build(fir._fir_adjoint_kernel,
               dict(h_ptr=p, gy_ptr=p, mu_ptr=p, nmu_ptr=p, gx_ptr=p, T=i, C=i, N=i, M=i,
                    BLOCK=0), {"BLOCK": 64})
+    ''')
+
+
+def test_loudness_adjoint_kernels_compile_for_gpu():
+    """The frame stages' Triton adjoints (``rtamt/loudness/*_grad_triton.py``)."""
+    pytest.importorskip("triton.backends.nvidia")
+    compile_sm80('''
+        from rtamt.loudness import frames_grad_triton as fg
+
+        p, i, d = "*fp64", "i32", "fp64"
+        build(fg._agc_adjoint_kernel,
+              dict(x_ptr=p, y0_ptr=p, aa=d, ar=d, gy_ptr=p, mu_ptr=p, gx_ptr=p, yp_ptr=p,
+                   gar_ptr=p, N=i, K=i, BLOCK=0), {"BLOCK": 64})
     ''')
