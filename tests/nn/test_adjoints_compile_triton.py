@@ -47,9 +47,13 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
     pytest.importorskip("triton.backends.nvidia")
     compile_sm80('''
         from rtamt.loudness import frames_grad_triton as fg
+        from rtamt.loudness import specific_loudness_grad_triton as sl
 
         p, i, d = "*fp64", "i32", "fp64"
         build(fg._agc_adjoint_kernel,
               dict(x_ptr=p, y0_ptr=p, aa=d, ar=d, gy_ptr=p, mu_ptr=p, gx_ptr=p, yp_ptr=p,
                    gar_ptr=p, N=i, K=i, BLOCK=0), {"BLOCK": 64})
+        build(sl._sl_adjoint_kernel,
+              dict(E_ptr=p, G_ptr=p, A_ptr=p, al_ptr=p, Aal_ptr=p, thr_ptr=p, C=d, gN_ptr=p,
+                   gE_ptr=p, gC_ptr=p, N=i, K=i, BLOCK=0), {"BLOCK": 256})
     ''')
