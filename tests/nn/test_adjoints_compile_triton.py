@@ -46,6 +46,7 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
     """The frame stages' Triton adjoints (``rtamt/loudness/*_grad_triton.py``)."""
     pytest.importorskip("triton.backends.nvidia")
     compile_sm80('''
+        from rtamt.loudness import binaural_grad_triton as bi
         from rtamt.loudness import frames_grad_triton as fg
         from rtamt.loudness import specific_loudness_grad_triton as sl
 
@@ -56,4 +57,10 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
         build(sl._sl_adjoint_kernel,
               dict(E_ptr=p, G_ptr=p, A_ptr=p, al_ptr=p, Aal_ptr=p, thr_ptr=p, C=d, gN_ptr=p,
                    gE_ptr=p, gC_ptr=p, N=i, K=i, BLOCK=0), {"BLOCK": 256})
+        for diotic in (False, True):
+            build(bi._binaural_adjoint_kernel,
+                  dict(st_ptr=p, S_ptr=p, E_ptr=p, lt_ptr=p, aa=d, ar=d, p=d, gspec_ptr=p,
+                       gexc_ptr=p, gste_ptr=p, glte_ptr=p, mu_ptr=p, gst_ptr=p, gS_ptr=p,
+                       gE_ptr=p, tot_ptr=p, ltp_ptr=p, gpar_ptr=p, F=i, R=i, K=i, DIOTIC=0,
+                       KP=0), {"DIOTIC": diotic, "KP": 256})
     ''')
