@@ -47,6 +47,7 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
     pytest.importorskip("triton.backends.nvidia")
     compile_sm80('''
         from rtamt.loudness import binaural_grad_triton as bi
+        from rtamt.loudness import excitation_grad_triton as ex
         from rtamt.loudness import frames_grad_triton as fg
         from rtamt.loudness import specific_loudness_grad_triton as sl
 
@@ -63,4 +64,10 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
                        gexc_ptr=p, gste_ptr=p, glte_ptr=p, mu_ptr=p, gst_ptr=p, gS_ptr=p,
                        gE_ptr=p, tot_ptr=p, ltp_ptr=p, gpar_ptr=p, F=i, R=i, K=i, DIOTIC=0,
                        KP=0), {"DIOTIC": diotic, "KP": 256})
+        build(ex._skirt_adjoint_kernel,
+              dict(P_ptr=p, lvl_ptr=p, c_slope=d, a_ptr="*fp32", b_ptr="*fp32",
+                   i0_ptr="*i64", seg_ptr="*i64", cnt_ptr="*i64", gE_ptr=p, gP_ptr=p,
+                   glvl_ptr=p, N=i, J=i, nf=i, CMAX=i, BLOCK=0), {"BLOCK": 256})
+        build(ex._db_adjoint_kernel, dict(E_ptr=p, gdb_ptr=p, gE_ptr=p, n=i, BLOCK=0),
+              {"BLOCK": 256})
     ''')
