@@ -50,6 +50,7 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
         from rtamt.loudness import excitation_grad_triton as ex
         from rtamt.loudness import frames_grad_triton as fg
         from rtamt.loudness import specific_loudness_grad_triton as sl
+        from rtamt.loudness import spectrum_grad_triton as sp
 
         p, i, d = "*fp64", "i32", "fp64"
         build(fg._agc_adjoint_kernel,
@@ -70,4 +71,10 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
                    glvl_ptr=p, N=i, J=i, nf=i, CMAX=i, BLOCK=0), {"BLOCK": 256})
         build(ex._db_adjoint_kernel, dict(E_ptr=p, gdb_ptr=p, gE_ptr=p, n=i, BLOCK=0),
               {"BLOCK": 256})
+        build(sp._dft_grad_kernel,
+              dict(z_ptr=p, Lz=i, st=i, F=i, H=i, mat_ptr=p, gain_ptr=p, grp_ptr="*i64",
+                   gP_ptr=p, J=i, G_ptr=p, R=i, n=i, B=i, BLOCK=0), {"BLOCK": 128})
+        build(sp._dft_scatter_kernel,
+              dict(G_ptr=p, mat_t_ptr=p, gz_ptr=p, Lz=i, st=i, F=i, H=i, R=i, n=i, B2=i,
+                   BLOCK=0), {"BLOCK": 128})
     ''')
