@@ -51,6 +51,7 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
         from rtamt.loudness import frames_grad_triton as fg
         from rtamt.loudness import specific_loudness_grad_triton as sl
         from rtamt.loudness import spectrum_grad_triton as sp
+        from rtamt.loudness import tvl2018_grad_triton as tv
 
         p, i, d = "*fp64", "i32", "fp64"
         build(fg._agc_adjoint_kernel,
@@ -77,4 +78,6 @@ def test_loudness_adjoint_kernels_compile_for_gpu():
         build(sp._dft_scatter_kernel,
               dict(G_ptr=p, mat_t_ptr=p, gz_ptr=p, Lz=i, st=i, F=i, H=i, R=i, n=i, B2=i,
                    BLOCK=0), {"BLOCK": 128})
+        build(tv._fir_adjoint_kernel, dict(h_ptr=p, gy_ptr=p, gz_ptr=p, R=i, T=i, N=i, BLOCK=0),
+              {"BLOCK": 128})
     ''')
