@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .binaural_triton import _sech_pow
+from .binaural_triton import _pair_lanes, _sech_pow
 from .frames_grad_triton import agc_step_adjoint
 from .triton_common import _F64, _K10, _LN2, _agc_step, _check
 
@@ -69,15 +69,7 @@ def _binaural_adjoint_kernel(st_ptr, S_ptr, E_ptr, lt_ptr, aa: tl.float64, ar: t
     aa = tl.full([], aa, tl.float64)
     ar = tl.full([], ar, tl.float64)
     p = tl.full([], p, tl.float64)
-    b = tl.program_id(0).to(tl.int64)
-    k = tl.arange(0, KP)
-    m = k < K
-    if DIOTIC:
-        r0 = b * 0
-        r1 = r0
-    else:
-        r0 = 2 * b
-        r1 = r0 + 1
+    b, k, m, r0, r1 = _pair_lanes(K, DIOTIC, KP)
     so = b * 2 * F                      # tot/ltp/gste/glte [b, e, f] = so + e F + f
     lt0 = tl.load(lt_ptr + r0)
     lt1 = tl.load(lt_ptr + r1)

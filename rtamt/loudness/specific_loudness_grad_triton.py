@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import _F64, _check, _grid, _lane_ids
+from .specific_loudness_triton import _sl_lane
+from .triton_common import _F64, _check, _grid
 
 __all__ = ["specific_loudness_adjoint"]
 
@@ -18,15 +19,8 @@ _BLOCK = 256
 def _sl_adjoint_kernel(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, C: tl.float64, gN_ptr,
                        gE_ptr, gC_ptr, N, K, BLOCK: tl.constexpr):
     C = tl.full([], C, tl.float64)
-    i = _lane_ids(BLOCK)
-    m = i < N * K
-    k = i % K
-    e = tl.load(E_ptr + i, mask=m, other=0.0)
-    g = tl.load(G_ptr + k, mask=m, other=1.0)
-    a = tl.load(A_ptr + k, mask=m, other=1.0)
-    al = tl.load(al_ptr + k, mask=m, other=1.0)
-    aal = tl.load(Aal_ptr + k, mask=m, other=1.0)
-    thr = tl.load(thr_ptr + k, mask=m, other=1.0)
+    i, m, e, g, a, al, aal, thr = _sl_lane(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, N, K,
+                                           BLOCK)
     pos = e > 0.0
     ep = tl.maximum(e, 1e-300)                   # no log of a non-positive value
     hi = ep > 1e10
