@@ -49,10 +49,11 @@ def _ear_adjoint(st_ptr, S_ptr, E_ptr, gspec_ptr, gexc_ptr, gst_ptr, gS_ptr, gE_
     lc = xs - _LN2 + tl.log(1.0 + em)
     dvdx = -p * ((1.0 - em) / (1.0 + em)) * v                    # -p tanh(x) v
     gp += tl.where(ok, gvv * (-lc * v), 0.0)
+    dn = tl.where(ok, den, 1.0)                 # no 0/0 in the lanes not taken
     tl.store(gS_ptr + fo, tl.load(gS_ptr + fo, mask=m, other=0.0)
-             + tl.where(ok, gvv * dvdx / den, 0.0), mask=m)
+             + tl.where(ok, gvv * dvdx / dn, 0.0), mask=m)
     tl.store(gS_ptr + fs, tl.load(gS_ptr + fs, mask=m, other=0.0)
-             - tl.where(ok, gvv * dvdx * xs / den, 0.0), mask=m)
+             - tl.where(ok, gvv * dvdx * xs / dn, 0.0), mask=m)
     eo = (rs * F + f) * K + k
     er = tl.load(E_ptr + eo, mask=m, other=1.0)
     ge = tl.load(gexc_ptr + go + f, mask=m, other=0.0) * _K10 / tl.maximum(er, 1e-10)
