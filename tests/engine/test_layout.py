@@ -233,7 +233,6 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
     for rule in rules:
         if rule.kernels is None:
             continue
-        assert rule.device_ready, rule
         for part in rule.kernels.parts:
             if not part.numba:
                 continue
