@@ -20,6 +20,10 @@ every core and the scheduler's default batch limit unless given)::
     python -m latency_bench --find-capacity --max-streams 256     # largest N with 0 misses
     python -m latency_bench --threads-scaling --streams 32        # throughput, 1 vs 2 threads
 
+``--cluster local|ADDRESS`` runs paced streams through an ``rtamt.cluster.Cluster`` beside
+the local scheduler in the same run (added latency, capacity per worker, recovery time:
+:mod:`latency_bench.cluster`; its own options, ``--cluster local --help``).
+
 ``--streams N`` runs ``N`` streams through ``rtamt.scheduler.Scheduler(threads=--threads)``
 at real-time pace (one paced multichannel source thread, or ``--source per-stream``) and
 reports per stream latency p50 / p99 / max (capture of a block's last sample to its
@@ -260,6 +264,10 @@ def _main_streams(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--cluster" or a.startswith("--cluster=") for a in argv):
+        from . import cluster  # streams through rtamt.cluster (Ray)
+        return cluster.main(argv)
     p = build_parser()
     args = p.parse_args(argv)
     multi = _defaults(p, args)

@@ -322,6 +322,12 @@ class NumbaKernels(_Bound):
         return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
     @staticmethod
+    def int64(a):
+        """``a`` (an integer value kept in a float or integer array, e.g. a phase) as an
+        int64 array."""
+        return np.asarray(a, dtype=np.int64)
+
+    @staticmethod
     def is64(x) -> bool:
         """True for a float64 block."""
         return x.dtype == np.float64
@@ -374,6 +380,13 @@ class TritonKernels(_Bound):
     @staticmethod
     def contiguous(x):
         return x.contiguous()
+
+    @staticmethod
+    def int64(a):
+        """:meth:`NumbaKernels.int64`: a contiguous int64 tensor on ``a``'s device."""
+        import torch
+
+        return a.to(torch.int64).contiguous()
 
     @staticmethod
     def is64(x) -> bool:

@@ -154,9 +154,8 @@ class StageGrad:
         t = torch.from_numpy(np.array(th, dtype=np.float64)).requires_grad_(True)
         with torch.enable_grad():
             outs = self.coefficients(self.weights(t, torch), torch)
-            g_out = tuple(g.detach().to("cpu", torch.float64) if isinstance(g, torch.Tensor)
-                          else torch.as_tensor(np.asarray(g, dtype=np.float64))
-                          for g in grads)
+            g_out = tuple(torch.as_tensor(g).detach().to("cpu", torch.float64)
+                          for g in grads)     # numpy (host) or tensors (device) alike
             (g,) = torch.autograd.grad(outs, t, g_out)
         return g.numpy()
 

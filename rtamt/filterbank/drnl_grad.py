@@ -8,6 +8,7 @@ import math
 import numba
 import numpy as np
 
+from ..engine.backend import Kernels, copy_leaf
 from ..engine.grad import StageGrad
 from ..engine.jit import INLINE as _INLINE
 from ..engine.jit import JIT as _JIT
@@ -113,20 +114,33 @@ def drnl_adjoint(scale, gain, gtl, lpl, gtn, lpn, bs, quarter, n_gl, n_ll, n_gb,
             gx[bi, t] += s * acc
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.filterbank.drnl_grad_triton`), imported on first
+    binding."""
+    from . import drnl_grad_triton
+    return (drnl_grad_triton.drnl_adjoint,)
+
+
 class DRNLGrad(StageGrad):
     """:class:`rtamt.filterbank.drnl.DRNL`, every preset, subject and ``paths``: input
     (stapes velocity) and the incoming memories of both paths by :func:`drnl_adjoint` with
-    the float64 sections.  No learnable parameters (the stage declares no ``Weights``)."""
+    the float64 sections (numba, or its Triton twin once bound).  No learnable parameters
+    (the stage declares no ``Weights``)."""
+
+    kernels = Kernels(numba=(drnl_adjoint,), triton=_triton)
 
     def backward(self, coeffs, th, x, state, gy, mu):
         co = coeffs
+        k = self.kern
+        c = k.coef
         sec = co.sections[np.dtype(np.float64)]
         C = co.fc.size
         T = x.shape[1]
-        gx = np.zeros(x.shape)
-        drnl_adjoint(sec["scale"], sec["gain"], sec["gtl"], sec["lpl"], sec["gtn"], sec["lpn"],
-                     sec["bs"], co.quarter, *co.counts, co.do_lin, co.do_nlin,
-                     np.array(state["nlin_s1"]), np.array(state["nlin_s2"]), x, gy,
-                     mu["lin_s1"], mu["lin_s2"], mu["nlin_s1"], mu["nlin_s2"], gx,
-                     np.empty((T, C)), np.empty(C), np.empty(C))
+        gx = k.zeros(x.shape, x)
+        k.drnl_adjoint(c(sec["scale"]), c(sec["gain"]), c(sec["gtl"]), c(sec["lpl"]),
+                       c(sec["gtn"]), c(sec["lpn"]), c(sec["bs"]), co.quarter, *co.counts,
+                       co.do_lin, co.do_nlin, copy_leaf(state["nlin_s1"]),
+                       copy_leaf(state["nlin_s2"]), x, gy, mu["lin_s1"], mu["lin_s2"],
+                       mu["nlin_s1"], mu["nlin_s2"], gx, k.scratch((T, C), x),
+                       k.scratch(C, x), k.scratch(C, x))
         return gx, None

@@ -8,6 +8,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import INLINE as _INLINE
 from ..engine.jit import JIT as _JIT
@@ -90,14 +91,25 @@ def ihc_paulick2024_adjoint(alpha, gmet, x0, inv_s0, inv_s1, ep, gkf, ekf, gks, 
             mu[b, c] = lam
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.ihc.paulick2024_grad_triton`), imported on first
+    binding."""
+    from . import paulick2024_grad_triton
+    return (paulick2024_grad_triton.ihc_paulick2024_adjoint,)
+
+
 class IHCPaulick2024Grad(StageGrad):
     """:class:`rtamt.ihc.paulick2024.IHCPaulick2024`, both integrators and outputs: input
     (BM velocity) and incoming membrane potential by :func:`ihc_paulick2024_adjoint`.  The
     stage declares no ``Weights``: no learnable parameters."""
 
+    kernels = Kernels(numba=(ihc_paulick2024_adjoint,), triton=_triton)
+
     def backward(self, coeffs, th, x, state, gy, mu):
         c = coeffs
-        gx = np.zeros(x.shape)
-        ihc_paulick2024_adjoint(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf, c.ekf,
-                                c.gks, c.eks, c.k, c.method, state["v"], x, gy, mu["v"], gx)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        k.ihc_paulick2024_adjoint(c.alpha, c.gmet, c.x0, c.inv_s0, c.inv_s1, c.ep, c.gkf,
+                                  c.ekf, c.gks, c.eks, c.k, c.method, state["v"], x, gy,
+                                  mu["v"], gx)
         return gx, None

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from .frames_grad import FrameGrad, agc_adjoint, time_constant_coeff, zeros_if_none
+from .frames_grad import AGC_KERNELS, FrameGrad, time_constant_coeff, zeros_if_none
 
 __all__ = ["IntegratorWeights", "LoudnessIntegratorGrad", "SpecificLoudnessAGCGrad"]
 
@@ -24,6 +24,7 @@ class IntegratorWeights:
 
 class _IntegratorGrad(FrameGrad):
     n_params = 2
+    kernels = AGC_KERNELS
 
     def weights(self, th, xp=np):
         p = self.stage.params
@@ -51,7 +52,7 @@ class LoudnessIntegratorGrad(_IntegratorGrad):
         x = np.ascontiguousarray(x.T if p.transpose else x)
         gx = np.zeros(x.shape)
         m = mu[p.key]
-        ga, gr = agc_adjoint(x, state[p.key].copy(), p.attack, p.release,
+        ga, gr = self.kern.agc_adjoint(x, state[p.key].copy(), p.attack, p.release,
                              np.ascontiguousarray(zeros_if_none(g[p.key], x.shape)), m, gx)
         return {p.source: gx.T if p.transpose else gx}, self._gth(th, ga, gr)
 
@@ -69,7 +70,7 @@ class SpecificLoudnessAGCGrad(_IntegratorGrad):
         x2 = np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(F, R * K)
         gx = np.zeros((F, R * K))
         m = np.ascontiguousarray(mu["st"]).reshape(R * K)
-        ga, gr = agc_adjoint(x2, state["st"].reshape(R * K).copy(), p.attack, p.release,
+        ga, gr = self.kern.agc_adjoint(x2, state["st"].reshape(R * K).copy(), p.attack, p.release,
                              np.ascontiguousarray(gst).reshape(F, R * K), m, gx)
         mu["st"] = m.reshape(R, K)
         gN = gx.reshape(F, R, K).transpose(1, 0, 2).reshape(R * F, K)

@@ -22,6 +22,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import band_ranges, product
 from .binaural import _sech_pow
@@ -115,11 +116,19 @@ class BinauralWeights:
     release: object
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.binaural_grad_triton`), imported on first
+    binding."""
+    from . import binaural_grad_triton
+    return (binaural_grad_triton.binaural_adjoint,)
+
+
 class BinauralGrad(FrameGrad):
     """``fr['st']`` (F, R, K), ``fr['E']`` (R F, K) -> ``fr['spec']``, ``fr['exc']``,
     ``fr['ste']``, ``fr['lte']``; state ``lt`` (R,); learnable ``p``, attack, release."""
 
     n_params = 3
+    kernels = Kernels(numba=(binaural_adjoint,), triton=_triton)
 
     def __init__(self, stage, rows: int = 1):
         super().__init__(stage, rows)
@@ -149,7 +158,7 @@ class BinauralGrad(FrameGrad):
         gS = np.zeros((F, R, K))
         gE = np.zeros((R, F, K))
         m = np.array(mu["lt"], dtype=np.float64)
-        gp, ga, gr = binaural_adjoint(
+        gp, ga, gr = self.kern.binaural_adjoint(
             st, S, E, state["lt"], q.attack, q.release, q.p,
             np.ascontiguousarray(zeros_if_none(g["spec"], (B, 2, K, F))),
             np.ascontiguousarray(zeros_if_none(g["exc"], (B, 2, K, F))),

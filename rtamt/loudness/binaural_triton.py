@@ -22,21 +22,28 @@ def _sech_pow(num, den, p):
 
 
 @triton.jit
-def _binaural_kernel(st_ptr, S_ptr, E_ptr, lt_ptr, aa: tl.float64, ar: tl.float64,
-                     p: tl.float64, spec_ptr, exc_ptr, ste_ptr, lte_ptr, F, R, K,
-                     DIOTIC: tl.constexpr, KP: tl.constexpr):
-    aa = tl.full([], aa, tl.float64)
-    ar = tl.full([], ar, tl.float64)
-    p = tl.full([], p, tl.float64)
+def _pair_lanes(K, DIOTIC: tl.constexpr, KP: tl.constexpr):
+    """This program's ear pair ``b``, its channel lanes ``k`` (mask ``m``: ``k < K``) and
+    its rows ``(r0, r1)``: ``(2b, 2b + 1)``, or ``(0, 0)`` for one diotic row."""
     b = tl.program_id(0).to(tl.int64)
     k = tl.arange(0, KP)
-    m = k < K
     if DIOTIC:
         r0 = b * 0
         r1 = r0
     else:
         r0 = 2 * b
         r1 = r0 + 1
+    return b, k, k < K, r0, r1
+
+
+@triton.jit
+def _binaural_kernel(st_ptr, S_ptr, E_ptr, lt_ptr, aa: tl.float64, ar: tl.float64,
+                     p: tl.float64, spec_ptr, exc_ptr, ste_ptr, lte_ptr, F, R, K,
+                     DIOTIC: tl.constexpr, KP: tl.constexpr):
+    aa = tl.full([], aa, tl.float64)
+    ar = tl.full([], ar, tl.float64)
+    p = tl.full([], p, tl.float64)
+    b, k, m, r0, r1 = _pair_lanes(K, DIOTIC, KP)
     lt0 = tl.load(lt_ptr + r0)
     lt1 = tl.load(lt_ptr + r1)
     o0 = (b * 2 * K + k) * F            # spec/exc [b, 0, k, f] = o0 + f

@@ -17,6 +17,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import band_ranges, product
 from .frames_grad import FrameGrad, zeros_if_none
@@ -95,8 +96,17 @@ def excitation_db_adjoint(E, gdb, gE):
                 gE[n, k] += gdb[n, k] * _K10 / E[n, k]
 
 
+def _triton():
+    """The Triton twins (:mod:`rtamt.loudness.excitation_grad_triton`), imported on first
+    binding."""
+    from . import excitation_grad_triton as t
+    return (t.lower_skirt_adjoint, t.excitation_db_adjoint)
+
+
 class ExcitationGrad(FrameGrad):
     """``fr['P']`` (R F, J) -> ``fr['E']`` (R F, nf) (and ``fr['E_db']``)."""
+
+    kernels = Kernels(numba=(lower_skirt_adjoint, excitation_db_adjoint), triton=_triton)
 
     def __init__(self, stage, rows: int = 1):
         super().__init__(stage, rows)
@@ -113,11 +123,12 @@ class ExcitationGrad(FrameGrad):
         nf = c.fc.size
         gE = np.array(zeros_if_none(g["E"], (N, nf)), copy=True)
         if stage.params.level_db and g.get("E_db") is not None:
-            excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]),
-                                  np.ascontiguousarray(g["E_db"]), gE)
+            self.kern.excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]),
+                                            np.ascontiguousarray(g["E_db"]), gE)
         lvl = product(stage.kern, P, c.sym_t, c.sym_rng)     # as the forward pass
         gP = product(stage.kern, gE, self.up, self.up_rng)
         glvl = np.zeros(P.shape)
-        lower_skirt_adjoint(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, gE, gP, glvl)
+        self.kern.lower_skirt_adjoint(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, gE, gP,
+                                      glvl)
         gP += product(stage.kern, glvl, self.sym, self.sym_rng)
         return {"P": gP}, None

@@ -38,11 +38,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
 
-__all__ = ["FrameGrad", "agc_adjoint", "agc_step_adjoint", "time_constant_coeff"]
+__all__ = ["FrameGrad", "agc_adjoint", "agc_step_adjoint", "time_constant_coeff",
+           "AGC_KERNELS"]
 
 
 class FrameGrad(StageGrad):
@@ -50,6 +52,14 @@ class FrameGrad(StageGrad):
     :mod:`rtamt.nn` layer from the stage and the rows of a stream (``rows``)."""
 
     n_params = 0
+
+    def __init_subclass__(cls, **kw):
+        own = "device_ready" in cls.__dict__
+        super().__init_subclass__(**kw)
+        # the rules declare their Triton adjoints (``kernels``), but their ``backward``
+        # still prepares its arrays with numpy: a frame layer binds them on the host
+        if not own:
+            cls.device_ready = False
 
     def __init__(self, stage, rows: int = 1):
         super().__init__(stage, stage.coeffs, rows)
@@ -128,3 +138,14 @@ def agc_adjoint(x, y0, aa, ar, gy, mu, gx):
             ga += da
             gr += dr
     return ga, gr
+
+
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.frames_grad_triton`), imported on first
+    binding."""
+    from . import frames_grad_triton
+    return (frames_grad_triton.agc_adjoint,)
+
+
+#: the integrators' adjoint, numba and Triton (used by the rules of :mod:`.agc_grad`)
+AGC_KERNELS = Kernels(numba=(agc_adjoint,), triton=_triton)

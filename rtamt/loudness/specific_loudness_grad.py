@@ -9,6 +9,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from .frames_grad import FrameGrad, zeros_if_none
 
@@ -62,10 +63,18 @@ class SpecificLoudnessWeights:
     C: object
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.specific_loudness_grad_triton`), imported on
+    first binding."""
+    from . import specific_loudness_grad_triton
+    return (specific_loudness_grad_triton.specific_loudness_adjoint,)
+
+
 class SpecificLoudnessGrad(FrameGrad):
     """``fr['E']`` (R F, K) -> ``fr['N']``; learnable ``C = C0 exp(theta[0])``."""
 
     n_params = 1
+    kernels = Kernels(numba=(specific_loudness_adjoint,), triton=_triton)
 
     def weights(self, th, xp=np):
         return SpecificLoudnessWeights(self.stage.params.C * xp.exp(th[0]))
@@ -80,9 +89,9 @@ class SpecificLoudnessGrad(FrameGrad):
         c = stage.coeffs
         E = np.ascontiguousarray(fr["E"])
         gE = np.zeros(E.shape)
-        gC = specific_loudness_adjoint(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq, float(c.C),
-                                       np.ascontiguousarray(zeros_if_none(g["N"], E.shape)),
-                                       gE)
+        gN = np.ascontiguousarray(zeros_if_none(g["N"], E.shape))
+        gC = self.kern.specific_loudness_adjoint(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq,
+                                                 float(c.C), gN, gE)
         return {"E": gE}, (None if th is None else self.chain(th, np.float64(gC)))
 
 

@@ -12,18 +12,24 @@ _INV_10707 = tl.constexpr(1.0 / 1.0707)             # ANSI S3.4-2007 eq. 19
 
 
 @triton.jit
-def _sl_kernel(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, C: tl.float64, out_ptr, N, K,
-               BLOCK: tl.constexpr):
-    C = tl.full([], C, tl.float64)
+def _sl_lane(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, N, K, BLOCK: tl.constexpr):
+    """This program's lanes ``i`` (one per element of the (N, K) excitation; mask ``m``),
+    their excitation ``e`` and their channel's constants ``G, A, alpha, A^alpha,
+    E_thrq``."""
     i = _lane_ids(BLOCK)
     m = i < N * K
     k = i % K
-    e = tl.load(E_ptr + i, mask=m, other=0.0)
-    g = tl.load(G_ptr + k, mask=m, other=1.0)
-    a = tl.load(A_ptr + k, mask=m, other=1.0)
-    al = tl.load(al_ptr + k, mask=m, other=1.0)
-    aal = tl.load(Aal_ptr + k, mask=m, other=1.0)
-    thr = tl.load(thr_ptr + k, mask=m, other=1.0)
+    return (i, m, tl.load(E_ptr + i, mask=m, other=0.0), tl.load(G_ptr + k, mask=m, other=1.0),
+            tl.load(A_ptr + k, mask=m, other=1.0), tl.load(al_ptr + k, mask=m, other=1.0),
+            tl.load(Aal_ptr + k, mask=m, other=1.0), tl.load(thr_ptr + k, mask=m, other=1.0))
+
+
+@triton.jit
+def _sl_kernel(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, C: tl.float64, out_ptr, N, K,
+               BLOCK: tl.constexpr):
+    C = tl.full([], C, tl.float64)
+    i, m, e, g, a, al, aal, thr = _sl_lane(E_ptr, G_ptr, A_ptr, al_ptr, Aal_ptr, thr_ptr, N, K,
+                                           BLOCK)
     hi = e > 1e10
     ep = tl.maximum(e, 1e-300)
     u = tl.where(hi, ep * _INV_10707, g * ep + a)

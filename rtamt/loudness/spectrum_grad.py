@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from .frames_grad import FrameGrad, zeros_if_none
 from .spectrum import _window
@@ -63,8 +64,17 @@ def dft_power_adjoint(z, st, F, H, mat, mat_t, gain, grp, gP, gz):
                     out[m] += gq * col[m]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.spectrum_grad_triton`), imported on first
+    binding."""
+    from . import spectrum_grad_triton
+    return (spectrum_grad_triton.dft_power_adjoint,)
+
+
 class SpectrumGrad(FrameGrad):
     """``fr['rows']`` (R, T) -> ``fr['P']`` (R F, J); state ``hist`` (R, nmax)."""
+
+    kernels = Kernels(numba=(dft_power_adjoint,), triton=_triton)
 
     def __init__(self, stage, rows: int = 1):
         super().__init__(stage, rows)
@@ -96,7 +106,7 @@ class SpectrumGrad(FrameGrad):
             e0 = int(ends[0]) - int(state["n"][0]) + L
             gP = np.ascontiguousarray(gP)
             for _, start, mat, mat_t, gain, grp in self.windows:
-                dft_power_adjoint(z, e0 + start, F, H, mat, mat_t, gain, grp, gP, gz)
+                self.kern.dft_power_adjoint(z, e0 + start, F, H, mat, mat_t, gain, grp, gP, gz)
         mu["hist"] = np.ascontiguousarray(gz[:, :L])
         for k in mu:
             if k.startswith("ring"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from .frames_grad import FrameGrad, zeros_if_none
 from .tvl2018 import component_floor
@@ -32,8 +33,17 @@ def fir_adjoint(h, gy, gz):
                 o[t] += hk * g[t]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.tvl2018_grad_triton`), imported on first
+    binding."""
+    from . import tvl2018_grad_triton
+    return (tvl2018_grad_triton.fir_adjoint,)
+
+
 class EarFIRGrad(FrameGrad):
     """``fr['rows']`` (R, T) -> ``fr['rows']``; state ``hist`` (R, ntaps - 1)."""
+
+    kernels = Kernels(numba=(fir_adjoint,), triton=_triton)
 
     def backward(self, stage, fr, state, g, mu, th):
         x = fr["rows"]
@@ -41,8 +51,8 @@ class EarFIRGrad(FrameGrad):
         M = state["hist"].shape[1]
         gz = np.zeros((R, M + T))
         gz[:, gz.shape[1] - M:] += mu["hist"]
-        fir_adjoint(np.asarray(stage.coeffs.h, dtype=np.float64),
-                    np.ascontiguousarray(zeros_if_none(g["rows"], (R, T))), gz)
+        self.kern.fir_adjoint(np.asarray(stage.coeffs.h, dtype=np.float64),
+                              np.ascontiguousarray(zeros_if_none(g["rows"], (R, T))), gz)
         mu["hist"] = np.ascontiguousarray(gz[:, :M])
         return {"rows": np.ascontiguousarray(gz[:, M:])}, None
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import SEGMENT, StageGrad, lift
 from ..engine.jit import JIT as _JIT
 from ..engine.sos_grad import sos_back
 from . import king2019
-from .modfb_grad import prefilter_adjoint, prefiltered
+from .modfb_grad import PREFILTER_KERNELS, prefilter_adjoint, prefiltered
 
 
 @njit(**_JIT)
@@ -147,6 +148,13 @@ def king_bank_adjoint(sos, gy, mu, gx, want, u, st, gc):
                 gc[j, i] += gl[j, i, c]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.modulation.king2019_grad_triton`), imported on first
+    binding."""
+    from . import king2019_grad_triton
+    return (king2019_grad_triton.king_bank_adjoint,)
+
+
 class KingModFilterbankGrad(StageGrad):
     """:class:`rtamt.modulation.king2019.KingModFilterbank` (King, Varnet & Lorenzi 2019,
     JASA 145, 2277-2293): the real Butterworth band-pass of every modulation filter on
@@ -176,6 +184,8 @@ class KingModFilterbankGrad(StageGrad):
     :func:`~rtamt.modulation.king2019.band_edges` and
     :func:`~rtamt.modulation.king2019.bandpass_sos`, the same design in closed form."""
 
+    kernels = Kernels(numba=(king_bank_adjoint,), triton=_triton, uses=PREFILTER_KERNELS)
+
     def __init__(self, stage, coeffs, n_in):
         super().__init__(stage, coeffs, n_in)
         self.mfc0, self.Q0 = coeffs.mfc.copy(), float(stage.params.qfactor)
@@ -198,9 +208,10 @@ class KingModFilterbankGrad(StageGrad):
 
     def backward(self, coeffs, th, x, state, gy, mu):
         want = th is not None
-        gu = np.zeros(x.shape)
-        u = prefiltered(coeffs, x, state) if want else x   # read only with want
-        gc = np.zeros((coeffs.mfc.size, 5))
-        king_bank_adjoint(coeffs.sos, gy, mu["bp"], gu, want, u, state["bp"], gc)
-        gx = prefilter_adjoint(coeffs, x, gu, mu)
+        k = self.kern
+        gu = k.zeros(x.shape, x)
+        u = prefiltered(k, coeffs, x, state) if want else x   # read only with want
+        gc = k.zeros((coeffs.mfc.size, 5), x)
+        k.king_bank_adjoint(k.coef(coeffs.sos), gy, mu["bp"], gu, want, u, state["bp"], gc)
+        gx = prefilter_adjoint(k, coeffs, x, gu, mu)
         return gx, self.chain(th, gc) if want else None

@@ -10,33 +10,42 @@ import math
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels, copy_leaf
 from ..engine.grad import SEGMENT, StageGrad, lift
 from ..engine.jit import JIT as _JIT
-from ..engine.sos import sos_shared
-from ..engine.sos_grad import sos_adjoint
+from ..engine.sos import SOS
+from ..engine.sos_grad import SOS_ADJOINT
 from . import modfb
 
 
-def prefiltered(coeffs, x, state):
+def prefiltered(k, coeffs, x, state):
     """A modulation bank's filter input, recomputed: ``x`` through the optional low-pass
     before the bank (``coeffs.pre_sos``) from its incoming state ``state["pre"]`` (not
-    written), else ``x`` itself."""
+    written; a copy is advanced), else ``x`` itself.  ``k``: the rule's bound kernel set,
+    which holds the shared SOS cascade ``sos_shared`` (numba, or its Triton twin on
+    ``x``'s device)."""
     if coeffs.pre_sos is None:
         return x
-    u = np.empty_like(x)
-    sos_shared(coeffs.pre_sos, False, state["pre"].copy(), x, u, 0)
+    u = k.empty(x.shape, x)
+    k.sos_shared(k.coef(coeffs.pre_sos), False, copy_leaf(state["pre"]), x, u, 0)
     return u
 
 
-def prefilter_adjoint(coeffs, x, gu, mu):
+def prefilter_adjoint(k, coeffs, x, gu, mu):
     """The input gradient of a modulation bank from that of its filters' input ``gu``:
     through the optional low-pass before the bank (``coeffs.pre_sos``, state ``pre``,
-    whose gradient ``mu["pre"]`` becomes that of the incoming state), else ``gu``."""
+    whose gradient ``mu["pre"]`` becomes that of the incoming state), else ``gu``.
+    ``k``: the rule's bound kernel set, which holds ``sos_adjoint``."""
     if coeffs.pre_sos is None:
         return gu
-    gx = np.zeros(x.shape)
-    sos_adjoint(coeffs.pre_sos, False, x, gu, mu["pre"], gx)
+    gx = k.zeros(x.shape, x)
+    k.sos_adjoint(k.coef(coeffs.pre_sos), False, x, gu, mu["pre"], gx)
     return gx
+
+
+#: what the modulation banks' rules use besides their own adjoints: the shared SOS
+#: cascade (the pre-filter, recomputed) and its adjoint (the low-pass and pre-filter)
+PREFILTER_KERNELS = (SOS, SOS_ADJOINT)
 
 
 @njit(**_JIT)
@@ -234,6 +243,13 @@ def biquad_bank_adjoint(ch, nreal, bcoef, acoef, scale, x, st, gy, mu, gx):
             m[0, 0], m[0, 1], m[1, 0], m[1, 1] = m0r, m0i, m1r, m1i
 
 
+def _triton():
+    """The Triton twins (:mod:`rtamt.modulation.modfb_grad_triton`), imported on first
+    binding."""
+    from . import modfb_grad_triton
+    return (modfb_grad_triton.efilt_adjoint, modfb_grad_triton.biquad_bank_adjoint)
+
+
 class ModFilterbankGrad(StageGrad):
     """The modulation bank: low-pass, optional pre-filter, and the ``efilt`` complex
     one-poles (Dau, Kollmeier & Kohlrausch 1997a, JASA 102, 2892; AMT 0.9.10
@@ -251,6 +267,9 @@ class ModFilterbankGrad(StageGrad):
     ``th``; real-part / envelope outputs stay as designed.  The 2.5 Hz low-pass and the
     pre-filter are fixed.  The Butterworth bank has no learnable parameters (input and
     state gradients only)."""
+
+    kernels = Kernels(numba=(efilt_adjoint, biquad_bank_adjoint), triton=_triton,
+                      uses=PREFILTER_KERNELS)
 
     def __init__(self, stage, coeffs, n_in):
         super().__init__(stage, coeffs, n_in)
@@ -273,16 +292,19 @@ class ModFilterbankGrad(StageGrad):
     def backward(self, coeffs, th, x, state, gy, mu):
         C, Fb = coeffs.fc.size, coeffs.bp_channel.size
         want = th is not None
-        u = prefiltered(coeffs, x, state)
-        gu = np.zeros(x.shape)
-        sos_adjoint(coeffs.lp_sos, False, u, gy[:, :, :C], mu["lp"], gu)
-        gc = np.zeros((3, Fb))
+        k = self.kern
+        u = prefiltered(k, coeffs, x, state)
+        gu = k.zeros(x.shape, x)
+        k.sos_adjoint(k.coef(coeffs.lp_sos), False, u, gy[:, :, :C], mu["lp"], gu)
+        gc = k.zeros((3, Fb), x)
         if Fb and coeffs.filter_type == "butterworth":
-            biquad_bank_adjoint(coeffs.bp_channel, coeffs.bp_nreal, coeffs.bp_b,
-                                coeffs.bp_a, coeffs.bp_scale, u, state["bp"],
-                                gy[:, :, C:], mu["bp"], gu)
+            k.biquad_bank_adjoint(k.coef(coeffs.bp_channel), coeffs.bp_nreal,
+                                  k.coef(coeffs.bp_b), k.coef(coeffs.bp_a),
+                                  k.coef(coeffs.bp_scale), u, state["bp"], gy[:, :, C:],
+                                  mu["bp"], gu)
         elif Fb:
-            efilt_adjoint(coeffs.bp_coef, coeffs.bp_nreal, coeffs.bp_channel, u,
-                          state["bp"], gy[:, :, C:], mu["bp"], gu, want, gc)
-        gx = prefilter_adjoint(coeffs, x, gu, mu)
+            k.efilt_adjoint(k.coef(coeffs.bp_coef), coeffs.bp_nreal,
+                            k.coef(coeffs.bp_channel), u, state["bp"], gy[:, :, C:],
+                            mu["bp"], gu, want, gc)
+        gx = prefilter_adjoint(k, coeffs, x, gu, mu)
         return gx, self.chain(th, *gc) if want else None

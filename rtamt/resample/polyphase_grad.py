@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import JIT as _JIT
 
@@ -61,6 +62,13 @@ def polyphase_adjoint(taps, up, down, offset, gy, mu, gx):
                 gx[b, t, c] += ge[H + t, c]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.resample.polyphase_grad_triton`), imported on first
+    binding."""
+    from . import polyphase_grad_triton
+    return (polyphase_grad_triton.polyphase_adjoint,)
+
+
 class ResamplerGrad(StageGrad):
     """:class:`rtamt.resample.polyphase.Resampler`, any ``up / down`` (Paulick2024's
     ``1 / D`` for every ``D`` its sample rate selects included): input and incoming history
@@ -68,8 +76,11 @@ class ResamplerGrad(StageGrad):
     the gradient is that of the float64 map).  The phase ``offset`` is an integer and gets
     no gradient.  No learnable parameters."""
 
+    kernels = Kernels(numba=(polyphase_adjoint,), triton=_triton)
+
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape)
-        polyphase_adjoint(coeffs.taps, coeffs.up, coeffs.down,
-                          np.asarray(state["offset"], dtype=np.int64), gy, mu["hist"], gx)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        k.polyphase_adjoint(k.coef(coeffs.taps), coeffs.up, coeffs.down,
+                            k.int64(state["offset"]), gy, mu["hist"], gx)
         return gx, None

@@ -638,12 +638,15 @@ class Stream:
         return pend
 
     def restore(self, snap: dict) -> None:
-        """Load a :meth:`snapshot`.  Before the scheduler runs this also sets the stream
-        position (the next pushed frame continues the snapshot's stream); while running it
-        replaces the state and the stream continues.  The state is checked by the
-        processor's own ``load_state_dict``; nothing changes unless it loads."""
+        """Load a :meth:`snapshot`.  Before the scheduler runs, or before anything was
+        pushed to this stream, this also sets the stream position and block count (the
+        next pushed frame continues the snapshot's stream: results carry its ``seq`` and
+        ``start``, as on a stream that never stopped); later it replaces the state and
+        the stream continues.  The state is checked by the processor's own
+        ``load_state_dict``; nothing changes unless it loads."""
         pend = self._check_snapshot(snap)
-        started = self._seq > 0 or self.link.running
+        fresh = self._seq == 0 and self.ring.stream_pos == 0 and not self.slot.fill
+        started = (self._seq > 0 or self.link.running) and not fresh
 
         def _do():
             self.proc.load_state_dict(snap["state"])

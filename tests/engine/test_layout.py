@@ -191,7 +191,7 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
     or its base's); the set's numba kernels and the function that imports its Triton
     twins are defined in the declaring class's module (shared sets: in rtamt.engine), and
     the twins come from that module's ``_triton`` sibling, one per numba kernel, by the
-    same name."""
+    same name.  Gradient rules' adjoints (``<stage>_grad_triton.py``) likewise."""
     pytest.importorskip("triton")
     frame_stages = frame_stage_classes()
     assert FRAME_STAGES <= {c.__name__ for c in frame_stages}    # found, not listed: a
@@ -226,6 +226,24 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
             assert set(got) == set(part.numba), (cls, got, part.numba)
             mod = _module_of(next(iter(part.numba.values())))
             assert set(got.values()) == {mod + "_triton"}, (cls, got)
+            twins.add(mod + "_triton")
+    # a gradient rule declares its adjoints the same way, in the rule's own module (a
+    # part shared by several rules, the biquad cascade's adjoint, in rtamt.engine)
+    rules = {cls.grad_rule() for cls in every} - {None}
+    for rule in rules:
+        if rule.kernels is None:
+            continue
+        for part in rule.kernels.parts:
+            if not part.numba:
+                continue
+            for name, fn in part.numba.items():
+                mod = _module_of(fn)
+                assert mod == rule.__module__ if part is rule.kernels else \
+                    mod.startswith("rtamt.engine."), (rule, name, mod)
+            got = {f.__name__: f.__module__ for f in part.triton()}
+            assert set(got) == set(part.numba), (rule, got, part.numba)
+            mod = _module_of(next(iter(part.numba.values())))
+            assert set(got.values()) == {mod + "_triton"}, (rule, got)
             twins.add(mod + "_triton")
     # and every Triton module of a stage package is a declared twin module
     on_disk = {p.relative_to(ROOT.parent).with_suffix("").as_posix().replace("/", ".")

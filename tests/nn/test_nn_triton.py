@@ -18,6 +18,7 @@ broken-stick compression, learnable where the rules allow; sizes are small (the
 interpreter is slow)."""
 import copy  # noqa: E402
 
+import _nn_device as nd  # noqa: E402
 import torch  # noqa: E402
 
 import rtamt.nn as rn  # noqa: E402
@@ -33,7 +34,6 @@ from _triton import DEVICE  # noqa: E402
 
 FS = 8000.0
 FC = (500.0, 1500.0)
-TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 
 
 def _chain(learnable=True):
@@ -43,84 +43,26 @@ def _chain(learnable=True):
     return rn.ChainLayer(stages, name="dau-like", learnable=learnable)
 
 
-def _on_device(layer):
-    return copy.deepcopy(layer).to(DEVICE, backend="triton")
-
-
-def _rel(got, ref) -> float:
-    got, ref = got.detach().cpu().to(torch.float64), ref.detach().to(torch.float64)
-    scale = float(ref.abs().max())
-    assert scale > 0, "reference is all zero: the comparison would be vacuous"
-    return float((got - ref).abs().max()) / scale
-
-
-def _step(layer, x, state):
-    """Forward + backward of a loss on the output and the outgoing state; returns the
-    output and the gradients of the input, the incoming state and the parameters."""
-    dev = layer.device
-    xx = x.to(dev).requires_grad_(True)
-    st = {k: (v.to(dev).requires_grad_(True) if v.is_floating_point() else v.to(dev))
-          for k, v in state.items()}
-    y, new = layer(xx, st)
-    w = torch.linspace(-1.0, 1.0, y.shape[-1], dtype=y.dtype, device=dev)
-    loss = (y * w).sum() + sum((v * v).sum() for k, v in new.items() if v.is_floating_point())
-    loss.backward()
-    return (y, xx.grad, {k: v.grad for k, v in st.items() if v.grad is not None},
-            {k: p.grad for k, p in layer.theta.items()})
-
-
-def _warm(layer, dtype, batch=2):
-    """The state after 60 samples of noise (numba), and the next block's input."""
-    g = torch.Generator().manual_seed(3)
-    x0 = 0.3 * torch.randn(batch, 60, generator=g, dtype=dtype)
-    with torch.no_grad():
-        _, st = layer(x0)
-    return 0.3 * torch.randn(batch, 24, generator=g, dtype=dtype), st
-
-
-def _compare(ref, got, dtype):
-    assert _rel(got[0], ref[0]) <= TOL[dtype]
-    assert _rel(got[1], ref[1]) <= TOL[dtype]
-    assert set(got[2]) == set(ref[2]) and len(ref[2]) >= 5
-    for k in ref[2]:
-        assert _rel(got[2][k], ref[2][k]) <= TOL[dtype], k
-    assert set(got[3]) == set(ref[3])
-    for k in ref[3]:
-        assert _rel(got[3][k], ref[3][k]) <= TOL[dtype], k
-
-
-def _no_host(*a, **k):
-    raise AssertionError("a block went to the host")
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_chain_on_device_equals_numba_without_host_copies(dtype, monkeypatch):
     layer = _chain()
     assert set(layer.theta) == {"gammatone", "brokenstick", "adaptloop"}
-    dl = _on_device(layer)
-    assert dl.backend == "triton" and dl.host_stages == ()
-    assert all(p.on_device for p in dl.parts)
-    x, st = _warm(layer, dtype)
-    ref = _step(layer, x, st)
-    monkeypatch.setattr(_autograd, "host", _no_host)
-    got = _step(dl, x, st)
-    assert got[0].device == got[1].device == dl.device
-    _compare(ref, got, dtype)
+    nd.check_on_device(layer, dtype, monkeypatch)
 
 
 def test_bound_back_to_numba_is_the_numba_layer():
     layer = _chain(learnable=False)
-    bound = _on_device(layer)
+    bound = nd.on_device(layer)
     copied = copy.deepcopy(bound)                  # a copy of a bound layer stays bound
     assert copied.backend == "triton" and all(p.on_device for p in copied.parts)
-    x, st = _warm(layer, torch.float64)
+    x, st = nd.warm(layer, torch.float64)
     with torch.no_grad():
         y_ref, _ = layer(x, st)
         y_cp, _ = copied(x.to(copied.device), {k: v.to(copied.device) for k, v in st.items()})
-    assert _rel(y_cp, y_ref) <= TOL[torch.float64]
+    assert nd.rel(y_cp, y_ref) <= nd.TOL[torch.float64]
     dl = bound.to("cpu", backend="numba")
     assert dl.backend == "numba" and not any(p.on_device for p in dl.parts)
-    ref, got = _step(layer, x, st), _step(dl, x, st)
+    ref, got = nd.step(layer, x, st), nd.step(dl, x, st)
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     for k in ref[2]:
         assert torch.equal(got[2][k], ref[2][k]), k
@@ -138,8 +80,8 @@ def test_stage_without_triton_adjoint_runs_on_the_host(monkeypatch):
     calls = []
     real = _autograd.host
     monkeypatch.setattr(_autograd, "host", lambda t: calls.append(1) or real(t))
-    x, st = _warm(layer, torch.float64)
-    _compare(_step(layer, x, st), _step(dl, x, st), torch.float64)
+    x, st = nd.warm(layer, torch.float64)
+    nd.compare(nd.step(layer, x, st), nd.step(dl, x, st), torch.float64)
     assert calls                                   # the adaptation loops went to the host
 
 
@@ -149,18 +91,18 @@ def test_power_compression_rule_on_device(monkeypatch):
     layer = rn.StageLayer(PowerCompression(CompressionParams(knee_db=30.0,
                                                              exponent=(0.3, 0.6))),
                           n_in=2, learnable=True)
-    dl = _on_device(layer)
+    dl = nd.on_device(layer)
     x = torch.linspace(-0.5, 0.5, 2 * 2 * 11, dtype=torch.float64).reshape(2, 2, 11)
-    ref = _step(layer, x, layer.initial_state(2, dtype=torch.float64))
-    monkeypatch.setattr(_autograd, "host", _no_host)
-    got = _step(dl, x, dl.initial_state(2, dtype=torch.float64))
-    assert _rel(got[0], ref[0]) <= 1e-12 and _rel(got[1], ref[1]) <= 1e-12
-    assert _rel(got[3]["power"], ref[3]["power"]) <= 1e-12
+    ref = nd.step(layer, x, layer.initial_state(2, dtype=torch.float64))
+    monkeypatch.setattr(_autograd, "host", nd.no_host)
+    got = nd.step(dl, x, dl.initial_state(2, dtype=torch.float64))
+    assert nd.rel(got[0], ref[0]) <= 1e-12 and nd.rel(got[1], ref[1]) <= 1e-12
+    assert nd.rel(got[3]["power"], ref[3]["power"]) <= 1e-12
 
 
 def test_input_check_on_device_names_the_sample():
     layer = _chain(learnable=False)
-    dl = _on_device(layer)
+    dl = nd.on_device(layer)
     x = torch.zeros(2, 16, dtype=torch.float64)
     x[1, 5] = float("nan")
     with pytest.raises(RtamtInputError) as ref:
