@@ -229,8 +229,8 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
             twins.add(mod + "_triton")
     # a gradient rule declares its adjoints the same way, in the rule's own module or a
     # gradient module of its package (the loudness integrators' adjoint, shared by two
-    # rules, in frames_grad); a part shared across packages (the biquad cascade's
-    # adjoint) in rtamt.engine
+    # rules, in frames_grad); a set shared across packages (the biquad cascade's adjoint,
+    # K-weighting's whole set) in rtamt.engine
     rules = {cls.grad_rule() for cls in every} - {None}
     for rule in rules:
         if rule.kernels is None:
@@ -241,9 +241,10 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
             for name, fn in part.numba.items():
                 mod = _module_of(fn)
                 pkg = rule.__module__.rsplit(".", 1)[0]
-                assert (mod == rule.__module__ or (mod.endswith("_grad") and mod.rsplit(
-                    ".", 1)[0] == pkg)) if part is rule.kernels else \
-                    mod.startswith("rtamt.engine."), (rule, name, mod)
+                sibling = mod.endswith("_grad") and mod.rsplit(".", 1)[0] == pkg
+                shared = mod.startswith("rtamt.engine.")
+                assert (mod == rule.__module__ or sibling or shared) \
+                    if part is rule.kernels else shared, (rule, name, mod)
             got = {f.__name__: f.__module__ for f in part.triton()}
             assert set(got) == set(part.numba), (rule, got, part.numba)
             mod = _module_of(next(iter(part.numba.values())))
