@@ -43,6 +43,7 @@ from ..loudness.kweighting import KWeighting, KWeightingParams
 from ..loudness.truepeak import TruePeak, TruePeakParams
 from ._autograd import grad_rule
 from ._base import Part
+from ._meter_device import DeviceStatistics
 from .layers import ChainLayer
 
 __all__ = ["R128Meter"]
@@ -54,8 +55,8 @@ _PREFIX = "statistics."
 
 def _to_host(t: torch.Tensor) -> np.ndarray:
     """A float64 host copy of ``t`` that may be written: the statistics' one way to the
-    host (they run there on every backend: their histograms, ``(batch, 10000)`` each, and
-    the block's gating rows ``(batch, K, 3)``)."""
+    host on the numba backend (their histograms, ``(batch, 10000)`` each, and the block's
+    gating rows ``(batch, K, 3)``; the Triton-bound meter computes them on the device)."""
     return np.array(t.detach().cpu().numpy(), dtype=np.float64, copy=True)
 
 
@@ -223,10 +224,14 @@ class R128Meter(ChainLayer):
         body = {k: v for k, v in state.items() if k.split(".")[0] in self._chain}
         y, new = super()._run(x, body, start)
         rows = y.permute(0, 2, 1)                       # (B, K, 3) rows (k, e_M, e_S)
-        integ, ge, gn, ln, le, lra = _Statistics.apply(
-            self.stats, rows, *(state[_PREFIX + k] for k in ("gate_e", "gate_n", "lra_n",
-                                                              "lra_e")),
-            new["gating.n_fine"], new["gating.count"])
+        hist = (state[_PREFIX + k] for k in ("gate_e", "gate_n", "lra_n", "lra_e"))
+        if self.on_device:                  # the statistics in torch on the device
+            integ, ge, gn, ln, le, lra = DeviceStatistics.apply(
+                rows, *hist, new["gating.n_fine"], new["gating.count"],
+                self.stats.coeffs.lra_hop)
+        else:
+            integ, ge, gn, ln, le, lra = _Statistics.apply(
+                self.stats, rows, *hist, new["gating.n_fine"], new["gating.count"])
         new.update({_PREFIX + "gate_e": ge, _PREFIX + "gate_n": gn, _PREFIX + "lra_n": ln,
                     _PREFIX + "lra_e": le})
         dev = self.on_device
@@ -246,7 +251,7 @@ class R128Meter(ChainLayer):
         out["sample_peak"] = _Log.apply(peaks[:, 1], _dbtp, 20.0, dt)
         return out, new
 
-    # -- the device: the true peak is bound with the chain; the statistics stay on the host
+    # -- the device: the true peak is bound with the chain; the statistics run in torch
     def bind_kernels(self, backend: str | None = None, implicit: bool = False) -> None:
         """:meth:`ChainLayer.bind_kernels` for the chain and the true peak beside it."""
         super().bind_kernels(backend, implicit)
@@ -257,10 +262,10 @@ class R128Meter(ChainLayer):
 
     @property
     def host_stages(self) -> tuple:
-        """:attr:`ChainLayer.host_stages`, the true peak included, and ``'statistics'``
-        on the Triton backend: the gated statistics run on the host on every backend
-        (their histograms and the block's gating rows go there and back each call)."""
+        """:attr:`ChainLayer.host_stages`, the true peak included: on the Triton backend
+        the gated statistics run in torch on the device
+        (:class:`rtamt.nn._meter_device.DeviceStatistics`), so none of them is named."""
         if self.backend != "triton":
             return ()
         tp = () if self.truepeak.on_device else (self.truepeak.name,)
-        return super().host_stages + tp + ("statistics",)
+        return super().host_stages + tp

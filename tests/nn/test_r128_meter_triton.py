@@ -10,9 +10,10 @@ pytestmark = pytest.mark.triton         # the GPU check (latency_bench.gpu) sele
 interpreter on the CPU, compiled on a GPU under ``python -m latency_bench.gpu``): the
 K-weighting, the gating blocks and the true peak run their Triton forward twins and
 their rules' Triton adjoints on the block's device, with the host-copy helper of
-rtamt.nn made to raise; the gated statistics run on the host (``host_stages`` says so;
-their one way there is counted).  Outputs (momentary, short-term, integrated loudness,
-true and sample peak) and the gradients of the input and of every differentiable incoming
+rtamt.nn and the statistics' own one (``_meter._to_host``) made to raise; the gated
+statistics run in torch on the device (``host_stages == ()``).  Outputs (momentary,
+short-term, integrated loudness, loudness range, true and sample peak, the outgoing
+histograms) and the gradients of the input and of every differentiable incoming
 state entry equal the numba meter's within 1e-12 (float64; 1e-5 float32).  Small sizes:
 8 kHz (a step is 800 samples), the state after 3 s of numba, then one block of 420
 samples that completes a step with both windows full, quieter (the incoming peaks held)
@@ -57,7 +58,7 @@ def _step(layer, x, state):
                for k in ("momentary", "short_term", "integrated", "true_peak", "sample_peak"))
     loss = loss + sum((new[k] * new[k]).sum() for k in DIFF)
     loss.backward()
-    return out, xx.grad, {k: st[k].grad for k in DIFF}
+    return out, xx.grad, {k: st[k].grad for k in DIFF}, {k: v.detach() for k, v in new.items()}
 
 
 @pytest.mark.parametrize("level, dtype", [(0.05, torch.float64), (0.2, torch.float64),
@@ -66,7 +67,7 @@ def _step(layer, x, state):
 def test_meter_on_device_equals_numba_without_host_copies(level, dtype, monkeypatch):
     layer = rn.R128Meter(FS, 2, truepeak="bs1770")
     dl = copy.deepcopy(layer).to(DEVICE, backend="triton")
-    assert dl.backend == "triton" and dl.host_stages == ("statistics",)
+    assert dl.backend == "triton" and dl.host_stages == ()
     assert all(p.on_device for p in dl.parts) and dl.truepeak.on_device
     rng = np.random.default_rng(4)
     with torch.no_grad():
@@ -77,13 +78,18 @@ def test_meter_on_device_equals_numba_without_host_copies(level, dtype, monkeypa
     assert int(ref[0]["step"][0, 0]) == 31          # a step with both windows full
     monkeypatch.setattr(_autograd, "host", lambda t: (_ for _ in ()).throw(
         AssertionError("a block went to the host")))
-    calls = []
-    real = _meter._to_host
-    monkeypatch.setattr(_meter, "_to_host", lambda t: calls.append(t.shape) or real(t))
+    monkeypatch.setattr(_meter, "_to_host", lambda t: (_ for _ in ()).throw(
+        AssertionError("the statistics went to the host")))
     got = _step(dl, x, st)
-    assert calls                                    # the statistics: on the host
-    for k in ("momentary", "short_term", "integrated", "true_peak", "sample_peak"):
+    for k in ("momentary", "short_term", "integrated", "loudness_range", "true_peak",
+              "sample_peak"):
+        assert got[0][k].device == dl.device
         assert _rel(got[0][k], ref[0][k]) <= tol, k
+    assert torch.isfinite(ref[0]["loudness_range"]).all()
+    for k in ("gate_n", "lra_n"):                   # the counts: exact
+        assert torch.equal(got[3]["statistics." + k].cpu(), ref[3]["statistics." + k])
+    for k in ("gate_e", "lra_e"):
+        assert _rel(got[3]["statistics." + k], ref[3]["statistics." + k]) <= 1e-12, k
     assert got[1].device == dl.device and got[1].dtype == dtype
     assert _rel(got[1], ref[1]) <= tol
     for k in DIFF:
