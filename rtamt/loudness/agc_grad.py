@@ -39,7 +39,7 @@ class _IntegratorGrad(FrameGrad):
                                    release=float(w.release))
 
     def _gth(self, th, ga, gr):
-        return None if th is None else self.chain(th, scalar(ga), scalar(gr))
+        return None if th is None else self.chain(th, scalar(self.kern, ga), scalar(self.kern, gr))
 
 
 class LoudnessIntegratorGrad(_IntegratorGrad):

@@ -168,5 +168,6 @@ class BinauralGrad(FrameGrad):
         co = kern.coef
         gst += product(stage.kern, gS.reshape(F * R, K), co(self.smooth_t),
                        co(self.smooth_t_rng)).reshape(F, R, K)
-        gth = None if th is None else self.chain(th, scalar(gp), scalar(ga), scalar(gr))
+        gth = None if th is None else self.chain(th, scalar(kern, gp), scalar(kern, ga),
+                                                 scalar(kern, gr))
         return {"st": gst, "E": gE.reshape(R * F, K)}, gth

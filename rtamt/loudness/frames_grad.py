@@ -100,11 +100,11 @@ def owned(kern, a):
     return out
 
 
-def scalar(v):
+def scalar(kern, v):
     """A kernel's returned coefficient gradient as :meth:`~rtamt.engine.grad.StageGrad.
     chain` takes it: a numba float as ``np.float64`` (a float64 tensor then), a Triton
-    twin's 0-d tensor as it is."""
-    return v if hasattr(v, "device") else np.float64(v)
+    twin's 0-d tensor as it is (``kern``: the bound set that ran the kernel)."""
+    return v if kern.backend == "triton" else np.float64(v)
 
 
 def time_constant_coeff(a0: float, th, xp=np):

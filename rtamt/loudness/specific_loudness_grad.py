@@ -92,7 +92,7 @@ class SpecificLoudnessGrad(FrameGrad):
         gN = zeros_or(kern, g["N"], tuple(E.shape), E)
         gC = kern.specific_loudness_adjoint(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq,
                                             float(stage.coeffs.C), gN, gE)
-        return {"E": gE}, (None if th is None else self.chain(th, scalar(gC)))
+        return {"E": gE}, (None if th is None else self.chain(th, scalar(kern, gC)))
 
 
 class InstantaneousLoudnessGrad(FrameGrad):

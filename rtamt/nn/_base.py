@@ -249,11 +249,11 @@ class FramePart:
         return out
 
     def from_model(self, st: dict, batch: int, device) -> dict:
-        """Batch-first tensors on ``device`` of the stage's own state ``st`` (numpy, or
-        tensors on ``device`` for a part bound there)."""
+        """Batch-first tensors on ``device`` of the stage's own state ``st`` (numpy; for a
+        part bound to the device, tensors there but the frame clock)."""
         out = {}
         for k, v in st.items():
-            if isinstance(v, torch.Tensor):
+            if self.on_device and k not in self.shared:     # a tensor there already
                 if self.rows > 1:
                     v = v.reshape((batch, self.rows) + tuple(v.shape[1:]))
                 out[k] = v.contiguous()

@@ -66,28 +66,25 @@ def frame_rows(layer, x: torch.Tensor):
     return x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
 
 
-def _copy(a):
-    """A copy of a frame or state array (a tensor stays on its device)."""
-    return a.detach().clone() if isinstance(a, torch.Tensor) else np.array(a, copy=True)
-
-
 def _forward(layer, stages, state: dict, x: torch.Tensor, record: bool):
     """The calibration and the frame stages on ``x`` from ``state`` (nested per stage,
     advanced in place; numpy, or tensors on the device path): the block's frames, and
     with ``record`` per stage the copies of what it read and its incoming state."""
     rows = frame_rows(layer, x)
-    cal = layer.calibration
-    if cal is not None and layer.on_device:
+    cal, dev = layer.calibration, layer.on_device
+    if cal is not None and dev:
         cal = layer._dev_model.stages[0]
     fr = {"rows": rows if cal is None else cal.process_tm(cal.coeffs, {}, rows)}
     tape = []
     for p, s in zip(layer.parts, stages):
         if record:
-            fin = {k: (fr[k].detach().to(torch.float64).clone()
-                       if isinstance(fr[k], torch.Tensor)
-                       else np.array(fr[k], dtype=np.float64, copy=True)) for k in s.reads}
+            # on the device every frame and float state entry is a float64 tensor there;
+            # the frame clock a host array
+            fin = {k: (fr[k].clone() if dev else np.array(fr[k], dtype=np.float64, copy=True))
+                   for k in s.reads}
             fin.update({k: fr[k] for k in ("R", "F", "ends") if k in fr})
-            sin = {k: _copy(v) for k, v in state[p.name].items()}
+            sin = {k: (v.clone() if dev and k not in p.shared else np.array(v, copy=True))
+                   for k, v in state[p.name].items()}
         s.process_tm(fr, state[p.name])
         if record:
             fin["out"] = {k: fr[k] for k in s.writes}
@@ -105,10 +102,10 @@ def _nested(layer, flat, B: int) -> dict:
     return out
 
 
-def _tensor64(a, dev) -> torch.Tensor:
-    """Frame array ``a`` (numpy, or a tensor on the device path) as a contiguous float64
-    tensor on ``dev``."""
-    if isinstance(a, torch.Tensor):
+def _tensor64(layer, a, dev) -> torch.Tensor:
+    """Frame array ``a`` (numpy on the host path, a tensor on the device path) as a
+    contiguous float64 tensor on ``dev``."""
+    if layer.on_device:
         return a.to(torch.float64).contiguous()
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(dev)
 
@@ -138,7 +135,7 @@ class FrameFunction(torch.autograd.Function):
         call.out_keys = tuple(k for k in fr if k not in _NOT_FRAMES)
         call.ends = fr["ends"]
         dev = x.device
-        frames = tuple(_tensor64(fr[k], dev) for k in call.out_keys)
+        frames = tuple(_tensor64(layer, fr[k], dev) for k in call.out_keys)
         new = []
         for p in layer.parts:
             st = p.from_model(state[p.name], B, dev)
@@ -174,8 +171,7 @@ class FrameFunction(torch.autograd.Function):
             for q, k in enumerate(p.keys):       # the clock (an integer) as it is
                 v, gv = flat[i0 + q], gflat[i0 + q]
                 gb[k] = v if k not in keys else (torch.zeros_like(v) if gv is None else gv)
-            mu = {k: (v if isinstance(v, torch.Tensor) else
-                      np.ascontiguousarray(v, dtype=np.float64))
+            mu = {k: (v if layer.on_device else np.ascontiguousarray(v, dtype=np.float64))
                   for k, v in p.to_model(gb, B).items() if k in keys}
             fin, sin = tape[j]
             want = p.name in call.learn and ctx.needs_input_grad[2 + call.learn.index(p.name)]
@@ -195,7 +191,7 @@ class FrameFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1] and "rows" in g:
             gain = 1.0 if layer.calibration is None else float(layer.calibration.gain)
             gr = g["rows"] * gain
-            if isinstance(gr, torch.Tensor):
+            if layer.on_device:
                 gx = gr.reshape(x.shape).to(x.dtype)
             else:
                 gx = torch.from_numpy(np.ascontiguousarray(gr).reshape(x.shape)).to(

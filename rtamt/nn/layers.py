@@ -362,7 +362,7 @@ class ChainLayer(StreamLayer):
         lead = (B,) if self.n_in == 1 else (B, self.n_in)
         out = m.process(m.coeffs, st, rows, lead, _FRAME_MODES[self.n_in])
         dev, dt = x.device, np_dtype(x.dtype)
-        ys = {k: (v.to(x.dtype).contiguous() if isinstance(v, torch.Tensor) else
+        ys = {k: (v.to(x.dtype).contiguous() if self.on_device and k != "frame_time" else
                   torch.from_numpy(np.asarray(v) if k == "frame_time" else
                                    np.ascontiguousarray(v).astype(dt)).to(dev))
               for k, v in out.items()}
