@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import JIT as _JIT
 from .gating import FINE, N_MOMENTARY, RING
@@ -153,18 +154,39 @@ def block_powers_adjoint(weights, fine_lens, acc, fill, n_fine, ring_e, ring_n, 
             t = ends[f]
 
 
+def _int64(a):
+    """``a`` (a float64 copy of an integer state entry) as int64, numpy or torch."""
+    return a.astype(np.int64) if isinstance(a, np.ndarray) else a.long()
+
+
+def _finite(a):
+    """``a`` with NaN and infinities replaced by 0 (undefined rows carry no gradient)."""
+    if isinstance(a, np.ndarray):
+        return np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+    return a.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).contiguous()
+
+
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.gating_grad_triton`), imported on binding."""
+    from . import gating_grad_triton
+    return (gating_grad_triton.block_powers_adjoint,)
+
+
 class GatingGrad(StageGrad):
     """Input and state gradients of the gating blocks: of the momentary and short-term
     window powers (the output rows' columns 1 and 2) and of the state's open-block sums
     ``acc``, ring of fine-block energies ``ring_e`` and maxima ``peak`` (module
     docstring); the clock's integers carry none.  The channel weights ``G_i`` are the
-    design's (no learnable parameters)."""
+    design's (no learnable parameters).  Adjoint kernels: :func:`block_powers_adjoint`
+    and its Triton twin."""
+
+    kernels = Kernels(numba=(block_powers_adjoint,), triton=_triton)
 
     def backward(self, coeffs, th, x, state, gy, mu):
-        gx = np.zeros(x.shape)
-        gy = np.nan_to_num(gy, nan=0.0, posinf=0.0, neginf=0.0)
-        block_powers_adjoint(coeffs.weights, coeffs.fine_lens, state["acc"],
-                             state["fill"].astype(np.int64), state["n_fine"].astype(np.int64),
-                             state["ring_e"], state["ring_n"].astype(np.int64), state["peak"],
-                             x, gy, mu["acc"], mu["ring_e"], mu["peak"], gx)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        k.block_powers_adjoint(k.coef(coeffs.weights), k.coef(coeffs.fine_lens),
+                               state["acc"], _int64(state["fill"]), _int64(state["n_fine"]),
+                               state["ring_e"], _int64(state["ring_n"]), state["peak"], x,
+                               _finite(gy), mu["acc"], mu["ring_e"], mu["peak"], gx)
         return gx, None

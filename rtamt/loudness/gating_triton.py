@@ -45,6 +45,26 @@ def _window(ring_e_ptr, ring_n_ptr, b, k, n, m):
 
 
 @triton.jit
+def _square_in(y_ptr, acc_ptr, b, t, T, C, m):
+    """Sample ``t``'s squares added to each channel's open fine-block sum ``acc``."""
+    for c in range(C):
+        v = tl.load(y_ptr + (b * T + t) * C + c, mask=m, other=0.0)
+        a = tl.load(acc_ptr + b * C + c, mask=m, other=0.0)
+        tl.store(acc_ptr + b * C + c, a + v * v, mask=m)
+
+
+@triton.jit
+def _close(w_ptr, acc_ptr, b, C, done):
+    """The weighted energy ``sum_c G_c acc_c`` of the lanes ``done`` (a fine block
+    completed), their sums reset to 0."""
+    e = tl.zeros(done.shape, tl.float64)
+    for c in range(C):
+        e += tl.load(w_ptr + c) * tl.load(acc_ptr + b * C + c, mask=done, other=0.0)
+        tl.store(acc_ptr + b * C + c, tl.zeros(done.shape, tl.float64), mask=done)
+    return e
+
+
+@triton.jit
 def _block_powers_kernel(w_ptr, lens_ptr, acc_ptr, fill_ptr, nf_ptr, ring_e_ptr, ring_n_ptr,
                          peak_ptr, y_ptr, out_ptr, count_ptr, B, T, C, P, K,
                          BLOCK: tl.constexpr):
@@ -57,18 +77,12 @@ def _block_powers_kernel(w_ptr, lens_ptr, acc_ptr, fill_ptr, nf_ptr, ring_e_ptr,
     cnt = tl.zeros([BLOCK], tl.int64)
     nan = tl.full([BLOCK], float("nan"), tl.float64)
     for t in range(T):
-        for c in range(C):
-            v = tl.load(y_ptr + (b * T + t) * C + c, mask=m, other=0.0)
-            a = tl.load(acc_ptr + b * C + c, mask=m, other=0.0)
-            tl.store(acc_ptr + b * C + c, a + v * v, mask=m)
+        _square_in(y_ptr, acc_ptr, b, t, T, C, m)
         fill += 1
         flen = tl.load(lens_ptr + k % P, mask=m, other=1)
         done = m & (fill == flen)
         if tl.max(done.to(tl.int32), axis=0) > 0:
-            e = tl.zeros([BLOCK], tl.float64)
-            for c in range(C):
-                e += tl.load(w_ptr + c) * tl.load(acc_ptr + b * C + c, mask=done, other=0.0)
-                tl.store(acc_ptr + b * C + c, tl.zeros([BLOCK], tl.float64), mask=done)
+            e = _close(w_ptr, acc_ptr, b, C, done)
             tl.store(ring_e_ptr + b * _NS + k % _NS, e, mask=done)
             tl.store(ring_n_ptr + b * _NS + k % _NS, fill, mask=done)
             fill = tl.where(done, 0, fill)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.backend import Kernels
 from ..engine.grad import StageGrad
 from ..engine.jit import JIT as _JIT
 from .truepeak import _climb, _fir_peak, _load_channel, _midpoints, _sinc_scan
@@ -136,17 +137,27 @@ def true_peak_adjoint(h, sinc, hist, tp, sp, x, gy, mu_hist, mu_tp, mu_sp, gx, w
                 gx[b, t, c] += gw[H + t]
 
 
+def _triton():
+    """The Triton twin (:mod:`rtamt.loudness.truepeak_grad_triton`), imported on binding."""
+    from . import truepeak_grad_triton
+    return (truepeak_grad_triton.true_peak_adjoint,)
+
+
 class TruePeakGrad(StageGrad):
     """Input and state gradients of the true and sample peak (module docstring): the
     subgradient at the value that set each maximum; either method; no learnable
-    parameters."""
+    parameters.  Adjoint kernels: :func:`true_peak_adjoint` and its Triton twin."""
+
+    kernels = Kernels(numba=(true_peak_adjoint,), triton=_triton)
 
     def backward(self, coeffs, th, x, state, gy, mu):
         B, T, C = x.shape
-        gx = np.zeros(x.shape)
-        work = np.empty(coeffs.history + 2 * T + 1)
-        true_peak_adjoint(coeffs.phases, coeffs.method == "sinc", state["hist"],
-                          state["true_peak"], state["sample_peak"], x,
-                          np.nan_to_num(gy), mu["hist"], mu["true_peak"], mu["sample_peak"],
-                          gx, work)
+        k = self.kern
+        gx = k.zeros(x.shape, x)
+        work = np.empty(coeffs.history + 2 * T + 1) if k.backend == "numba" else None
+        gy = (np.nan_to_num(gy) if isinstance(gy, np.ndarray)
+              else gy.nan_to_num())
+        k.true_peak_adjoint(k.coef(coeffs.phases), coeffs.method == "sinc", state["hist"],
+                            state["true_peak"], state["sample_peak"], x, gy, mu["hist"],
+                            mu["true_peak"], mu["sample_peak"], gx, work)
         return gx, None

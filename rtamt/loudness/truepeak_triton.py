@@ -89,11 +89,11 @@ def _fine(h_ptr, x_ptr, hist_ptr, b, c, q, T, C, L, K, m, KC: tl.constexpr):
 
 
 @triton.jit
-def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
-            KC: tl.constexpr):
-    """numba's ``_refine`` for the lanes ``cand``: the crest near the 2x-grid point ``qc``
-    (signed values ``um``, ``u0``, ``up``), hill-climbed on the fine grid within
-    ``[qc - L/2, qc + L/2]``, then the parabola's vertex."""
+def _climb(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
+           KC: tl.constexpr):
+    """numba's ``_climb`` for the lanes ``cand``: from the 2x-grid point ``qc`` (signed
+    values ``um``, ``u0``, ``up``) the fine grid is hill-climbed within
+    ``[qc - L/2, qc + L/2]``; returns ``(q, gm, g0, gp, inner)`` as numba's."""
     Lh = L // 2
     den = 2.0 * u0 - um - up
     safe = tl.where(den > 0.0, den, 1.0)
@@ -121,27 +121,46 @@ def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
             gp = tl.where(right, gn, tl.where(left, g0, gp))
             g0 = g1
             q = q1
+    return q, gm, g0, gp, (q > lo) & (q < hi)
+
+
+@triton.jit
+def _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L, K, cand,
+            KC: tl.constexpr):
+    """numba's ``_refine`` for the lanes ``cand``: the climb (:func:`_climb`), then the
+    vertex of the parabola through the point reached and its neighbours."""
+    q, gm, g0, gp, inner = _climb(h_ptr, x_ptr, hist_ptr, b, c, qc, um, u0, up, s, T, C, L,
+                                  K, cand, KC)
     d = 2.0 * g0 - gm - gp
-    inner = (q > lo) & (q < hi) & (d > 0.0)
+    inner = inner & (d > 0.0)
     dsafe = tl.where(inner, d, 1.0)
     return tl.where(inner, g0 + (gp - gm) * (gp - gm) / (8.0 * dsafe), g0)
 
 
 @triton.jit
-def _true_peak_sinc_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, out_ptr, B, T, C, L, K,
-                           screen: tl.float64, BLOCK: tl.constexpr, KC: tl.constexpr):
-    """One lane per (stream, channel); the body runs once per 2x-grid point ``jj`` of the
-    block (even: the sample point ``t - D`` of output ``t = jj // 2``, after the sample
-    ``|x[t]|`` joined the maximum; odd: the midpoint ``m(t)``), in numba's order."""
-    i = _lane_ids(BLOCK)
-    m = i < B * C
-    b = i // C
-    c = i - b * C
+def _sinc_pass(h_ptr, x_ptr, hist_ptr, b, c, m, M, T, C, L, K, screen, BLOCK: tl.constexpr,
+               KC: tl.constexpr):
+    """The stream-order pass of one lane per (stream, channel) over the block from the
+    incoming peak ``M``: the body runs once per 2x-grid point ``jj`` (even: the sample
+    point ``t - D`` of output ``t = jj // 2``, after the sample ``|x[t]|`` joined the
+    maximum; odd: the midpoint ``m(t)``), in numba's order.  Returns ``(M, bsp, tsp,
+    kind, ridx, rum, ru0, rup, rs)``: the true and sample peak, the sample peak's first
+    index, and what set the last new true peak (numba's ``rec``: ``kind`` -1 the incoming
+    peak, 0 a sample, ``ridx`` its index after the ``K`` history samples; 1 a refined
+    crest from ``ridx = qc`` with ``rum``, ``ru0``, ``rup``, ``rs``; 2 a midpoint
+    ``m[ridx]`` of sign ``rs``).  The forward kernel uses the peaks only (the compiler
+    drops the rest); the adjoint the record."""
+    zero = b * 0
     D = K // 2
-    zero = i * 0
     half = zero + L // 2                # the half-sample phase's row
-    M = tl.load(tp_ptr + i, mask=m, other=0.0)
     bsp = tl.zeros([BLOCK], tl.float64)
+    tsp = zero
+    kind = zero - 1
+    ridx = zero
+    rum = tl.zeros([BLOCK], tl.float64)
+    ru0 = rum
+    rup = rum
+    rs = rum
     mprev = _taps(h_ptr, x_ptr, hist_ptr, b, c, half, zero - 1, T, C, K, K, m, KC)
     mc = mprev
     xs = tl.zeros([BLOCK], tl.float64)
@@ -149,8 +168,12 @@ def _true_peak_sinc_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, out_ptr, B, T
         tt = zero + jj // 2
         if jj % 2 == 0:
             a = tl.abs(_sample(x_ptr, hist_ptr, b, c, tt, T, C, K, m))
+            tsp = tl.where(a > bsp, tt, tsp)
             bsp = tl.where(a > bsp, a, bsp)
-            M = tl.where(a > M, a, M)
+            up = a > M
+            kind = tl.where(up, 0, kind)
+            ridx = tl.where(up, K + tt, ridx)
+            M = tl.where(up, a, M)
             xs = _sample(x_ptr, hist_ptr, b, c, tt - D, T, C, K, m)
             mc = _taps(h_ptr, x_ptr, hist_ptr, b, c, half, tt, T, C, K, K, m, KC)
             cur = xs
@@ -162,7 +185,11 @@ def _true_peak_sinc_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, out_ptr, B, T
             prv = xs
             nxt = _sample(x_ptr, hist_ptr, b, c, tt - D + 1, T, C, K, m)
             qc = (tt - D) * L + L // 2
-            M = tl.where(m & (mc != 0.0) & (tl.abs(mc) > M), tl.abs(mc), M)
+            up = m & (mc != 0.0) & (tl.abs(mc) > M)
+            kind = tl.where(up, 2, kind)
+            ridx = tl.where(up, tt + 1, ridx)
+            rs = tl.where(up, tl.where(mc > 0.0, 1.0, -1.0), rs)
+            M = tl.where(up, tl.abs(mc), M)
             mprev = mc
         s = tl.where(cur > 0.0, 1.0, -1.0)
         u0 = s * cur
@@ -170,8 +197,30 @@ def _true_peak_sinc_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, out_ptr, B, T
         if tl.sum(cand.to(tl.int32), axis=0) > 0:
             v = _refine(h_ptr, x_ptr, hist_ptr, b, c, qc, s * prv, u0, s * nxt, s, T, C, L, K,
                         cand, KC)
-            M = tl.where(cand & (v > M), v, M)
-    _finish(x_ptr, hist_ptr, tp_ptr, sp_ptr, out_ptr, i, b, c, zero, T, C, K, m, M, bsp)
+            up = cand & (v > M)
+            kind = tl.where(up, 1, kind)
+            ridx = tl.where(up, qc, ridx)
+            rum = tl.where(up, s * prv, rum)
+            ru0 = tl.where(up, u0, ru0)
+            rup = tl.where(up, s * nxt, rup)
+            rs = tl.where(up, s, rs)
+            M = tl.where(up, v, M)
+    return M, bsp, tsp, kind, ridx, rum, ru0, rup, rs
+
+
+@triton.jit
+def _true_peak_sinc_kernel(h_ptr, hist_ptr, tp_ptr, sp_ptr, x_ptr, out_ptr, B, T, C, L, K,
+                           screen: tl.float64, BLOCK: tl.constexpr, KC: tl.constexpr):
+    """One lane per (stream, channel): :func:`_sinc_pass`, then the new history and
+    peaks."""
+    i = _lane_ids(BLOCK)
+    m = i < B * C
+    b = i // C
+    c = i - b * C
+    M = tl.load(tp_ptr + i, mask=m, other=0.0)
+    M, bsp, _, _, _, _, _, _, _ = _sinc_pass(h_ptr, x_ptr, hist_ptr, b, c, m, M, T, C, L, K,
+                                             screen, BLOCK, KC)
+    _finish(x_ptr, hist_ptr, tp_ptr, sp_ptr, out_ptr, i, b, c, i * 0, T, C, K, m, M, bsp)
 
 
 def true_peak_sinc(h, hist, tp, sp, x, out, work=None):

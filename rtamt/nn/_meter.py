@@ -18,10 +18,17 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..engine.backend import resolve
 from ..engine.contract import fingerprint
 from ..loudness import bs1770
 from ..loudness.bs1770 import _dbtp_row
-from ..loudness.gatedstats import GatedStatistics, StatisticsParams, _add, _loudness
+from ..loudness.gatedstats import (
+    LOUDNESS_OFFSET_DB,
+    GatedStatistics,
+    StatisticsParams,
+    _add,
+    _loudness,
+)
 from ..loudness.gating import (
     FINE,
     N_BINS,
@@ -34,7 +41,7 @@ from ..loudness.gating import (
 )
 from ..loudness.kweighting import KWeighting, KWeightingParams
 from ..loudness.truepeak import TruePeak, TruePeakParams
-from ._autograd import _np, grad_rule
+from ._autograd import grad_rule
 from ._base import Part
 from .layers import ChainLayer
 
@@ -43,6 +50,23 @@ __all__ = ["R128Meter"]
 #: the statistics' state entries (batch-first ``(B, N_BINS)``: counts int64, sums float64)
 _STATS = ("gate_n", "gate_e", "lra_n", "lra_e")
 _PREFIX = "statistics."
+
+
+def _to_host(t: torch.Tensor) -> np.ndarray:
+    """A float64 host copy of ``t`` that may be written: the statistics' one way to the
+    host (they run there on every backend: their histograms, ``(batch, 10000)`` each, and
+    the block's gating rows ``(batch, K, 3)``)."""
+    return np.array(t.detach().cpu().numpy(), dtype=np.float64, copy=True)
+
+
+def _lufs_t(e: torch.Tensor) -> torch.Tensor:
+    """:func:`_lufs` in torch on ``e``'s device (the Triton-bound meter)."""
+    return LOUDNESS_OFFSET_DB + 10.0 * torch.log10(e)
+
+
+def _dbtp_t(p: torch.Tensor) -> torch.Tensor:
+    """:func:`_dbtp` in torch on ``p``'s device (the Triton-bound meter)."""
+    return 20.0 * torch.log10(p)
 
 
 def _lufs(e: np.ndarray) -> np.ndarray:
@@ -56,14 +80,18 @@ def _dbtp(p: np.ndarray) -> np.ndarray:
 
 
 class _Log(torch.autograd.Function):
-    """``_Log.apply(e, fn, scale)``: ``fn(e)`` computed by the meter's own function
+    """``_Log.apply(e, fn, scale, tfn)``: ``fn(e)`` computed by the meter's own function
     (``-0.691 + 10 log10(e)`` for a power, BS.1770-4 eq. (2); ``20 log10(p)`` for a peak),
-    with the derivative ``scale / (e ln 10)`` where ``e > 0`` is finite, else 0."""
+    or ``tfn(e)``, the same formula in torch on ``e``'s device, when ``tfn`` is given (the
+    Triton-bound meter: within an ulp of ``fn``); the derivative ``scale / (e ln 10)``
+    where ``e > 0`` is finite, else 0."""
 
     @staticmethod
-    def forward(ctx, e, fn, scale):
+    def forward(ctx, e, fn, scale, tfn=None):
         ctx.save_for_backward(e)
         ctx.scale = scale
+        if tfn is not None:
+            return tfn(e.detach())
         return torch.from_numpy(fn(e.detach().cpu().numpy())).to(e.device)
 
     @staticmethod
@@ -72,7 +100,7 @@ class _Log(torch.autograd.Function):
         (e,) = ctx.saved_tensors
         ok = torch.isfinite(e) & (e > 0)
         scale = ctx.scale / (math.log(10.0) * torch.where(ok, e, torch.ones_like(e)))
-        return torch.where(ok, g * scale, torch.zeros_like(g)), None, None
+        return torch.where(ok, g * scale, torch.zeros_like(g)), None, None, None
 
 
 class _Statistics(torch.autograd.Function):
@@ -86,8 +114,8 @@ class _Statistics(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, part, rows, gate_e, gate_n, lra_n, lra_e, n_fine, count):
-        r = rows.detach().cpu().numpy()
-        out = {k: np.array(v.detach().cpu().numpy(), copy=True)
+        r = _to_host(rows)
+        out = {k: np.array(v.detach().cpu().numpy(), copy=True)      # counts stay int64
                for k, v in zip(_STATS, (gate_n, gate_e, lra_n, lra_e))}
         nf, cnt = n_fine.cpu().numpy(), count.cpu().numpy()
         B = r.shape[0]
@@ -118,11 +146,12 @@ class _Statistics(torch.autograd.Function):
     def backward(ctx, g_int, g_sums, *_):
         rows, sums, counts = ctx.saved_tensors
         B = rows.shape[0]
-        mu = {"gate_e": np.zeros((B, N_BINS)) if g_sums is None else _np(g_sums)}
-        gy = np.zeros(B) if g_int is None else _np(g_int)
-        state = {"gate_n": counts.cpu().numpy(), "gate_e": _np(sums), "defined": ctx.defined}
-        gx, _ = ctx.part.grad.backward(ctx.part.coeffs, None, _np(rows), state, gy, mu)
-        back = torch.from_numpy(gx).to(rows.device)
+        mu = {"gate_e": np.zeros((B, N_BINS)) if g_sums is None else _to_host(g_sums)}
+        gy = np.zeros(B) if g_int is None else _to_host(g_int)
+        state = {"gate_n": counts.cpu().numpy(), "gate_e": _to_host(sums),
+                 "defined": ctx.defined}
+        gx, _ = ctx.part.grad.backward(ctx.part.coeffs, None, _to_host(rows), state, gy, mu)
+        back = torch.from_numpy(gx).to(rows.device, rows.dtype)
         return (None, back, torch.from_numpy(mu["gate_e"]).to(rows.device), None, None, None,
                 None, None)
 
@@ -200,8 +229,11 @@ class R128Meter(ChainLayer):
             new["gating.n_fine"], new["gating.count"])
         new.update({_PREFIX + "gate_e": ge, _PREFIX + "gate_n": gn, _PREFIX + "lra_n": ln,
                     _PREFIX + "lra_e": le})
-        out = {"step": rows[:, :, 0].detach(), "momentary": _Log.apply(rows[:, :, 1], _lufs, 10.0),
-               "short_term": _Log.apply(rows[:, :, 2], _lufs, 10.0), "integrated": integ,
+        dev = self.on_device
+        lt, dt = (_lufs_t, _dbtp_t) if dev else (None, None)
+        out = {"step": rows[:, :, 0].detach(),
+               "momentary": _Log.apply(rows[:, :, 1], _lufs, 10.0, lt),
+               "short_term": _Log.apply(rows[:, :, 2], _lufs, 10.0, lt), "integrated": integ,
                "loudness_range": lra}
         # the true peak, on the input beside the chain (BS.1770-4 Annex 2)
         tp = self.truepeak
@@ -210,6 +242,25 @@ class R128Meter(ChainLayer):
                                                                     for v in st.values()))
         peaks, ns = tp.run(x.permute(0, 2, 1).contiguous(), st, None, need)   # (B, 2, C)
         new.update({f"{tp.name}.{k}": v for k, v in ns.items()})
-        out["true_peak"] = _Log.apply(peaks[:, 0], _dbtp, 20.0)
-        out["sample_peak"] = _Log.apply(peaks[:, 1], _dbtp, 20.0)
+        out["true_peak"] = _Log.apply(peaks[:, 0], _dbtp, 20.0, dt)
+        out["sample_peak"] = _Log.apply(peaks[:, 1], _dbtp, 20.0, dt)
         return out, new
+
+    # -- the device: the true peak is bound with the chain; the statistics stay on the host
+    def bind_kernels(self, backend: str | None = None, implicit: bool = False) -> None:
+        """:meth:`ChainLayer.bind_kernels` for the chain and the true peak beside it."""
+        super().bind_kernels(backend, implicit)
+        if self.backend == "triton":
+            self.truepeak.bind("triton", resolve("triton", self.device)[1])
+        else:
+            self.truepeak.bind("numba", None)
+
+    @property
+    def host_stages(self) -> tuple:
+        """:attr:`ChainLayer.host_stages`, the true peak included, and ``'statistics'``
+        on the Triton backend: the gated statistics run on the host on every backend
+        (their histograms and the block's gating rows go there and back each call)."""
+        if self.backend != "triton":
+            return ()
+        tp = () if self.truepeak.on_device else (self.truepeak.name,)
+        return super().host_stages + tp + ("statistics",)

@@ -227,8 +227,10 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
             mod = _module_of(next(iter(part.numba.values())))
             assert set(got.values()) == {mod + "_triton"}, (cls, got)
             twins.add(mod + "_triton")
-    # a gradient rule declares its adjoints the same way, in the rule's own module (a
-    # part shared by several rules, the biquad cascade's adjoint, in rtamt.engine)
+    # a gradient rule declares its adjoints the same way, in the rule's own module or a
+    # gradient module of its package (the loudness integrators' adjoint, shared by two
+    # rules, in frames_grad); a set shared across packages (the biquad cascade's adjoint,
+    # K-weighting's whole set) in rtamt.engine
     rules = {cls.grad_rule() for cls in every} - {None}
     for rule in rules:
         if rule.kernels is None:
@@ -238,8 +240,11 @@ def test_every_stage_with_a_triton_path_declares_its_kernels_in_its_own_module()
                 continue
             for name, fn in part.numba.items():
                 mod = _module_of(fn)
-                assert mod == rule.__module__ if part is rule.kernels else \
-                    mod.startswith("rtamt.engine."), (rule, name, mod)
+                pkg = rule.__module__.rsplit(".", 1)[0]
+                sibling = mod.endswith("_grad") and mod.rsplit(".", 1)[0] == pkg
+                shared = mod.startswith("rtamt.engine.")
+                assert (mod == rule.__module__ or sibling or shared) \
+                    if part is rule.kernels else shared, (rule, name, mod)
             got = {f.__name__: f.__module__ for f in part.triton()}
             assert set(got) == set(part.numba), (rule, got, part.numba)
             mod = _module_of(next(iter(part.numba.values())))

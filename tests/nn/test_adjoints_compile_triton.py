@@ -3,10 +3,10 @@ import pytest
 triton = pytest.importorskip("triton")
 
 """The GPU compiler accepts the Triton adjoint kernels (``*_grad_triton.py``: the SOS
-cascade, the gammatone, the adaptation loops, the ear FIRs, the loudness frame stages):
-each compiled for an sm_80 GPU with every ``tl.constexpr`` combination (no device needed),
-so that the code the interpreter checks against numba on CI is code the GPU compiler
-takes."""
+cascade, the gammatone, the adaptation loops, the ear FIRs, the loudness frame stages,
+the R128 meter's gating blocks and true peak): each compiled for an sm_80 GPU with every
+``tl.constexpr`` combination (no device needed), so that the code the interpreter checks
+against numba on CI is code the GPU compiler takes."""
 from _triton import compile_sm80  # noqa: E402
 
 
@@ -17,6 +17,8 @@ def test_adjoint_kernels_compile_for_gpu():
         from rtamt.ear import fir_grad_triton as fir
         from rtamt.engine import sos_grad_triton as sos
         from rtamt.filterbank import gammatone_grad_triton as gt
+        from rtamt.loudness import gating_grad_triton as gg
+        from rtamt.loudness import truepeak_grad_triton as tpg
 
         p, i = "*fp64", "i32"
         for rect in (False, True):
@@ -39,6 +41,19 @@ def test_adjoint_kernels_compile_for_gpu():
         build(fir._fir_adjoint_kernel,
               dict(h_ptr=p, gy_ptr=p, mu_ptr=p, nmu_ptr=p, gx_ptr=p, T=i, C=i, N=i, M=i,
                    BLOCK=0), {"BLOCK": 64})
+        q = "*i64"
+        build(gg._adjoint_kernel,
+              dict(w_ptr=p, lens_ptr=q, acc_ptr=p, fill_ptr=q, nf_ptr=q, ring_e_ptr=p,
+                   ring_n_ptr=q, peak_ptr=p, y_ptr=p, gy_ptr=p, mu_acc_ptr=p, mu_ring_ptr=p,
+                   mu_peak_ptr=p, gx_ptr=p, accw_ptr=p, E_ptr=p, N_ptr=p, ends_ptr=q,
+                   gw_ptr=p, gE_ptr=p, B=i, T=i, C=i, P=i, K=i, F=i, BLOCK=0),
+              {"BLOCK": 16})
+        for sinc in (False, True):
+            build(tpg._adjoint_kernel,
+                  dict(h_ptr=p, hist_ptr=p, tp_ptr=p, sp_ptr=p, x_ptr=p, gy_ptr=p,
+                       mu_hist_ptr=p, mu_tp_ptr=p, mu_sp_ptr=p, gx_ptr=p, gw_ptr=p, B=i, T=i,
+                       C=i, L=i, K=i, screen="fp64", SINC=0, BLOCK=0, KC=0),
+                  {"SINC": sinc, "BLOCK": 64, "KC": 16})
     ''')
 
 
