@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from .frames_grad import AGC_KERNELS, FrameGrad, time_constant_coeff, zeros_if_none
+from .frames_grad import AGC_KERNELS, FrameGrad, owned, scalar, time_constant_coeff, zeros_or
 
 __all__ = ["IntegratorWeights", "LoudnessIntegratorGrad", "SpecificLoudnessAGCGrad"]
 
@@ -39,7 +39,7 @@ class _IntegratorGrad(FrameGrad):
                                    release=float(w.release))
 
     def _gth(self, th, ga, gr):
-        return None if th is None else self.chain(th, np.float64(ga), np.float64(gr))
+        return None if th is None else self.chain(th, scalar(self.kern, ga), scalar(self.kern, gr))
 
 
 class LoudnessIntegratorGrad(_IntegratorGrad):
@@ -48,12 +48,13 @@ class LoudnessIntegratorGrad(_IntegratorGrad):
 
     def backward(self, stage, fr, state, g, mu, th):
         p = stage.params
+        kern = self.kern
         x = fr[p.source]
-        x = np.ascontiguousarray(x.T if p.transpose else x)
-        gx = np.zeros(x.shape)
+        x = kern.contiguous(x.T if p.transpose else x)
+        gx = kern.zeros(tuple(x.shape), x)
         m = mu[p.key]
-        ga, gr = self.kern.agc_adjoint(x, state[p.key].copy(), p.attack, p.release,
-                             np.ascontiguousarray(zeros_if_none(g[p.key], x.shape)), m, gx)
+        ga, gr = kern.agc_adjoint(x, owned(kern, state[p.key]), p.attack, p.release,
+                                  zeros_or(kern, g[p.key], tuple(x.shape), x), m, gx)
         return {p.source: gx.T if p.transpose else gx}, self._gth(th, ga, gr)
 
 
@@ -64,14 +65,15 @@ class SpecificLoudnessAGCGrad(_IntegratorGrad):
     def backward(self, stage, fr, state, g, mu, th):
         p = stage.params
         R, F, K = int(fr["R"]), int(fr["F"]), p.channels
+        kern = self.kern
         x = fr["N"].reshape(R, F, K)
-        gst = zeros_if_none(g["st"], (F, R, K))
+        gst = zeros_or(kern, g["st"], (F, R, K), x)
         # the rows and channels side by side: (F, R K), one smoother each
-        x2 = np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(F, R * K)
-        gx = np.zeros((F, R * K))
-        m = np.ascontiguousarray(mu["st"]).reshape(R * K)
-        ga, gr = self.kern.agc_adjoint(x2, state["st"].reshape(R * K).copy(), p.attack, p.release,
-                             np.ascontiguousarray(gst).reshape(F, R * K), m, gx)
+        x2 = kern.contiguous(x.swapaxes(0, 1)).reshape(F, R * K)
+        gx = kern.zeros((F, R * K), x2)
+        m = kern.contiguous(mu["st"]).reshape(R * K)
+        ga, gr = kern.agc_adjoint(x2, owned(kern, state["st"]).reshape(R * K), p.attack,
+                                  p.release, gst.reshape(F, R * K), m, gx)
         mu["st"] = m.reshape(R, K)
-        gN = gx.reshape(F, R, K).transpose(1, 0, 2).reshape(R * F, K)
+        gN = gx.reshape(F, R, K).swapaxes(0, 1).reshape(R * F, K)
         return {"N": gN}, self._gth(th, ga, gr)

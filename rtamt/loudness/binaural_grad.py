@@ -26,7 +26,7 @@ from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import band_ranges, product
 from .binaural import _sech_pow
-from .frames_grad import FrameGrad, agc_step_adjoint, time_constant_coeff, zeros_if_none
+from .frames_grad import FrameGrad, agc_step_adjoint, owned, scalar, time_constant_coeff, zeros_or
 
 __all__ = ["binaural_adjoint", "BinauralWeights", "BinauralGrad"]
 
@@ -148,25 +148,26 @@ class BinauralGrad(FrameGrad):
                                    release=float(w.release))
 
     def backward(self, stage, fr, state, g, mu, th):
-        q, c = stage.params, stage.coeffs
-        st = np.ascontiguousarray(fr["st"])
+        q, c, kern = stage.params, stage.kcoeffs, self.kern   # arrays as kernels take them
+        st = kern.contiguous(fr["st"])
         F, R, K = st.shape
         B = 1 if R == 1 else R // 2
         S = product(stage.kern, st.reshape(F * R, K), c.smooth, c.smooth_rng).reshape(F, R, K)
-        E = np.ascontiguousarray(fr["E"]).reshape(R, F, K)
-        gst = np.zeros((F, R, K))
-        gS = np.zeros((F, R, K))
-        gE = np.zeros((R, F, K))
-        m = np.array(mu["lt"], dtype=np.float64)
-        gp, ga, gr = self.kern.binaural_adjoint(
-            st, S, E, state["lt"], q.attack, q.release, q.p,
-            np.ascontiguousarray(zeros_if_none(g["spec"], (B, 2, K, F))),
-            np.ascontiguousarray(zeros_if_none(g["exc"], (B, 2, K, F))),
-            np.ascontiguousarray(zeros_if_none(g["ste"], (B, 2, F))),
-            np.ascontiguousarray(zeros_if_none(g["lte"], (B, 2, F))), m, gst, gS, gE)
+        E = kern.contiguous(fr["E"]).reshape(R, F, K)
+        gst = kern.zeros((F, R, K), st)
+        gS = kern.zeros((F, R, K), st)
+        gE = kern.zeros((R, F, K), st)
+        m = owned(kern, mu["lt"])
+        gp, ga, gr = kern.binaural_adjoint(
+            st, S, E, kern.contiguous(state["lt"]), q.attack, q.release, q.p,
+            zeros_or(kern, g["spec"], (B, 2, K, F), st),
+            zeros_or(kern, g["exc"], (B, 2, K, F), st),
+            zeros_or(kern, g["ste"], (B, 2, F), st),
+            zeros_or(kern, g["lte"], (B, 2, F), st), m, gst, gS, gE)
         mu["lt"] = m
-        gst += product(stage.kern, gS.reshape(F * R, K), self.smooth_t,
-                       self.smooth_t_rng).reshape(F, R, K)
-        gth = None if th is None else self.chain(th, np.float64(gp), np.float64(ga),
-                                                 np.float64(gr))
+        co = kern.coef
+        gst += product(stage.kern, gS.reshape(F * R, K), co(self.smooth_t),
+                       co(self.smooth_t_rng)).reshape(F, R, K)
+        gth = None if th is None else self.chain(th, scalar(kern, gp), scalar(kern, ga),
+                                                 scalar(kern, gr))
         return {"st": gst, "E": gE.reshape(R * F, K)}, gth

@@ -20,7 +20,7 @@ from numba import njit
 from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
 from ..engine.rowwise import band_ranges, product
-from .frames_grad import FrameGrad, zeros_if_none
+from .frames_grad import FrameGrad, owned
 
 __all__ = ["lower_skirt_adjoint", "lower_skirt_f64", "excitation_db_adjoint", "ExcitationGrad"]
 
@@ -117,18 +117,17 @@ class ExcitationGrad(FrameGrad):
         self.up_rng, self.sym_rng = band_ranges(self.up), band_ranges(self.sym)
 
     def backward(self, stage, fr, state, g, mu, th):
-        c = stage.coeffs
-        P = np.ascontiguousarray(fr["P"])
+        c, kern, co = stage.kcoeffs, self.kern, self.kern.coef   # arrays as kernels take them
+        P = kern.contiguous(fr["P"])
         N = P.shape[0]
-        nf = c.fc.size
-        gE = np.array(zeros_if_none(g["E"], (N, nf)), copy=True)
+        nf = c.fc.shape[0]
+        gE = kern.zeros((N, nf), P) if g["E"] is None else owned(kern, g["E"])
         if stage.params.level_db and g.get("E_db") is not None:
-            self.kern.excitation_db_adjoint(np.ascontiguousarray(fr["out"]["E"]),
-                                            np.ascontiguousarray(g["E_db"]), gE)
+            kern.excitation_db_adjoint(kern.contiguous(fr["out"]["E"]),
+                                       kern.contiguous(g["E_db"]), gE)
         lvl = product(stage.kern, P, c.sym_t, c.sym_rng)     # as the forward pass
-        gP = product(stage.kern, gE, self.up, self.up_rng)
-        glvl = np.zeros(P.shape)
-        self.kern.lower_skirt_adjoint(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, gE, gP,
-                                      glvl)
-        gP += product(stage.kern, glvl, self.sym, self.sym_rng)
+        gP = product(stage.kern, gE, co(self.up), co(self.up_rng))
+        glvl = kern.zeros(tuple(P.shape), P)
+        kern.lower_skirt_adjoint(P, lvl, c.c_slope, c.a, c.b, c.i0, c.seg, c.cnt, gE, gP, glvl)
+        gP += product(stage.kern, glvl, co(self.sym), co(self.sym_rng))
         return {"P": gP}, None

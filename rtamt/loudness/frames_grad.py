@@ -44,7 +44,7 @@ from ..engine.jit import INLINE as _INL
 from ..engine.jit import JIT as _JIT
 
 __all__ = ["FrameGrad", "agc_adjoint", "agc_step_adjoint", "time_constant_coeff",
-           "AGC_KERNELS"]
+           "AGC_KERNELS", "zeros_or", "owned", "scalar"]
 
 
 class FrameGrad(StageGrad):
@@ -52,14 +52,6 @@ class FrameGrad(StageGrad):
     :mod:`rtamt.nn` layer from the stage and the rows of a stream (``rows``)."""
 
     n_params = 0
-
-    def __init_subclass__(cls, **kw):
-        own = "device_ready" in cls.__dict__
-        super().__init_subclass__(**kw)
-        # the rules declare their Triton adjoints (``kernels``), but their ``backward``
-        # still prepares its arrays with numpy: a frame layer binds them on the host
-        if not own:
-            cls.device_ready = False
 
     def __init__(self, stage, rows: int = 1):
         super().__init__(stage, stage.coeffs, rows)
@@ -73,10 +65,15 @@ class FrameGrad(StageGrad):
         or no parameters: the stage itself; the last one is kept)."""
         if th is None or not self.n_params:
             return self.stage
-        key = np.asarray(th, dtype=np.float64).tobytes()
+        kern = self.kern
+        key = (np.asarray(th, dtype=np.float64).tobytes(), getattr(kern, "backend", None),
+               str(getattr(kern, "device", None)))
         if self._stage[0] != key:
             params = self.params_for(self.weights(np.asarray(th, dtype=np.float64)))
-            self._stage = (key, type(self.stage)(params))
+            st = type(self.stage)(params)
+            if key[1] == "triton":          # the rule is bound to the device: so is its stage
+                st.to(kern.device, backend="triton")
+            self._stage = (key, st)
         return self._stage[1]
 
     def backward(self, stage, fr, state, g, mu, th):  # pragma: no cover - per rule
@@ -86,6 +83,28 @@ class FrameGrad(StageGrad):
 def zeros_if_none(g, shape) -> np.ndarray:
     """``g`` as a float64 array, or zeros of ``shape`` for ``None``."""
     return np.zeros(shape) if g is None else np.asarray(g, dtype=np.float64)
+
+
+def zeros_or(kern, g, shape, like):
+    """``g`` (a float64 gradient of the bound backend: numpy, or a tensor on the device)
+    made contiguous, or zeros of ``shape`` in ``like``'s dtype and place for ``None``;
+    ``kern``: the rule's bound kernel set (:attr:`rtamt.engine.grad.StageGrad.kern`)."""
+    return kern.zeros(shape, like) if g is None else kern.contiguous(g)
+
+
+def owned(kern, a):
+    """A new contiguous copy of ``a`` (numpy or a tensor, as ``kern`` takes them) that a
+    kernel may write."""
+    out = kern.empty(tuple(a.shape), a)
+    out[...] = a
+    return out
+
+
+def scalar(kern, v):
+    """A kernel's returned coefficient gradient as :meth:`~rtamt.engine.grad.StageGrad.
+    chain` takes it: a numba float as ``np.float64`` (a float64 tensor then), a Triton
+    twin's 0-d tensor as it is (``kern``: the bound set that ran the kernel)."""
+    return v if kern.backend == "triton" else np.float64(v)
 
 
 def time_constant_coeff(a0: float, th, xp=np):

@@ -9,9 +9,9 @@ import math
 import numpy as np
 from numba import njit
 
-from ..engine.backend import Kernels
+from ..engine.backend import Kernels, NumbaKernels
 from ..engine.jit import JIT as _JIT
-from .frames_grad import FrameGrad, zeros_if_none
+from .frames_grad import FrameGrad, scalar, zeros_or
 
 __all__ = ["specific_loudness_adjoint", "SpecificLoudnessWeights", "SpecificLoudnessGrad",
            "InstantaneousLoudnessGrad"]
@@ -86,22 +86,28 @@ class SpecificLoudnessGrad(FrameGrad):
         return dataclasses.replace(self.stage.params, C=float(w.C))
 
     def backward(self, stage, fr, state, g, mu, th):
-        c = stage.coeffs
-        E = np.ascontiguousarray(fr["E"])
-        gE = np.zeros(E.shape)
-        gN = np.ascontiguousarray(zeros_if_none(g["N"], E.shape))
-        gC = self.kern.specific_loudness_adjoint(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq,
-                                                 float(c.C), gN, gE)
-        return {"E": gE}, (None if th is None else self.chain(th, np.float64(gC)))
+        c, kern = stage.kcoeffs, self.kern         # the arrays as the kernels take them
+        E = kern.contiguous(fr["E"])
+        gE = kern.zeros(tuple(E.shape), E)
+        gN = zeros_or(kern, g["N"], tuple(E.shape), E)
+        gC = kern.specific_loudness_adjoint(E, c.G, c.A, c.alpha, c.A_alpha, c.ethrq,
+                                            float(stage.coeffs.C), gN, gE)
+        return {"E": gE}, (None if th is None else self.chain(th, scalar(kern, gC)))
 
 
 class InstantaneousLoudnessGrad(FrameGrad):
     """``fr['N']`` (R F, K) -> ``fr['inst']`` (R, F) = ``c 0.25 sum_K N'``: each channel's
-    gradient is ``c 0.25`` times the frame's."""
+    gradient is ``c 0.25`` times the frame's.  Array operations only (no kernel): it runs
+    on both backends."""
+
+    device_ready = True
+    kern = NumbaKernels({})
 
     def backward(self, stage, fr, state, g, mu, th):
         R, F = int(fr["R"]), int(fr["F"])
         K = fr["N"].shape[1]
-        gi = zeros_if_none(g["inst"], (R, F)) * (stage.coeffs * 0.25)
-        gN = np.repeat(gi.reshape(R * F, 1), K, axis=1)
+        like = fr["N"]
+        gi = zeros_or(self.kern, g["inst"], (R, F), like) * (stage.coeffs * 0.25)
+        gN = self.kern.empty((R * F, K), like)
+        gN[...] = gi.reshape(R * F, 1)            # each channel: the frame's gradient
         return {"N": gN}, None

@@ -23,7 +23,7 @@ from numba import njit
 
 from ..engine.backend import Kernels
 from ..engine.jit import JIT as _JIT
-from .frames_grad import FrameGrad, zeros_if_none
+from .frames_grad import FrameGrad, zeros_or
 from .spectrum import _window
 
 __all__ = ["dft_power_adjoint", "SpectrumGrad"]
@@ -92,23 +92,26 @@ class SpectrumGrad(FrameGrad):
                                  c.group_of_bin[pl.bins]))
 
     def backward(self, stage, fr, state, g, mu, th):
-        c = stage.coeffs
+        c, kern = stage.coeffs, self.kern
         L, H = c.nmax, c.hop
         rows = fr["rows"]
         R, T = rows.shape
-        ends = fr["out"]["ends"]                 # the frames the block completed
+        ends = fr["out"]["ends"]                 # the frames the block completed (host)
         F = int(ends.size)
-        z = np.ascontiguousarray(np.concatenate([state["hist"], rows], axis=1))
-        gz = np.zeros(z.shape)
+        z = kern.empty((R, L + T), rows)          # the history, then the block
+        z[:, :L] = state["hist"]
+        z[:, L:] = rows
+        gz = kern.zeros((R, L + T), rows)
         gz[:, -L:] += mu["hist"]
         if F:
-            gP = zeros_if_none(g["P"], (R * F, c.comp_hz.size))
-            e0 = int(ends[0]) - int(state["n"][0]) + L
-            gP = np.ascontiguousarray(gP)
+            gP = zeros_or(kern, g["P"], (R * F, c.comp_hz.size), rows)
+            e0 = int(ends[0]) - int(state["n"][0]) + L     # the frame clock: a host array
+            co = kern.coef
             for _, start, mat, mat_t, gain, grp in self.windows:
-                self.kern.dft_power_adjoint(z, e0 + start, F, H, mat, mat_t, gain, grp, gP, gz)
-        mu["hist"] = np.ascontiguousarray(gz[:, :L])
+                kern.dft_power_adjoint(z, e0 + start, F, H, co(mat), co(mat_t), co(gain),
+                                       co(grp), gP, gz)
+        mu["hist"] = kern.contiguous(gz[:, :L])
         for k in mu:
             if k.startswith("ring"):
-                mu[k] = np.zeros(np.shape(mu[k]))
-        return {"rows": np.ascontiguousarray(gz[:, L:])}, None
+                mu[k] = kern.zeros(tuple(mu[k].shape), rows)
+        return {"rows": kern.contiguous(gz[:, L:])}, None

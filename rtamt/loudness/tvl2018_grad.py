@@ -44,6 +44,9 @@ class EarFIRGrad(FrameGrad):
     """``fr['rows']`` (R, T) -> ``fr['rows']``; state ``hist`` (R, ntaps - 1)."""
 
     kernels = Kernels(numba=(fir_adjoint,), triton=_triton)
+    #: its ``backward`` prepares numpy arrays: a layer of this configuration stays on the
+    #: host (the Triton twin is checked at kernel level)
+    device_ready = False
 
     def backward(self, stage, fr, state, g, mu, th):
         x = fr["rows"]
@@ -59,7 +62,9 @@ class EarFIRGrad(FrameGrad):
 
 class ComponentFloorGrad(FrameGrad):
     """``fr['P']`` (R F, J) -> ``fr['P']``: the gradient of a kept component passes, that of
-    a dropped one is 0."""
+    a dropped one is 0.  No kernel of its own and numpy only: host-only."""
+
+    device_ready = False
 
     def backward(self, stage, fr, state, g, mu, th):
         P = np.array(fr["P"], dtype=np.float64, copy=True)

@@ -186,6 +186,30 @@ class FramePart:
         rule = self.cls.grad_rule()
         self.grad = None if rule is None else rule(stage, self.rows)
         self.why = "has no gradient rule"
+        #: the stage and its rule run on the block's device (:meth:`bind`): the state is
+        #: kept there as tensors (the frame clock ``n`` excepted, a host array as in the
+        #: Triton-bound model)
+        self.on_device = False
+        #: the stage the layer runs (the model's copy bound to Triton on the device)
+        self.run_stage = stage
+
+    def device_ok(self) -> bool:
+        """Whether the stage has Triton twins and a rule whose ``backward`` runs on the
+        device."""
+        return bool(self.stage.triton_ready and self.grad is not None
+                    and self.grad.device_ready)
+
+    def bind(self, backend: str, device, stage) -> None:
+        """Bind for a resolved ``(backend, device)``: ``stage`` is the stage to run (the
+        Triton-bound model's on ``'triton'``, else this part's own); the rule's adjoints
+        bound alike, with ``stage``'s coefficient cache."""
+        self.on_device = backend == "triton"
+        self.run_stage = stage
+        if self.grad is not None:
+            if self.on_device:
+                self.grad.bind(backend, device, coef=getattr(stage.kern, "coef", None))
+            else:
+                self.grad.bind("numba")
 
     def _first(self, k: str, v, batch: int) -> np.ndarray:
         """State array ``k`` of the stage's own layout, batch-first."""
@@ -206,7 +230,12 @@ class FramePart:
         ``st`` (by key)."""
         out = {}
         for k in self.keys:
-            a = st[k].detach().cpu().numpy()
+            v = st[k].detach()
+            if self.on_device and k not in self.shared:     # stays on the device
+                out[k] = v.reshape((batch * self.rows,) + tuple(
+                    v.shape[2 if self.rows > 1 else 1:])).clone()
+                continue
+            a = v.cpu().numpy()           # the frame clock: read on the host, as the model
             if k in self.shared:
                 if not (a == a[:1]).all():
                     raise RtamtInputError(
@@ -220,9 +249,17 @@ class FramePart:
         return out
 
     def from_model(self, st: dict, batch: int, device) -> dict:
-        """Batch-first tensors on ``device`` of the stage's own state ``st``."""
-        return {k: torch.from_numpy(self._first(k, v, batch)).to(device)
-                for k, v in st.items()}
+        """Batch-first tensors on ``device`` of the stage's own state ``st`` (numpy; for a
+        part bound to the device, tensors there but the frame clock)."""
+        out = {}
+        for k, v in st.items():
+            if self.on_device and k not in self.shared:     # a tensor there already
+                if self.rows > 1:
+                    v = v.reshape((batch, self.rows) + tuple(v.shape[1:]))
+                out[k] = v.contiguous()
+            else:
+                out[k] = torch.from_numpy(self._first(k, v, batch)).to(device)
+        return out
 
 
 class StreamLayer(torch.nn.Module):

@@ -15,6 +15,14 @@ gradients of what it wrote to those of what it read and the gradient of its outg
 to that of its incoming state (the carried state chains blocks: two blocks give the
 gradient of one call).  Learnable stages run the stage their rule builds for ``theta``
 (:meth:`~rtamt.loudness.frames_grad.FrameGrad.stage_for`).  This module knows no stage.
+
+Two paths, chosen when the layer is bound (:meth:`rtamt.nn.ChainLayer.to`): the host path
+(numba kernels on float64 numpy arrays; a block on another device is copied to the host
+and back) and the device path of a Triton-bound layer (the calibration and the frame
+stages of a copy of the model bound to the Triton twins, the rules' Triton adjoints: the
+block, the frames, the tape, the float state and every gradient stay float64 tensors on
+the block's device; only the frame clock, one integer per stream, is read on the host, as
+the Triton-bound model keeps it, with the frames' end samples).
 """
 from __future__ import annotations
 
@@ -24,7 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from ._autograd import param_np
 
-__all__ = ["FrameFunction", "run_frames"]
+__all__ = ["FrameFunction", "run_frames", "frame_rows"]
 
 #: entries of a block's frames that are not frame arrays
 _NOT_FRAMES = ("R", "F", "ends", "rows")
@@ -42,25 +50,41 @@ class _Call:
 
 
 def _stages(layer, learn: list, thetas) -> list:
-    """The stage each part runs: its rule's stage for its ``theta`` when learnable."""
+    """The stage each part runs: its rule's stage for its ``theta`` when learnable (bound
+    as the rule is)."""
     th = dict(zip(learn, thetas))
-    return [p.grad.stage_for(param_np(th[p.name])) if p.name in th else p.stage
+    return [p.grad.stage_for(param_np(th[p.name])) if p.name in th else p.run_stage
             for p in layer.parts]
+
+
+def frame_rows(layer, x: torch.Tensor):
+    """The block ``x`` as the float64 rows ``(R, T)`` the model's calibration takes: a
+    numpy array on the host path, a contiguous tensor on ``x``'s device on the device
+    path."""
+    if layer.on_device:
+        return x.detach().to(torch.float64).reshape(-1, x.shape[-1]).contiguous()
+    return x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
 
 
 def _forward(layer, stages, state: dict, x: torch.Tensor, record: bool):
     """The calibration and the frame stages on ``x`` from ``state`` (nested per stage,
-    numpy, advanced in place): the block's frames, and with ``record`` per stage the
-    copies of what it read and its incoming state."""
-    rows = x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
-    cal = layer.calibration
+    advanced in place; numpy, or tensors on the device path): the block's frames, and
+    with ``record`` per stage the copies of what it read and its incoming state."""
+    rows = frame_rows(layer, x)
+    cal, dev = layer.calibration, layer.on_device
+    if cal is not None and dev:
+        cal = layer._dev_model.stages[0]
     fr = {"rows": rows if cal is None else cal.process_tm(cal.coeffs, {}, rows)}
     tape = []
     for p, s in zip(layer.parts, stages):
         if record:
-            fin = {k: np.array(fr[k], dtype=np.float64, copy=True) for k in s.reads}
+            # on the device every frame and float state entry is a float64 tensor there;
+            # the frame clock a host array
+            fin = {k: (fr[k].clone() if dev else np.array(fr[k], dtype=np.float64, copy=True))
+                   for k in s.reads}
             fin.update({k: fr[k] for k in ("R", "F", "ends") if k in fr})
-            sin = {k: np.array(v, copy=True) for k, v in state[p.name].items()}
+            sin = {k: (v.clone() if dev and k not in p.shared else np.array(v, copy=True))
+                   for k, v in state[p.name].items()}
         s.process_tm(fr, state[p.name])
         if record:
             fin["out"] = {k: fr[k] for k in s.writes}
@@ -76,6 +100,22 @@ def _nested(layer, flat, B: int) -> dict:
         out[p.name] = p.to_model(dict(zip(p.keys, flat[i:i + n])), B)
         i += n
     return out
+
+
+def _tensor64(layer, a, dev) -> torch.Tensor:
+    """Frame array ``a`` (numpy on the host path, a tensor on the device path) as a
+    contiguous float64 tensor on ``dev``."""
+    if layer.on_device:
+        return a.to(torch.float64).contiguous()
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(dev)
+
+
+def _grad64(layer, gv: torch.Tensor):
+    """An output gradient as the rules take it: float64 numpy on the host path, a
+    contiguous float64 tensor on the device path."""
+    if layer.on_device:
+        return gv.detach().to(torch.float64).contiguous()
+    return gv.detach().cpu().numpy().astype(np.float64)
 
 
 class FrameFunction(torch.autograd.Function):
@@ -95,8 +135,7 @@ class FrameFunction(torch.autograd.Function):
         call.out_keys = tuple(k for k in fr if k not in _NOT_FRAMES)
         call.ends = fr["ends"]
         dev = x.device
-        frames = tuple(torch.from_numpy(np.ascontiguousarray(fr[k], dtype=np.float64)).to(dev)
-                       for k in call.out_keys)
+        frames = tuple(_tensor64(layer, fr[k], dev) for k in call.out_keys)
         new = []
         for p in layer.parts:
             st = p.from_model(state[p.name], B, dev)
@@ -117,8 +156,8 @@ class FrameFunction(torch.autograd.Function):
         nout = len(call.out_keys)
         stages = _stages(layer, call.learn, thetas)
         _, tape = _forward(layer, stages, _nested(layer, flat, B), x, True)
-        g = {k: gv.detach().cpu().numpy().astype(np.float64)
-             for k, gv in zip(call.out_keys, grads[:nout]) if gv is not None}
+        g = {k: _grad64(layer, gv) for k, gv in zip(call.out_keys, grads[:nout])
+             if gv is not None}
         gflat = list(grads[nout:])
         g_state = [None] * len(flat)
         g_theta = [None] * nth
@@ -132,7 +171,7 @@ class FrameFunction(torch.autograd.Function):
             for q, k in enumerate(p.keys):       # the clock (an integer) as it is
                 v, gv = flat[i0 + q], gflat[i0 + q]
                 gb[k] = v if k not in keys else (torch.zeros_like(v) if gv is None else gv)
-            mu = {k: np.ascontiguousarray(v, dtype=np.float64)
+            mu = {k: (v if layer.on_device else np.ascontiguousarray(v, dtype=np.float64))
                   for k, v in p.to_model(gb, B).items() if k in keys}
             fin, sin = tape[j]
             want = p.name in call.learn and ctx.needs_input_grad[2 + call.learn.index(p.name)]
@@ -151,8 +190,12 @@ class FrameFunction(torch.autograd.Function):
         gx = None
         if ctx.needs_input_grad[1] and "rows" in g:
             gain = 1.0 if layer.calibration is None else float(layer.calibration.gain)
-            gx = torch.from_numpy(np.ascontiguousarray(g["rows"] * gain).reshape(x.shape)).to(
-                x.device, x.dtype)
+            gr = g["rows"] * gain
+            if layer.on_device:
+                gx = gr.reshape(x.shape).to(x.dtype)
+            else:
+                gx = torch.from_numpy(np.ascontiguousarray(gr).reshape(x.shape)).to(
+                    x.device, x.dtype)
         return (None, gx, *g_theta, *g_state)
 
 

@@ -19,6 +19,7 @@ stage); a gradient requested through a stage without one is refused, naming the 
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -36,7 +37,7 @@ from ..modulation import king2019, modfb
 from ..nonlinear import compression
 from ._autograd import param_np
 from ._base import FramePart, Part, StreamLayer, np_dtype, time_last
-from ._frames import run_frames
+from ._frames import frame_rows, run_frames
 
 __all__ = ["ChainLayer", "StageLayer", "Dau1997", "King2019", "Osses2021", "Paulick2024",
            "Glasberg2002", "Moore2016", "Gammatone", "IHCEnvelope", "AdaptLoop",
@@ -111,9 +112,14 @@ class ChainLayer(StreamLayer):
     Triton twins) runs on the host as on the CPU (:attr:`host_stages` names them).
     ``.to('cpu')`` binds the numba kernels again; ``.to('cpu', backend='triton')`` runs
     the Triton kernels in Triton's interpreter (``TRITON_INTERPRET=1``, how the tests
-    check them without a GPU).  Frame layers (the loudness models) run on the host.
+    check them without a GPU).  A frame layer (the loudness models) binds all or nothing:
+    a copy of its model bound to the Triton twins and every rule's Triton adjoints
+    (:mod:`rtamt.nn._frames`), or, when a stage has no device path (Moore2016's
+    ``config='tvl2018'``), the host (an explicit ``backend='triton'`` then raises).
     """
 
+    #: a frame layer's copy of its model bound to the Triton twins (``None`` on the host)
+    _dev_model = None
     #: the kernels the layer's stages run: ``'numba'`` (the host) or ``'triton'``
     #: (:attr:`device`), bound when the layer is moved (:meth:`to`)
     backend = "numba"
@@ -205,12 +211,41 @@ class ChainLayer(StreamLayer):
                 raise
             backend, dev = "numba", None
         if self.frames:
-            if backend == "triton" and not implicit:
-                raise RtamtBackendError(f"{self.name}: frame layers run on the host (numba "
-                                        "kernels); bind backend='numba' (the default)")
+            self._bind_frames(backend, dev, implicit)
             return
         for p in self.parts:
             p.bind(backend, dev)
+        self.backend = backend
+        self.on_device = backend == "triton"
+
+    def _bind_frames(self, backend: str, dev, implicit: bool) -> None:
+        """:meth:`bind_kernels` of a frame layer: on ``'triton'`` a copy of the model bound
+        to the Triton twins on ``dev`` (:attr:`_dev_model`) runs the block and every rule
+        its Triton adjoints, all or nothing; a layer with a stage that has no device path
+        (Moore2016's ``config='tvl2018'``: the component floor has no adjoint kernel)
+        stays on the host when moved implicitly, and refuses an explicit
+        ``backend='triton'``."""
+        if backend == "triton":
+            cal = self.calibration
+            miss = [p.name for p in self.parts if not p.device_ok()]
+            if cal is not None and not cal.triton_ready:
+                miss.insert(0, cal.name)
+            if miss:
+                if not implicit:
+                    raise RtamtBackendError(
+                        f"{self.name}: stage(s) {miss} have no Triton path for gradients "
+                        "(forward twins and device adjoints); bind backend='numba' (the "
+                        "default)")
+                backend = "numba"
+        if backend == "triton":
+            dm = copy.deepcopy(self.model)
+            dm.to(dev, backend="triton")
+            stages = {s.name: s for s in dm.stages}
+            self._dev_model = dm
+        else:
+            stages, self._dev_model = {p.name: p.stage for p in self.parts}, None
+        for p in self.parts:
+            p.bind(backend, dev, stages[p.name])
         self.backend = backend
         self.on_device = backend == "triton"
 
@@ -319,16 +354,17 @@ class ChainLayer(StreamLayer):
 
     def _run_frames(self, x, state):
         """One block through a frame model's pure ``process`` (no gradient wanted)."""
-        m, B = self.model, x.shape[0]
+        m, B = (self._dev_model if self.on_device else self.model), x.shape[0]
         st = {s.name: {} for s in m.stages}        # nested per stage; the calibration: {}
         for p, keys in zip(self.parts, self._keys):
             st[p.name] = p.to_model({k: state[f] for k, f in zip(p.keys, keys)}, B)
-        rows = x.detach().cpu().numpy().astype(np.float64).reshape(-1, x.shape[-1])
+        rows = frame_rows(self, x)
         lead = (B,) if self.n_in == 1 else (B, self.n_in)
         out = m.process(m.coeffs, st, rows, lead, _FRAME_MODES[self.n_in])
         dev, dt = x.device, np_dtype(x.dtype)
-        ys = {k: torch.from_numpy(np.asarray(v) if k == "frame_time" else
-                                  np.ascontiguousarray(v).astype(dt)).to(dev)
+        ys = {k: (v.to(x.dtype).contiguous() if self.on_device and k != "frame_time" else
+                  torch.from_numpy(np.asarray(v) if k == "frame_time" else
+                                   np.ascontiguousarray(v).astype(dt)).to(dev))
               for k, v in out.items()}
         new = {f"{p.name}.{k}": v for p in self.parts
                for k, v in p.from_model(st[p.name], B, dev).items()}

@@ -55,4 +55,4 @@ def test_binaural_adjoint(R):
 def test_binaural_rule_declares_the_triton_adjoint():
     assert bg.BinauralGrad.kernels.has_triton
     assert bg.BinauralGrad.kern.binaural_adjoint is bg.binaural_adjoint
-    assert bg.BinauralGrad.device_ready is False             # frame layers: the host
+    assert bg.BinauralGrad.device_ready is True              # frame layers bind it

@@ -59,4 +59,4 @@ def test_excitation_rule_declares_the_triton_adjoints():
     assert eg.ExcitationGrad.kernels.has_triton
     assert set(eg.ExcitationGrad.kern.names) == {"lower_skirt_adjoint",
                                                   "excitation_db_adjoint"}
-    assert eg.ExcitationGrad.device_ready is False           # frame layers: the host
+    assert eg.ExcitationGrad.device_ready is True            # frame layers bind it

@@ -46,4 +46,4 @@ def test_specific_loudness_rule_declares_the_triton_adjoint():
     assert slg.SpecificLoudnessGrad.kernels.has_triton
     assert slg.SpecificLoudnessGrad.kern.specific_loudness_adjoint \
         is slg.specific_loudness_adjoint
-    assert slg.SpecificLoudnessGrad.device_ready is False     # frame layers: the host
+    assert slg.SpecificLoudnessGrad.device_ready is True      # frame layers bind it

@@ -38,4 +38,4 @@ def test_fir_adjoint_stage_taps():
 def test_ear_fir_rule_declares_the_triton_adjoint():
     assert tg.EarFIRGrad.kernels.has_triton
     assert tg.EarFIRGrad.kern.fir_adjoint is tg.fir_adjoint
-    assert tg.EarFIRGrad.device_ready is False               # frame layers: the host
+    assert tg.EarFIRGrad.device_ready is False               # tvl2018: the host
