@@ -24,7 +24,7 @@ _LAZY = {
     "FanOut": "scheduler", "RtamtCapacityError": "scheduler", "Scheduler": "scheduler",
 }
 #: the subpackages and modules ``rtamt.<name>`` reaches after a bare ``import rtamt``
-_SUBMODULES = ("adaptation", "calibration", "data", "ear", "engine", "filterbank", "ihc",
+_SUBMODULES = ("adaptation", "calibration", "cluster", "data", "ear", "engine", "filterbank", "ihc",
                "integrations", "io", "loudness", "media", "models", "modulation", "nn",
                "nonlinear", "resample", "runtime", "scheduler", "signals")
 
@@ -40,6 +40,8 @@ def _module(name: str):
         import rtamt.adaptation as m
     elif name == "calibration":
         import rtamt.calibration as m
+    elif name == "cluster":
+        import rtamt.cluster as m
     elif name == "data":
         import rtamt.data as m
     elif name == "ear":
