@@ -199,6 +199,23 @@ class FrameFunction(torch.autograd.Function):
         return (None, gx, *g_theta, *g_state)
 
 
+class _HostCast(torch.autograd.Function):
+    """A host output's cast to the input's float dtype by numpy in the calling thread, as
+    the forward-only path casts it (``astype``), so the two agree bit for bit whatever
+    the thread's flush-to-zero state (torch may cast a large tensor in its worker
+    threads, which do not flush float32 subnormals); the gradient is cast back."""
+
+    @staticmethod
+    def forward(ctx, v, dtype):
+        ctx.src = v.dtype
+        return torch.from_numpy(np.ascontiguousarray(v.detach().numpy()).astype(
+            np.float32 if dtype == torch.float32 else np.float64))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.src), None
+
+
 def run_frames(layer, x: torch.Tensor, state: dict, start):
     """One block of a frame model's layer with gradients (from stage ``start`` on; ``None``:
     none wanted, the learnable stages' values used): ``(outputs, new state)`` as
@@ -218,7 +235,8 @@ def run_frames(layer, x: torch.Tensor, state: dict, start):
     lead = (B,) if layer.n_in == 1 else (B, layer.n_in)
     mode = {1: "mono", 2: "stereo"}[layer.n_in]
     packed = m._pack(fr, lead, mode)
-    ys = {k: v.to(x.dtype) for k, v in packed.items()}
+    ys = {k: (v.to(x.dtype) if layer.on_device or v.dtype == x.dtype else
+              _HostCast.apply(v, x.dtype)) for k, v in packed.items()}
     ft = m.spectrum.frame_time(call.ends)
     ys["frame_time"] = torch.from_numpy(np.asarray(
         ft - m.pre_delay_s if m.pre_delay_s else ft)).to(x.device)
