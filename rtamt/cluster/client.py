@@ -6,7 +6,7 @@ blocks in batches, moves them and recovers them when a worker dies.
     h.push(x) ─► the stream's client ring (preallocated; no lock; no remote call)
                         │  doorbell; the pump thread, gather_ms later:
                         ▼
-    one message per worker: {stream: its input since the last message}
+    one message per worker: its streams' input since the last message, stacked
                         │  step(): push, process, reply
                         ▼
     one reply per worker: {stream: its results}, every K s {stream: snapshot}
@@ -42,16 +42,19 @@ import numpy as np
 
 from ..scheduler import Result, RtamtCapacityError
 from .host import RESULTS
-from .transport import InProcessTransport, RtamtClusterError, WorkerLost, check_reachable
+from .transport import (
+    MAX_INFLIGHT,
+    InProcessTransport,
+    RtamtClusterError,
+    WorkerLost,
+    check_reachable,
+)
 
 __all__ = ["Cluster", "RemoteStream", "Recovery", "ClusterStreamStats", "Worker"]
 
 _log = logging.getLogger("rtamt.cluster")
 _perf = time.perf_counter
 
-#: cycles whose replies may be outstanding at once (the next message goes out while the
-#: last one's replies are on their way; more waits, and the next batch grows)
-MAX_INFLIGHT = 2
 
 #: chunk records a stream keeps for the client-side latency (push times of recent chunks)
 _CHUNKS = 1024
@@ -67,6 +70,7 @@ class Worker:
     node: str | None = None
     alive: bool = True
     accepting: bool = True
+    cycle: int = 0          # number of the next step message (the host keeps their order)
 
     def __repr__(self):
         state = "alive" if self.alive else "dead"
@@ -243,14 +247,15 @@ class RemoteStream:
             if max(self.snap_pos, self.floor) == f:
                 return f
 
-    def _take(self) -> np.ndarray | None:
-        """Pump: the input not yet sent (and mark it sent)."""
-        w = self.w
-        if w <= self.sent:
-            return None
-        x = self._frames(self.sent, w)
+    def _take_into(self, out: np.ndarray, w: int) -> None:
+        """Pump: frames ``[sent, w)`` into ``out`` (``(w - sent, channels)``); mark them
+        sent."""
+        cap = self.capacity
+        i, n = self.sent % cap, w - self.sent
+        k = min(n, cap - i)
+        out[:k] = self._ring[i:i + k]
+        out[k:] = self._ring[:n - k]
         self.sent = w
-        return x
 
     # ------------------------------------------------------------------ results
     def _deliver(self, items: list, t_recv: float) -> None:
@@ -569,14 +574,28 @@ class Cluster:
         whether anything was sent."""
         if self._lost_pending:
             self._quiesce()
-        batches: dict[int, dict] = {}
+        # {worker: {(frames, channels, dtype): [streams]}}: one stacked array per group
+        groups: dict[int, dict] = {}
         for s in self._streams.values():
             if s.error is None and s.w > s.sent:
-                batches.setdefault(s.worker, {})[s.sid] = s._take()
-        if not batches:
+                w = s.w                      # a push may move it on: take up to here
+                groups.setdefault(s.worker, {}).setdefault(
+                    (w - s.sent, s.channels, s.dtype), []).append((s, w))
+        if not groups:
             return False
-        futs = {i: self.transport.call(self.workers[i].ref, "step", b, self.call_timeout)
-                for i, b in batches.items()}
+        batches = {}
+        for i, g in groups.items():
+            batches[i] = msg = []
+            for (n, ch, dt), members in g.items():
+                xs = np.empty((len(members), n, ch), dt)
+                for j, (s, w) in enumerate(members):
+                    s._take_into(xs[j], w)
+                msg.append(([s.sid for s, _ in members], xs))
+        futs = {}
+        for i, b in batches.items():
+            w = self.workers[i]
+            futs[i] = self.transport.call(w.ref, "step", b, self.call_timeout, w.cycle)
+            w.cycle += 1
         with self._rx:
             self._inflight.append(futs)
             self._rx.notify_all()

@@ -678,6 +678,12 @@ class Stream:
             raise RuntimeError(f"stream {self.name!r}: its subscribers did not take the "
                                f"last results within {timeout} s")
 
+    def idle(self) -> bool:
+        """Whether everything pushed so far has been processed (or skipped) and its results
+        delivered to the subscribers, now (never waits)."""
+        return not (self.ring.available() > 0 or self.slot.ready or self.slot.busy
+                    or self._dq_r < self._dq_w)
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until everything pushed so far has been processed (or skipped)."""
         end = _perf() + timeout

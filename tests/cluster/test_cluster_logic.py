@@ -50,8 +50,9 @@ def test_batched_transport_move_drain_and_recovery_are_exact(cluster):
     real = cluster.transport.call
 
     def counting(worker, method, *args):
-        if method == "step":
-            calls.append(sorted(args[0]))
+        if method == "step":            # groups (stream ids, stacked chunks)
+            assert all(xs.ndim == 3 and xs.shape[0] == len(sids) for sids, xs in args[0])
+            calls.append(sorted(sid for sids, _ in args[0] for sid in sids))
         return real(worker, method, *args)
     cluster.transport.call = counting
 
