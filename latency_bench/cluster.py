@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-seconds", type=float, default=1.0)
     p.add_argument("--snapshot-every", type=float, default=1.0)
     p.add_argument("--find-capacity", action="store_true")
-    p.add_argument("--max-streams", type=int, default=64)
+    p.add_argument("--max-streams", type=int, default=128)
     p.add_argument("--max-miss-rate", type=float, default=0.0, metavar="RATE",
                    help="--find-capacity: a trial passes with misses up to RATE of its "
                         "blocks (default 0)")

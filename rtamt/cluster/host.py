@@ -32,6 +32,7 @@ block was processed).
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -46,6 +47,7 @@ __all__ = ["StreamHost", "RESULTS"]
 RESULTS = ("all", "none")
 
 _perf = time.perf_counter
+_log = logging.getLogger("rtamt.cluster")
 _NEVER = 1 << 62
 
 #: at most this many streams' periodic snapshots go with one step's reply (each costs the
@@ -250,10 +252,16 @@ class StreamHost:
 
     def _serve(self, lis) -> None:
         import queue
+        from multiprocessing import AuthenticationError
 
         from .transport import no_delay
         try:
-            conn = no_delay(lis.accept())
+            while True:                  # a connection without the key is dropped
+                try:
+                    conn = no_delay(lis.accept())
+                    break
+                except (AuthenticationError, EOFError, ConnectionError) as e:
+                    _log.warning("rtamt cluster worker: refused a data connection: %s", e)
         finally:
             lis.close()
         todo: queue.SimpleQueue = queue.SimpleQueue()
