@@ -84,11 +84,6 @@ class _Hosted:
     def due(self) -> int:
         return self.seq0 + self.frames // self.block
 
-    def done(self, due: int) -> bool:
-        """Block ``due - 1`` is delivered here, or nothing is left to process (a rejected
-        block publishes no result)."""
-        return self.got >= due or self.stream.closed or self.stream.idle()
-
     def on_result(self, r) -> None:
         """Delivery thread of the host's scheduler: keep the result (outputs copied out
         of the scheduler's reused arrays) and wake a step waiting for it."""
@@ -211,18 +206,29 @@ class StreamHost:
         reply: every result since the last reply, and the snapshots when they are due."""
         if isinstance(due, BaseException):
             raise due
-        i = 0                              # due[:i] are done (results come in order)
+        # due[:i] are done (results come in order).  A block that publishes nothing (bad
+        # input: rejected; skipped by a backlog policy) leaves its stream idle short of
+        # `due`: taken as done once it is still idle, with no new result, 2 ms after it
+        # was first seen so (one look can fall between a block's intake and its being
+        # ready: the ring emptied, the block not yet marked ready)
+        i, idle = 0, None
         with self._done:
             while i < len(due):
                 h, d = due[i]
-                if h.done(d):
+                if h.got >= d or h.stream.closed:
                     i += 1
                     continue
+                if h.stream.idle():
+                    if idle is not None and idle[:2] == (h, h.got) and _perf() > idle[2]:
+                        i += 1
+                        continue
+                    if idle is None or idle[:2] != (h, h.got):
+                        idle = (h, h.got, _perf() + 0.002)
                 if _perf() > end:
                     break
                 h.wake_at = min(h.wake_at, d)
                 if h.got < d:                  # else it came before wake_at was set
-                    self._done.wait(0.002)     # a rejected block publishes nothing: re-check
+                    self._done.wait(0.002)
         streams = self.streams
         out = {"results": {sid: r for sid, h in streams.items() if (r := h.take())},
                "snapshots": None}
