@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import os
 import signal
 import socket
+import time
 
 from .host import StreamHost
 
@@ -182,33 +183,43 @@ class RayTransport:
         return getattr(worker, method).remote(*args)
 
     def get(self, futures: dict, timeout: float) -> tuple[dict, set]:
+        """``({key: reply}, {keys whose worker died})``; a worker that does not answer
+        within ``timeout`` seconds raises :class:`RtamtClusterError`, a worker's own error
+        is re-raised, each after every other reply was read (a step reply left unread
+        would be taken as the next message's)."""
         ray = self.ray
-        values, lost = {}, set()
+        values, lost, err = {}, set(), None
+        end = time.monotonic() + timeout
         for k, f in futures.items():
+            left = max(end - time.monotonic(), 0.0)
             if isinstance(f, _StepReply):
                 try:
                     if f.conn is None:
                         raise EOFError
-                    if not f.conn.poll(timeout):
-                        raise RtamtClusterError(f"worker {k} did not answer within "
-                                                f"{timeout:g} s")
+                    if not f.conn.poll(left):
+                        err = err or RtamtClusterError(
+                            f"worker {k} did not answer within {timeout:g} s")
+                        continue
                     tag, v = f.conn.recv()
                 except (EOFError, OSError):
                     lost.add(k)
                     continue
                 if tag == "error":
-                    raise v
-                values[k] = v
+                    err = err or v
+                else:
+                    values[k] = v
                 continue
             try:
-                values[k] = ray.get(f, timeout=timeout)
+                values[k] = ray.get(f, timeout=left)
             except ray.exceptions.RayActorError:
                 lost.add(k)
             except ray.exceptions.GetTimeoutError:
-                raise RtamtClusterError(f"worker {k} did not answer within {timeout:g} s") \
-                    from None
+                err = err or RtamtClusterError(f"worker {k} did not answer within "
+                                               f"{timeout:g} s")
             except ray.exceptions.RayTaskError as e:
-                raise e.as_instanceof_cause() from None
+                err = err or e.as_instanceof_cause()
+        if err is not None:
+            raise err
         return values, lost
 
     def kill(self, worker) -> None:
