@@ -22,6 +22,15 @@ or a crash in one step still leaves the others' results), and writes ``DIR/gpu.j
     over a second, or the cap): per block, the host-to-device copy from pinned memory, the
     model call and the device-to-host copy of its output (CUDA events), and the end-to-end
     wall time from the input copy's start to the output on the host.
+``cpu_capacity`` (beside the others, on the two highest-numbered cores, which the other
+    steps then leave alone; not pinned on a machine of fewer than 4 cores)
+    the CPU scheduler (numba kernels, 2 worker threads, 10 ms budget, 256-sample blocks,
+    float64) for Dau1997 at 48 kHz and Moore2016 stereo at 32 kHz: ``python -m
+    latency_bench --find-capacity`` (0 misses and 0 drops per trial, 10 s trials from 8
+    streams), which also times the ideal capacity (the bare batched model) in the same
+    run, then one 60 s trial at the capacity found (passing with 0 misses, or the
+    capacity is not confirmed), and one 30 s ``--trace`` trial at 0.8 of the ideal
+    whose late calls are attributed to their causes.
 ``capacity_<model>``
     ``latency_bench.streams.run_trial`` through ``Scheduler(backend='triton',
     device='cuda')``: Dau1997 at 48 kHz and Moore2016 stereo at 32 kHz, float32, 10 ms
@@ -66,9 +75,12 @@ MODELS = [("dau1997", 48000.0, 1, {}), ("king2019", 48000.0, 1, {}),
 #: capacity searches: (model, fs, channels, dtype, cost-model prediction on an H100 from
 #: docs/gpu.md, used when gpu_timing measured nothing)
 CAPACITY = [("dau1997", 48000.0, 1, "float32", 40000), ("moore2016", 32000.0, 2, "float32", 2000)]
+#: the CPU scheduler's capacity on pinned cores beside the GPU steps (issue 37):
+#: (model, fs, channels per stream)
+CPU_CAPACITY = [("dau1997", 48000.0, 1), ("moore2016", 32000.0, 2)]
 #: seconds each step may run (the whole run also stops at --time-limit)
 LIMITS = {"env": 30.0, "tests": 170.0, "cpu_timing": 260.0, "gpu_timing": 110.0,
-          "capacity_dau1997": 110.0, "capacity_moore2016": 70.0}
+          "capacity_dau1997": 110.0, "capacity_moore2016": 70.0, "cpu_capacity": 460.0}
 FORBIDDEN = ("sounddevice", "PySide6", "pyqtgraph", "lhotse", "dask")
 """Packages the GPU path must not import (absent on the GPU machine)."""
 
@@ -96,7 +108,10 @@ def sizes(tiny: bool) -> dict:
                 "largest_cap": 131072, "gpu_blocks": 12, "gpu_warm": 2, "cpu_min_s": 0.3,
                 "tests": device_test_files(), "tests_m": DEVICE_MARKERS, "tests_k": None,
                 "capacity": CAPACITY, "trial_s": 2.0, "warm_s": 0.5,
-                "confirm_s": 30.0, "max_streams": 200000, "budget_ms": 10.0}
+                "confirm_s": 30.0, "max_streams": 200000, "budget_ms": 10.0,
+                "cpu_capacity": CPU_CAPACITY, "cpu_threads": 2, "cpu_block": 256,
+                "cpu_trial_s": 10.0, "cpu_warm_s": 1.0, "cpu_confirm_s": 60.0,
+                "cpu_trace_s": 30.0, "cpu_start": 8, "cpu_max_streams": 256}
     return {"tiny": True, "models": [("dau1997", 16000.0, 1, {"flow": 1000.0, "fhigh": 1300.0}),
                                      ("glasberg2002", 32000.0, 1, {})],
             "dtypes": ["float32", "float64"], "block": 32, "batches": [1, 2],
@@ -105,7 +120,10 @@ def sizes(tiny: bool) -> dict:
             "tests_k": "exact_under_any_partition or snapshot_crosses",
             "capacity": [("king2019", 16000.0, 1, "float32", 2)], "trial_s": 0.008,
             "warm_s": 0.0, "confirm_s": 0.008, "max_streams": 2, "budget_ms": 100000.0,
-            "block_capacity": 64, "limits": {"capacity_king2019": 120.0}}
+            "block_capacity": 64, "limits": {"capacity_king2019": 120.0},
+            "cpu_capacity": [("king2019", 16000.0, 1)], "cpu_threads": 2, "cpu_block": 64,
+            "cpu_trial_s": 0.1, "cpu_warm_s": 0.0, "cpu_confirm_s": 0.1, "cpu_trace_s": 0.1,
+            "cpu_start": 1, "cpu_max_streams": 2}
 
 
 # ------------------------------------------------------------------------ the children
@@ -402,7 +420,68 @@ def step_capacity(cfg, out: dict, save, which: str) -> None:
     save()
 
 
-STEPS = {"env": step_env, "cpu_timing": step_cpu_timing, "gpu_timing": step_gpu_timing}
+def _bench_json(argv: list[str], log: Path) -> dict:
+    """``python -m latency_bench ARGV --json`` in a child (this process's cores); its
+    report, or ``{'error': ...}``."""
+    with open(log, "a") as f:
+        f.write("$ latency_bench " + " ".join(argv) + "\n")
+        f.flush()
+        r = subprocess.run([sys.executable, "-m", "latency_bench", *argv, "--json"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=f, text=True)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": f"exit {r.returncode}: {r.stdout[-500:]}"}
+
+
+def step_cpu_capacity(cfg, out: dict, save) -> None:
+    """The CPU scheduler's capacity on the reserved cores; see the module docstring."""
+    cores = cfg.get("cpu_cores")
+    if cores:
+        os.sched_setaffinity(0, set(cores))         # inherited by the children
+    budget = min(cfg["budget_ms"], 10000.0)
+    out.update(cores=cores or sorted(os.sched_getaffinity(0)), pinned=bool(cores),
+               threads=cfg["cpu_threads"], budget_ms=budget, confirm_s=cfg["cpu_confirm_s"],
+               rows=[])
+    save()
+    log = Path(cfg["out"]) / "cpu_capacity.runs.log"
+    for name, fs, ch in cfg["cpu_capacity"]:
+        common = ["--model", name, "--fs", f"{fs:g}", "--block", str(cfg["cpu_block"]),
+                  "--channels", str(ch), "--threads", str(cfg["cpu_threads"]),
+                  "--budget-ms", f"{budget:g}",
+                  "--warmup-seconds", f"{cfg['cpu_warm_s']:g}"]
+        row: dict = {"model": name, "fs": fs, "channels": ch}
+        out["rows"].append(row)
+        r = _bench_json(common + ["--find-capacity", "--streams", str(cfg["cpu_start"]),
+                                  "--max-streams", str(cfg["cpu_max_streams"]),
+                                  "--seconds", f"{cfg['cpu_trial_s']:g}"], log)
+        row.update(search_s=cfg["cpu_trial_s"], capacity=r.get("capacity"),
+                   ideal=r.get("ideal"), ideal_before=r.get("ideal_before"),
+                   ideal_after=r.get("ideal_after"), fraction=r.get("capacity_fraction"),
+                   trials=r.get("trials"), error=r.get("error"))
+        save()
+        if row["capacity"]:
+            c = _bench_json(common + ["--streams", str(row["capacity"]),
+                                      "--seconds", f"{cfg['cpu_confirm_s']:g}"], log)
+            row["confirm"] = {k: c.get(k) for k in ("streams", "seconds", "misses", "drops",
+                                                    "latency_p99_us", "latency_max_us",
+                                                    "cpu_util", "error")}
+            row["confirmed"] = c.get("misses") == 0 and c.get("drops") == 0
+            save()
+        if row.get("ideal"):
+            n = max(1, int(0.8 * row["ideal"]))
+            path = Path(cfg["out"]) / f"cpu_capacity_{name}.trace.npz"
+            t = _bench_json(common + ["--streams", str(n), "--seconds",
+                                      f"{cfg['cpu_trace_s']:g}", "--trace", str(path)], log)
+            row["trace_trial"] = {"streams": n, "misses": t.get("misses"),
+                                  "drops": t.get("drops"), "trace": t.get("trace"),
+                                  "latency_p99_us": t.get("latency_p99_us"),
+                                  "error": t.get("error")}
+            save()
+
+
+STEPS = {"env": step_env, "cpu_timing": step_cpu_timing, "gpu_timing": step_gpu_timing,
+         "cpu_capacity": step_cpu_capacity}
 
 
 def run_step(name: str, out_dir: Path) -> int:
@@ -415,6 +494,11 @@ def run_step(name: str, out_dir: Path) -> int:
         out["forbidden_modules"] = _forbidden_loaded()
         _write(path, out)
     save()
+    reserved = set(cfg.get("cpu_cores") or ())
+    if reserved and name != "cpu_capacity":
+        rest = os.sched_getaffinity(0) - reserved
+        if rest:
+            os.sched_setaffinity(0, rest)
     if name.startswith("capacity_"):
         step_capacity(cfg, out, save, name[len("capacity_"):])
     else:
@@ -541,6 +625,7 @@ def report(out: Path, cfg: dict, status: dict) -> dict:
     res = {"config": {k: v for k, v in cfg.items() if k != "tests"}, "steps": status,
            "env": _load(out, "env"), "tests": _tests_summary(out),
            "cpu_timing": _load(out, "cpu_timing"), "gpu_timing": _load(out, "gpu_timing"),
+           "cpu_capacity": _load(out, "cpu_capacity"),
            "capacity": {c[0]: _load(out, f"capacity_{c[0]}") for c in cfg["capacity"]}}
     res["forbidden_modules"] = sorted({m for name in status for m in
                                        _load(out, name).get("forbidden_modules", [])})
@@ -613,6 +698,28 @@ def markdown(res: dict) -> str:
                      f"{r['misses']} | {r['drops']} | {r['latency_p99_us'] / 1e3:.2f} | "
                      f"{r['cpu_util']:.2f} | {r['cpu_us_per_stream_block']:.1f} | "
                      f"{r['batch_mean']:.0f} |")
+    cc = res.get("cpu_capacity") or {}
+    if cc.get("rows"):
+        L += ["", f"**CPU scheduler capacity** ({cc.get('threads')} worker threads on cores "
+              f"{cc.get('cores')}{'' if cc.get('pinned') else ' (not pinned)'}, budget "
+              f"{cc.get('budget_ms')} ms, float64, 0 misses and 0 drops): capacity as a "
+              "fraction of the ideal (the bare batched model on those cores, same run).", "",
+              f"| model | capacity | confirmed ({cc.get('confirm_s', 0):g} s) | ideal | fraction "
+              "| trace trial: streams, "
+              "misses, late calls by cause |", "|---|---|---|---|---|---|"]
+        for r in cc["rows"]:
+            tt = r.get("trace_trial") or {}
+            tr = tt.get("trace") or {}
+            causes = ", ".join(f"{k} {tr[k]}" for k in ("stall", "slowdown", "late_source",
+                                                       "slow_call", "backlog", "queued",
+                                                       "other") if tr.get(k))
+            L.append(f"| {r['model']} | {_f(r.get('capacity'), '{:.0f}')} | "
+                     f"{'yes' if r.get('confirmed') else 'no'} | {_f(r.get('ideal'), '{:.1f}')}"
+                     f" | {_f(r.get('fraction'), '{:.2f}')} | {tt.get('streams', '–')}, "
+                     f"{tt.get('misses', '–')}, {tr.get('late_calls', '–')}"
+                     f"{' (' + causes + ')' if causes else ''} |")
+            if r.get("error"):
+                L.append(f"- {r['model']}: {r['error'][:300]}")
     if res.get("forbidden_modules"):
         L += ["", f"Imported on this path (must not be): {', '.join(res['forbidden_modules'])}"]
     return "\n".join(L) + "\n"
@@ -666,7 +773,15 @@ def main(argv=None) -> int:
             return EXIT_USAGE
     t_start = time.monotonic()
     deadline = t_start + a.time_limit
-    cfg = dict(sizes(a.tiny or a.device == "cpu"), device=a.device)
+    cfg = dict(sizes(a.tiny or a.device == "cpu"), device=a.device, out=str(out))
+    try:
+        have = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        have = []
+    # the CPU capacity's cores: the two highest, kept from the other steps (not on a
+    # machine too small to spare them)
+    cfg["cpu_cores"] = have[-cfg["cpu_threads"]:] if len(have) >= 2 * cfg["cpu_threads"] \
+        else None
     for k, v in cfg.pop("limits", {}).items():
         limits.setdefault(k, v)
     (out / "steps").mkdir(parents=True, exist_ok=True)
@@ -702,6 +817,7 @@ def main(argv=None) -> int:
     if not skipped("env"):
         finish(child("env"))
     cpu = None if skipped("cpu_timing") else child("cpu_timing")
+    cpu_cap = None if skipped("cpu_capacity") else child("cpu_capacity")
     if not skipped("tests"):
         finish(child("tests", _pytest_argv(cfg, out)))
     if not skipped("gpu_timing"):
@@ -715,6 +831,8 @@ def main(argv=None) -> int:
             finish(child(name))
     if cpu is not None:
         finish(cpu)
+    if cpu_cap is not None:
+        finish(cpu_cap)
     res = report(out, cfg, status)
     print(f"wrote {out / 'gpu.json'} and {out / 'gpu.md'} in {time.monotonic() - t_start:.0f} s")
     bad = [k for k, v in status.items() if v["status"] not in ("ok",) and

@@ -40,7 +40,7 @@ def test_plumbing_in_the_interpreter_fills_every_section(tmp_path):
     res = json.loads((out / "gpu.json").read_text())
     assert {k: v["status"] for k, v in res["steps"].items()} == {
         "env": "ok", "tests": "ok", "gpu_timing": "ok", "capacity_king2019": "ok",
-        "cpu_timing": "ok"}
+        "cpu_timing": "ok", "cpu_capacity": "ok"}
     assert res["env"]["torch"] == torch.__version__ and res["env"]["numba"]
     # the tests ran through the recording plugin and pytest's junit report
     assert res["tests"]["counts"].get("passed", 0) >= 2 and not res["tests"]["failures"]
@@ -55,17 +55,28 @@ def test_plumbing_in_the_interpreter_fills_every_section(tmp_path):
     assert all(r["stream_s_per_s"] > 0 and r["e2e_us_p50"] > 0 for r in gpu)
     cap = res["capacity"]["king2019"]
     assert cap["trials"] and cap["confirm"]["pass"] and cap["capacity"] == 2
+    # the CPU scheduler's capacity beside them: search, ideal and fraction from one run,
+    # the confirming trial and the traced trial at 0.8 of the ideal
+    cc = res["cpu_capacity"]
+    (row,) = cc["rows"]
+    assert row["model"] == "king2019" and row["capacity"] == 2 and row["ideal"] > 0
+    assert row["fraction"] == pytest.approx(2 / row["ideal"])
+    assert row["trials"] and row["confirmed"] and row["confirm"]["misses"] == 0
+    assert row["trace_trial"]["trace"]["calls"] > 0 and not row["trace_trial"]["error"]
+    assert (out / "cpu_capacity_king2019.trace.npz").stat().st_size > 0
     # nothing on this path imported the packages the GPU machine does not have
     assert res["forbidden_modules"] == []
     md = (out / "gpu.md").read_text()
     assert "**Throughput**" in md and "**Capacity, king2019**" in md and "2 passed" in md
+    assert "**CPU scheduler capacity**" in md and "| king2019 | 2 | yes |" in md
     assert md.count("| dau1997 |") == len(cfg["dtypes"]) * (len(cfg["batches"]) + 1)
 
 
 def test_a_step_past_its_limit_is_killed_and_the_rest_still_report(tmp_path):
     out = tmp_path / "gpu"
     r = _run("--out", str(out), "--device", "cpu", "--limit", "tests=2", "--skip",
-             "cpu_timing", "--skip", "capacity_king2019", timeout=600)
+             "cpu_timing", "--skip", "capacity_king2019", "--skip", "cpu_capacity",
+             timeout=600)
     assert r.returncode == 1
     res = json.loads((out / "gpu.json").read_text())
     st = res["steps"]
