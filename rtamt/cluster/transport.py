@@ -137,10 +137,9 @@ class RayTransport:
     Control calls (open, detach, snapshot, stats, load) are Ray actor calls.  The step
     messages, one per worker and block period, go on a direct TCP connection to the
     worker (:meth:`StreamHost.serve`: ``multiprocessing.connection`` with a random
-    ``authkey``), opened when the worker starts: a Ray actor call costs about 0.8 ms of
-    CPU in the worker and as much in the client on the 2-core VM (docs/cluster.md),
-    which at one message per worker every 5.3 ms was a third of what the streams
-    themselves cost.  A worker whose process dies closes its connection: the next
+    ``authkey``), opened when the worker starts, so that a message costs no Ray task
+    in the worker and no Ray call in the client (what that saves: docs/cluster.md,
+    "Measured").  A worker whose process dies closes its connection: the next
     reply is reported lost at once."""
 
     def __init__(self):
